@@ -1,0 +1,54 @@
+import type { DbClient } from '../db/pool.ts';
+
+export type AdmitStatus = 'ok' | 'insufficient_balance' | 'key_limit' | 'key_revoked';
+
+/** Reserves between min and max micros (see catraca_admit in the schema). */
+export async function admit(
+  db: DbClient,
+  a: { requestId: string; tenantId: string; keyId: string; min: bigint; max: bigint; ttlMs: number },
+): Promise<{ status: AdmitStatus; held: bigint; available: bigint }> {
+  const { rows } = await db.query('select * from catraca_admit($1, $2, $3, $4, $5, $6)', [
+    a.requestId, a.tenantId, a.keyId, a.min, a.max, a.ttlMs,
+  ]);
+  return rows[0];
+}
+
+export interface Settlement {
+  requestId: string;
+  tenantId: string;
+  keyId: string;
+  costMicros: bigint;
+  model: string;
+  inputTokens: number;
+  outputTokens: number;
+  estimated: boolean;
+  outcome: 'completed' | 'cancelled' | 'error';
+  at: Date;
+}
+
+export async function settle(db: DbClient, s: Settlement): Promise<{ status: 'settled' | 'duplicate' | 'unknown_tenant'; debited: bigint; balance: bigint }> {
+  const { rows } = await db.query('select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)', [
+    s.requestId, s.tenantId, s.keyId, s.costMicros, s.model, s.inputTokens, s.outputTokens, s.estimated, s.outcome, s.at,
+  ]);
+  return rows[0];
+}
+
+/** Releases a hold without a debit (the request never reached a worker). */
+export async function releaseHold(db: DbClient, requestId: string): Promise<void> {
+  await db.query('select catraca_release($1)', [requestId]);
+}
+
+export async function credit(
+  db: DbClient,
+  c: { tenantId: string; amountMicros: bigint; source: string; externalId?: string | null; note?: string | null },
+): Promise<{ status: 'credited' | 'duplicate' | 'unknown_tenant'; balance: bigint }> {
+  const { rows } = await db.query('select * from catraca_credit($1,$2,$3,$4,$5)', [
+    c.tenantId, c.amountMicros, c.source, c.externalId ?? null, c.note ?? null,
+  ]);
+  return rows[0];
+}
+
+export async function sweepExpiredHolds(db: DbClient, limit = 1000): Promise<number> {
+  const { rows } = await db.query('select catraca_sweep_holds($1) as n', [limit]);
+  return rows[0].n;
+}

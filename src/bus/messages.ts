@@ -1,0 +1,92 @@
+import { z } from 'zod';
+
+// The wire messages between front door, workers and metering. JSON on NATS.
+
+export const JobModelSchema = z.object({
+  id: z.string(),
+  pool: z.string(),
+  upstream_model: z.string(),
+  base_url: z.string().nullable(),
+  api_key_env: z.string().nullable(),
+  /** micro-BRL per 1M tokens, as decimal strings (bigint does not survive JSON) */
+  input_price: z.string().regex(/^\d+$/),
+  output_price: z.string().regex(/^\d+$/),
+});
+
+export const JobSchema = z.object({
+  v: z.literal(1),
+  request_id: z.string(),
+  tenant_id: z.string(),
+  key_id: z.string(),
+  model: JobModelSchema,
+  /** The client's request body as received (unknown OpenAI parameters included), minus `model`. */
+  body: z.record(z.string(), z.unknown()),
+  /** Output cap the hold pays for; the worker sends it upstream as max_tokens. */
+  max_tokens: z.number().int().positive(),
+  /** Subject to publish frames on. */
+  reply_to: z.string(),
+  /** Epoch ms after which the worker abandons the request. */
+  deadline: z.number().int(),
+});
+export type Job = z.infer<typeof JobSchema>;
+
+/** A worker's answer to a job request: accepted (frames follow) or refused (try another / 503). */
+export const JobAckSchema = z.discriminatedUnion('ok', [
+  z.object({ ok: z.literal(true), worker: z.string() }),
+  z.object({ ok: z.literal(false), code: z.enum(['busy', 'invalid_job', 'draining']), message: z.string() }),
+]);
+export type JobAck = z.infer<typeof JobAckSchema>;
+
+export const UsageCountSchema = z.object({
+  prompt_tokens: z.number().int().nonnegative(),
+  completion_tokens: z.number().int().nonnegative(),
+});
+
+export const FrameSchema = z.discriminatedUnion('t', [
+  z.object({ t: z.literal('delta'), seq: z.number().int(), content: z.string() }),
+  z.object({ t: z.literal('keepalive'), seq: z.number().int() }),
+  z.object({
+    t: z.literal('done'),
+    seq: z.number().int(),
+    finish_reason: z.string(),
+    usage: UsageCountSchema,
+    estimated: z.boolean(),
+  }),
+  z.object({
+    t: z.literal('error'),
+    seq: z.number().int(),
+    /** HTTP status the front door should answer with (502/503/504, or the upstream's 4xx mapped). */
+    status: z.number().int(),
+    code: z.string(),
+    message: z.string(),
+    usage: UsageCountSchema.optional(),
+  }),
+]);
+export type Frame = z.infer<typeof FrameSchema>;
+
+export const UsageMessageSchema = z.object({
+  v: z.literal(1),
+  request_id: z.string(),
+  tenant_id: z.string(),
+  key_id: z.string(),
+  model: z.string(),
+  pool: z.string(),
+  input_price: z.string().regex(/^\d+$/),
+  output_price: z.string().regex(/^\d+$/),
+  prompt_tokens: z.number().int().nonnegative(),
+  completion_tokens: z.number().int().nonnegative(),
+  /** true when the upstream gave no usage and the worker counted tokens itself */
+  estimated: z.boolean(),
+  outcome: z.enum(['completed', 'cancelled', 'error']),
+  /** epoch ms when the request ended at the worker */
+  ended_at: z.number().int(),
+  worker: z.string(),
+});
+export type UsageMessage = z.infer<typeof UsageMessageSchema>;
+
+export const KeyInvalidatedSchema = z.object({ key_id: z.string() });
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+export const encode = (value: unknown): Uint8Array => enc.encode(JSON.stringify(value));
+export const decodeJson = (data: Uint8Array): unknown => JSON.parse(dec.decode(data));

@@ -1,0 +1,68 @@
+// The one error class of the public API. Its JSON is OpenAI's error body:
+//   {"error":{"message","type","code","param"}}
+export type ErrorType =
+  | 'invalid_request_error'
+  | 'authentication_error'
+  | 'permission_error'
+  | 'not_found_error'
+  | 'insufficient_quota'
+  | 'rate_limit_error'
+  | 'upstream_error'
+  | 'timeout_error'
+  | 'service_unavailable'
+  | 'server_error';
+
+export class CatracaError extends Error {
+  constructor(
+    readonly status: number,
+    readonly type: ErrorType,
+    readonly code: string,
+    message: string,
+    readonly param: string | null = null,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = 'CatracaError';
+  }
+
+  toJSON() {
+    return { error: { message: this.message, type: this.type, code: this.code, param: this.param } };
+  }
+}
+
+export const errors = {
+  badRequest: (message: string, param: string | null = null, code = 'invalid_request') =>
+    new CatracaError(400, 'invalid_request_error', code, message, param),
+  invalidJson: () => new CatracaError(400, 'invalid_request_error', 'invalid_json', 'Request body is not valid JSON.'),
+  missingKey: () =>
+    new CatracaError(401, 'authentication_error', 'missing_api_key', 'Missing API key. Send it as "Authorization: Bearer <API_KEY>".'),
+  invalidKey: () => new CatracaError(401, 'authentication_error', 'invalid_api_key', 'Invalid API key.'),
+  revokedKey: () => new CatracaError(401, 'authentication_error', 'revoked_api_key', 'This API key has been revoked.'),
+  expiredKey: () => new CatracaError(401, 'authentication_error', 'expired_api_key', 'This API key has expired.'),
+  insufficientBalance: (message: string) => new CatracaError(402, 'insufficient_quota', 'insufficient_balance', message),
+  keyLimit: (message: string) => new CatracaError(402, 'insufficient_quota', 'key_limit_exceeded', message),
+  modelNotAllowed: (model: string) =>
+    new CatracaError(403, 'permission_error', 'model_not_allowed', `This API key is not allowed to use model "${model}".`, 'model'),
+  modelNotFound: (model: string) =>
+    new CatracaError(404, 'not_found_error', 'model_not_found', `The model "${model}" does not exist.`, 'model'),
+  routeNotFound: (method: string, path: string) =>
+    new CatracaError(404, 'not_found_error', 'route_not_found', `No route for ${method} ${path}.`),
+  methodNotAllowed: (method: string, path: string) =>
+    new CatracaError(405, 'invalid_request_error', 'method_not_allowed', `Method ${method} is not allowed on ${path}.`),
+  bodyTooLarge: (limit: number) =>
+    new CatracaError(413, 'invalid_request_error', 'request_too_large', `Request body exceeds the limit of ${limit} bytes.`),
+  unsupportedMediaType: () =>
+    new CatracaError(415, 'invalid_request_error', 'unsupported_media_type', 'Content-Type must be application/json.'),
+  rateLimited: (retryAfterS: number, headers: Record<string, string> = {}) =>
+    new CatracaError(429, 'rate_limit_error', 'rate_limit_exceeded', `Rate limit exceeded. Retry after ${retryAfterS} s.`, null, {
+      'retry-after': String(retryAfterS),
+      ...headers,
+    }),
+  upstream: (status: number, code: string, message: string) => new CatracaError(status, 'upstream_error', code, message),
+  noWorker: (pool: string) =>
+    new CatracaError(503, 'service_unavailable', 'no_worker_available', `No worker is serving the "${pool}" pool right now.`),
+  overloaded: () => new CatracaError(503, 'service_unavailable', 'overloaded', 'The gateway is overloaded; retry shortly.'),
+  shuttingDown: () => new CatracaError(503, 'service_unavailable', 'shutting_down', 'This instance is shutting down; retry.'),
+  timeout: (message = 'The upstream did not answer in time.') => new CatracaError(504, 'timeout_error', 'upstream_timeout', message),
+  internal: () => new CatracaError(500, 'server_error', 'internal_error', 'Internal error.'),
+};
