@@ -1,0 +1,25 @@
+import { loadConfig } from '../config.ts';
+import { createPool } from '../db/pool.ts';
+import { connectBus } from '../bus/connect.ts';
+import { createLogger } from '../log.ts';
+import { startGateway } from './server.ts';
+
+const log = createLogger('gateway');
+const config = loadConfig();
+const db = createPool(config.DATABASE_URL, 20);
+const nc = await connectBus(config.NATS_URL, `catraca-gateway ${config.CATRACA_INSTANCE ?? process.pid}`);
+const gateway = await startGateway({ config, db, nc, doorId: config.CATRACA_INSTANCE, portalUrl: process.env.PORTAL_PUBLIC_URL });
+
+let stopping = false;
+async function shutdown(signal: string) {
+  if (stopping) return;
+  stopping = true;
+  log.info('shutting down: draining in-flight requests', { signal, in_flight: gateway.stats().inFlight });
+  await gateway.close(Number(process.env.DRAIN_TIMEOUT_MS ?? 30000));
+  await nc.drain().catch(() => {});
+  await db.end().catch(() => {});
+  log.info('stopped');
+  process.exit(0);
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));

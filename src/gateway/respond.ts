@@ -1,0 +1,38 @@
+import type { HttpResponse } from './uws.ts';
+import { CatracaError, errors } from '../errors.ts';
+
+// Status lines uWS writes verbatim.
+const STATUS_TEXT: Record<number, string> = {
+  200: '200 OK', 400: '400 Bad Request', 401: '401 Unauthorized', 402: '402 Payment Required',
+  403: '403 Forbidden', 404: '404 Not Found', 405: '405 Method Not Allowed', 413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type', 429: '429 Too Many Requests', 500: '500 Internal Server Error',
+  502: '502 Bad Gateway', 503: '503 Service Unavailable', 504: '504 Gateway Timeout',
+};
+export const statusLine = (status: number) => STATUS_TEXT[status] ?? `${status} Error`;
+
+/** State every handler keeps for its response; `done` guards against writing after abort or end. */
+export interface ResponseState {
+  res: HttpResponse;
+  requestId: string;
+  aborted: boolean;
+  done: boolean;
+  closeConnection?: boolean;
+}
+
+export function sendJson(s: ResponseState, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (s.aborted || s.done) return;
+  s.done = true;
+  const payload = JSON.stringify(body);
+  s.res.cork(() => {
+    s.res.writeStatus(statusLine(status));
+    s.res.writeHeader('content-type', 'application/json');
+    s.res.writeHeader('x-request-id', s.requestId);
+    for (const k in headers) s.res.writeHeader(k, headers[k]);
+    s.res.end(payload, s.closeConnection);
+  });
+}
+
+export function sendError(s: ResponseState, err: unknown): void {
+  const e = err instanceof CatracaError ? err : errors.internal();
+  sendJson(s, e.status, e.toJSON(), e.headers);
+}

@@ -1,0 +1,168 @@
+import { randomBytes } from 'node:crypto';
+import type { NatsConnection } from 'nats';
+import type { Config } from '../config.ts';
+import type { Db } from '../db/pool.ts';
+import { errors, CatracaError } from '../errors.ts';
+import { createLogger } from '../log.ts';
+import { App, closeListenSocket, localPort, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.ts';
+import { readBody } from './body.ts';
+import { sendError, sendJson, type ResponseState } from './respond.ts';
+import { KeyCache } from './key-cache.ts';
+import { Catalog } from './catalog.ts';
+import { StreamRouter } from './stream-router.ts';
+import { ChatCompletion, newRequestId } from './chat/handler.ts';
+import { creditsBody, keyBody, modelsBody } from './account.ts';
+
+const log = createLogger('gateway');
+
+export interface GatewayOptions {
+  config: Config;
+  db: Db;
+  nc: NatsConnection;
+  host?: string;
+  port?: number;
+  doorId?: string;
+  portalUrl?: string;
+}
+
+export interface Gateway {
+  port: number;
+  doorId: string;
+  /** Stops accepting, waits for in-flight requests up to `graceMs`, then closes. */
+  close(graceMs?: number): Promise<void>;
+  stats(): { inFlight: number; requests: number; byStatus: Record<number, number> };
+}
+
+export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
+  const { config, db, nc } = opts;
+  const doorId = opts.doorId ?? `gw${randomBytes(6).toString('hex')}`;
+  const keys = new KeyCache(db, config.KEY_CACHE_TTL_MS);
+  keys.listen(nc);
+  const catalog = new Catalog(db);
+  await catalog.start();
+  const router = new StreamRouter(nc, doorId, config.STREAM_IDLE_TIMEOUT_MS);
+  router.start();
+
+  let inFlight = 0;
+  let requests = 0;
+  const byStatus: Record<number, number> = {};
+  let draining = false;
+  let drained: (() => void) | null = null;
+  const track = (status: number) => {
+    byStatus[status] = (byStatus[status] ?? 0) + 1;
+  };
+
+  const begin = (res: HttpResponse, req: HttpRequest): ResponseState => {
+    requests++;
+    return { res, requestId: newRequestId(), aborted: false, done: false, closeConnection: draining };
+  };
+  const settleOne = () => {
+    inFlight--;
+    if (draining && inFlight === 0) drained?.();
+  };
+  const refuseIfDraining = (s: ResponseState): boolean => {
+    if (!draining) return false;
+    track(503);
+    sendError(s, errors.shuttingDown());
+    return true;
+  };
+
+  const chatDeps = {
+    config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl,
+    onFinish: (status: number) => {
+      track(status);
+      settleOne();
+    },
+  };
+
+  /** Authenticated GET: runs `body` after auth, answers JSON, maps errors. */
+  const authedGet = (handler: (key: Awaited<ReturnType<KeyCache['authenticate']>>) => Promise<unknown>) =>
+    (res: HttpResponse, req: HttpRequest) => {
+      const s = begin(res, req);
+      const authorization = req.getHeader('authorization');
+      res.onAborted(() => (s.aborted = true));
+      if (refuseIfDraining(s)) return;
+      keys.authenticate(authorization)
+        .then(handler)
+        .then((body) => {
+          track(200);
+          sendJson(s, 200, body);
+        })
+        .catch((err) => {
+          if (!(err instanceof CatracaError)) log.error('request failed', { request_id: s.requestId, err });
+          track(err instanceof CatracaError ? err.status : 500);
+          sendError(s, err);
+        });
+    };
+
+  const app = App()
+    .post('/v1/chat/completions', (res, req) => {
+      const s = begin(res, req);
+      const authorization = req.getHeader('authorization');
+      const contentLength = Number(req.getHeader('content-length') || 0);
+      const chat = new ChatCompletion(chatDeps, s, authorization);
+      res.onAborted(() => chat.aborted());
+      if (refuseIfDraining(s)) return;
+      inFlight++;
+      readBody(
+        res,
+        config.MAX_BODY_BYTES,
+        contentLength,
+        (body) => void chat.run(body),
+        (err) => {
+          s.closeConnection = true; // the unread rest of the body would poison keep-alive
+          sendError(s, err);
+          track(err.status);
+          settleOne();
+        },
+      );
+    })
+    .get('/v1/credits', authedGet((key) => creditsBody(db, key)))
+    .get('/v1/key', authedGet((key) => keyBody(db, key)))
+    .get('/v1/auth/key', authedGet((key) => keyBody(db, key)))
+    .get('/v1/models', (res, req) => {
+      const s = begin(res, req);
+      track(200);
+      sendJson(s, 200, modelsBody(catalog.all()));
+    })
+    .get('/healthz', (res, req) => {
+      const s = begin(res, req);
+      sendJson(s, draining ? 503 : 200, { status: draining ? 'draining' : 'ok', door: doorId, in_flight: inFlight });
+    })
+    .any('/*', (res, req) => {
+      const s = begin(res, req);
+      const method = req.getMethod().toUpperCase();
+      const url = req.getUrl();
+      const known = ['/v1/chat/completions', '/v1/credits', '/v1/key', '/v1/models'].includes(url);
+      const err = known ? errors.methodNotAllowed(method, url) : errors.routeNotFound(method, url);
+      track(err.status);
+      sendError(s, err);
+    });
+
+  const host = opts.host ?? config.GATEWAY_HOST;
+  const wantedPort = opts.port ?? config.GATEWAY_PORT;
+  const listenSocket = await new Promise<us_listen_socket>((resolve, reject) => {
+    app.listen(host, wantedPort, (token) => (token ? resolve(token) : reject(new Error(`cannot listen on ${host}:${wantedPort}`))));
+  });
+  const port = localPort(listenSocket);
+  log.info('front door listening', { door: doorId, host, port });
+
+  return {
+    port,
+    doorId,
+    stats: () => ({ inFlight, requests, byStatus: { ...byStatus } }),
+    async close(graceMs = 30000) {
+      draining = true;
+      closeListenSocket(listenSocket);
+      if (inFlight > 0) {
+        await Promise.race([
+          new Promise<void>((r) => (drained = r)),
+          new Promise<void>((r) => setTimeout(r, graceMs).unref()),
+        ]);
+      }
+      router.stop();
+      keys.close();
+      catalog.stop();
+    },
+  };
+}

@@ -1,0 +1,97 @@
+import type { NatsConnection, Subscription } from 'nats';
+import { FrameSchema, type Frame } from '../bus/messages.ts';
+import { subjects } from '../bus/subjects.ts';
+import { errors, type CatracaError } from '../errors.ts';
+
+export interface FrameSink {
+  onFrame(frame: Frame): void;
+  onFailure(err: CatracaError): void;
+}
+
+interface Route {
+  sink: FrameSink;
+  nextSeq: number;
+  lastFrameAt: number;
+}
+
+const textDecoder = new TextDecoder();
+
+/**
+ * One wildcard subscription per front door carries the frames of all its requests; frames are
+ * routed by request id, checked for sequence gaps, and streams that go quiet past the idle
+ * timeout fail with 504 (a single sweep, not a timer per request).
+ */
+export class StreamRouter {
+  private routes = new Map<string, Route>();
+  private sub?: Subscription;
+  private sweeper?: NodeJS.Timeout;
+  private prefixLength: number;
+
+  constructor(private nc: NatsConnection, readonly doorId: string, private idleTimeoutMs: number) {
+    this.prefixLength = subjects.stream(doorId, '').length;
+  }
+
+  start(): void {
+    this.sub = this.nc.subscribe(subjects.streamWildcard(this.doorId), {
+      callback: (_err, msg) => this.dispatch(msg.subject.slice(this.prefixLength), msg.data),
+    });
+    this.sweeper = setInterval(() => this.sweep(), Math.min(1000, this.idleTimeoutMs));
+    this.sweeper.unref();
+  }
+
+  replySubject(requestId: string): string {
+    return subjects.stream(this.doorId, requestId);
+  }
+
+  register(requestId: string, sink: FrameSink): void {
+    this.routes.set(requestId, { sink, nextSeq: 0, lastFrameAt: Date.now() });
+  }
+
+  unregister(requestId: string): void {
+    this.routes.delete(requestId);
+  }
+
+  get size(): number {
+    return this.routes.size;
+  }
+
+  private dispatch(requestId: string, data: Uint8Array): void {
+    const route = this.routes.get(requestId);
+    if (!route) return; // client gone; the worker still settles usage
+    let parsed;
+    try {
+      parsed = FrameSchema.safeParse(JSON.parse(textDecoder.decode(data)));
+    } catch {
+      parsed = undefined;
+    }
+    if (!parsed?.success) {
+      this.fail(requestId, route, errors.upstream(502, 'invalid_frame', 'The worker sent a malformed frame.'));
+      return;
+    }
+    const frame = parsed.data;
+    if (frame.seq !== route.nextSeq) {
+      this.fail(requestId, route, errors.upstream(502, 'stream_gap', `Frames were lost between worker and gateway (expected ${route.nextSeq}, got ${frame.seq}).`));
+      return;
+    }
+    route.nextSeq++;
+    route.lastFrameAt = Date.now();
+    route.sink.onFrame(frame);
+  }
+
+  private fail(requestId: string, route: Route, err: CatracaError): void {
+    this.routes.delete(requestId);
+    route.sink.onFailure(err);
+  }
+
+  private sweep(): void {
+    const deadline = Date.now() - this.idleTimeoutMs;
+    for (const [id, route] of this.routes) {
+      if (route.lastFrameAt < deadline) this.fail(id, route, errors.timeout('No data from the upstream within the idle timeout.'));
+    }
+  }
+
+  stop(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sub?.unsubscribe();
+  }
+}

@@ -1,0 +1,168 @@
+import { AckPolicy, DeliverPolicy, type JsMsg, type NatsConnection, type ConsumerMessages } from 'nats';
+import type { Db } from '../db/pool.ts';
+import { settle, sweepExpiredHolds } from '../billing/ledger.ts';
+import { costMicros } from '../billing/money.ts';
+import { decodeJson, UsageMessageSchema } from '../bus/messages.ts';
+import { ensureUsageStream } from '../bus/connect.ts';
+import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
+import { createLogger } from '../log.ts';
+
+const log = createLogger('metering');
+
+export interface MeteringOptions {
+  nc: NatsConnection;
+  db: Db;
+  /** Messages fetched per pull. */
+  batch?: number;
+  /** Settlements running at once (each is one PostgreSQL transaction). */
+  concurrency?: number;
+  sweepIntervalMs?: number;
+}
+
+export interface MeteringStats {
+  settled: number;
+  duplicates: number;
+  failures: number;
+  poison: number;
+  swept: number;
+  inFlight: number;
+  /** ms from the worker's end of request to the ledger commit, last settled message */
+  lastLagMs: number;
+  maxLagMs: number;
+}
+
+export interface Metering {
+  stats(): MeteringStats;
+  stop(): Promise<void>;
+}
+
+export async function ensureMeteringConsumer(nc: NatsConnection): Promise<void> {
+  await ensureUsageStream(nc);
+  const jsm = await nc.jetstreamManager();
+  const config = {
+    durable_name: METERING_DURABLE,
+    ack_policy: AckPolicy.Explicit,
+    deliver_policy: DeliverPolicy.All,
+    filter_subject: subjects.usageWildcard,
+    ack_wait: 30 * 1e9,
+    max_deliver: -1,
+    max_ack_pending: 20000,
+  };
+  try {
+    await jsm.consumers.info(USAGE_STREAM, METERING_DURABLE);
+  } catch {
+    await jsm.consumers.add(USAGE_STREAM, config);
+  }
+}
+
+/**
+ * The durable consumer of USAGE: each message settles its request in one PostgreSQL transaction
+ * (catraca_settle, idempotent on request id) and is acked only after the commit, so a crash at
+ * any point means redelivery, and redelivery means at most a 'duplicate' no-op.
+ */
+export async function startMetering(opts: MeteringOptions): Promise<Metering> {
+  const { nc, db } = opts;
+  const concurrency = opts.concurrency ?? 16;
+  await ensureMeteringConsumer(nc);
+  const js = nc.jetstream();
+  const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
+  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0 };
+  let stopping = false;
+  let messages: ConsumerMessages | undefined;
+  const running = new Set<Promise<void>>();
+
+  const handle = async (m: JsMsg): Promise<void> => {
+    let usage;
+    try {
+      usage = UsageMessageSchema.parse(decodeJson(m.data));
+    } catch (err) {
+      stats.poison++;
+      log.error('unreadable usage message: terminated', { seq: m.seq, err: err as Error });
+      m.term();
+      return;
+    }
+    try {
+      const cost = costMicros(usage.prompt_tokens, usage.completion_tokens, {
+        input: BigInt(usage.input_price),
+        output: BigInt(usage.output_price),
+      });
+      const result = await settle(db, {
+        requestId: usage.request_id,
+        tenantId: usage.tenant_id,
+        keyId: usage.key_id,
+        costMicros: cost,
+        model: usage.model,
+        inputTokens: usage.prompt_tokens,
+        outputTokens: usage.completion_tokens,
+        estimated: usage.estimated,
+        outcome: usage.outcome,
+        at: new Date(usage.ended_at),
+      });
+      if (result.status === 'duplicate') stats.duplicates++;
+      else if (result.status === 'settled') {
+        stats.settled++;
+        stats.lastLagMs = Date.now() - usage.ended_at;
+        if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
+        if (result.debited < cost) log.warn('shortfall: cost exceeded available balance', { request_id: usage.request_id, cost: cost.toString(), debited: result.debited.toString() });
+      } else {
+        stats.poison++;
+        log.error('usage for unknown tenant: terminated', { request_id: usage.request_id, tenant_id: usage.tenant_id });
+        m.term();
+        return;
+      }
+      await m.ackAck();
+    } catch (err) {
+      stats.failures++;
+      log.warn('settlement failed; will be redelivered', { request_id: usage.request_id, err: err as Error });
+      m.nak(1000);
+    }
+  };
+
+  const loop = async () => {
+    while (!stopping) {
+      try {
+        messages = await consumer.consume({ max_messages: opts.batch ?? 256 });
+        for await (const m of messages) {
+          while (running.size >= concurrency) await Promise.race(running);
+          stats.inFlight = running.size + 1;
+          const p = handle(m).finally(() => {
+            running.delete(p);
+            stats.inFlight = running.size;
+          });
+          running.add(p);
+          if (stopping) break;
+        }
+      } catch (err) {
+        if (stopping) break;
+        log.warn('consumer interrupted; resuming', { err: err as Error });
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  };
+  const looping = loop();
+
+  const sweep = async () => {
+    try {
+      const n = await sweepExpiredHolds(db);
+      if (n > 0) {
+        stats.swept += n;
+        log.warn('released expired holds', { count: n });
+      }
+    } catch (err) {
+      log.warn('hold sweep failed', { err: err as Error });
+    }
+  };
+  const sweeper = setInterval(sweep, opts.sweepIntervalMs ?? 10000);
+  sweeper.unref();
+
+  return {
+    stats: () => ({ ...stats }),
+    async stop() {
+      stopping = true;
+      clearInterval(sweeper);
+      await messages?.close().catch(() => {});
+      await Promise.allSettled([...running]);
+      await Promise.race([looping, new Promise((r) => setTimeout(r, 2000))]);
+    },
+  };
+}

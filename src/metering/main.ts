@@ -1,0 +1,26 @@
+import { loadConfig } from '../config.ts';
+import { createPool } from '../db/pool.ts';
+import { connectBus } from '../bus/connect.ts';
+import { createLogger } from '../log.ts';
+import { startMetering } from './consumer.ts';
+
+const log = createLogger('metering');
+const config = loadConfig();
+const db = createPool(config.DATABASE_URL, 20);
+const nc = await connectBus(config.NATS_URL, `catraca-metering ${config.CATRACA_INSTANCE ?? process.pid}`);
+const metering = await startMetering({ nc, db, batch: config.METERING_BATCH, sweepIntervalMs: config.HOLD_SWEEP_INTERVAL_MS });
+log.info('metering consumer running');
+
+let stopping = false;
+async function shutdown(signal: string) {
+  if (stopping) return;
+  stopping = true;
+  log.info('shutting down: finishing in-flight settlements', { signal });
+  await metering.stop();
+  await nc.drain().catch(() => {});
+  await db.end().catch(() => {});
+  log.info('stopped', { ...metering.stats() });
+  process.exit(0);
+}
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
