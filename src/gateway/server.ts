@@ -109,8 +109,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         config.MAX_BODY_BYTES,
         contentLength,
         (body) => void chat.run(body),
-        (err) => {
-          s.closeConnection = true; // the unread rest of the body would poison keep-alive
+        (err, closeConnection) => {
+          s.closeConnection = closeConnection;
           sendError(s, err);
           track(err.status);
           settleOne();
