@@ -1,0 +1,55 @@
+import { describe, expect, it } from 'vitest';
+import { classifyChunk, SseParser } from './sse.ts';
+
+describe('SseParser', () => {
+  it('parses data events, comments and [DONE]', () => {
+    const p = new SseParser();
+    expect(p.push(': processing\n\ndata: {"a":1}\n\ndata: [DONE]\n\n')).toEqual([
+      { event: 'message', data: '{"a":1}' },
+      { event: 'message', data: '[DONE]' },
+    ]);
+    expect(p.comments).toBe(1);
+  });
+
+  it('reassembles events split at any byte, with \\r\\n split across chunks', () => {
+    const text = 'data: one\r\n\r\nevent: x\r\nid: 7\r\ndata: two\r\ndata:three\r\n\r\n';
+    for (let cut = 0; cut <= text.length; cut++) {
+      const p = new SseParser();
+      const got = [...p.push(text.slice(0, cut)), ...p.push(text.slice(cut))];
+      expect(got).toEqual([
+        { event: 'message', data: 'one' },
+        { event: 'x', data: 'two\nthree', id: '7' },
+      ]);
+    }
+  });
+
+  it('accepts bare \\r line endings and ignores unknown fields and data-less blocks', () => {
+    const p = new SseParser();
+    expect(p.push('retry: 5\r\rdata: a\r\rfoo: bar\ndata\n\n')).toEqual([
+      { event: 'message', data: 'a' },
+      { event: 'message', data: '' },
+    ]);
+  });
+
+  it('keeps an unterminated event until its blank line', () => {
+    const p = new SseParser();
+    expect(p.push('data: {"x"')).toEqual([]);
+    expect(p.push(':1}\n')).toEqual([]);
+    expect(p.push('\n')).toEqual([{ event: 'message', data: '{"x":1}' }]);
+  });
+});
+
+describe('classifyChunk', () => {
+  it('tells content, empty, done, error and invalid apart', () => {
+    expect(classifyChunk('{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}')).toBe('empty');
+    expect(classifyChunk('{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}]}')).toBe('content');
+    expect(classifyChunk('{"choices":[{"delta":{"content": " there"}}]}')).toBe('content');
+    expect(classifyChunk('{"choices":[{"delta":{"content":null}}]}')).toBe('empty');
+    expect(classifyChunk('{"choices":[{"delta":{},"finish_reason":"stop"}]}')).toBe('empty');
+    expect(classifyChunk('{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":5}}')).toBe('empty');
+    expect(classifyChunk('[DONE]')).toBe('done');
+    expect(classifyChunk('{"error":{"message":"upstream failed","code":502},"choices":[{"delta":{"content":""},"finish_reason":"error"}]}')).toBe('error');
+    expect(classifyChunk('{"choices":[{"delta":{"content":"the word \\"error\\" is fine"}}]}')).toBe('content');
+    expect(classifyChunk('hello')).toBe('invalid');
+  });
+});

@@ -1,0 +1,121 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createWriteStream, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import net from 'node:net';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+// Child processes for benchmarks: spawned with `node --import tsx <entry>` from the repo root,
+// stderr/stdout to bench/results/logs/<name>.log, readiness by TCP port or by a log line.
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+export const LOG_DIR = join(ROOT, 'bench', 'results', 'logs');
+
+export interface Proc {
+  name: string;
+  child: ChildProcess;
+  pid: number;
+  logFile: string;
+  /** VmHWM (peak resident set) in KiB from /proc/<pid>/status; null once the process is gone. */
+  peakRssKiB(): number | null;
+  stop(signal?: NodeJS.Signals, timeoutMs?: number): Promise<number | null>;
+}
+
+export function readVmHWM(pid: number): number | null {
+  try {
+    const m = /VmHWM:\s+(\d+)\s+kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+export function spawnEntry(name: string, entry: string, env: Record<string, string | undefined>, nodeArgs: string[] = []): Proc {
+  mkdirSync(LOG_DIR, { recursive: true });
+  const logFile = join(LOG_DIR, `${name}.log`);
+  const out = createWriteStream(logFile);
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', join(ROOT, entry)], {
+    cwd: ROOT,
+    env: { ...process.env, ...env } as NodeJS.ProcessEnv,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  child.stdout!.pipe(out, { end: false });
+  child.stderr!.pipe(out, { end: false });
+  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  return {
+    name,
+    child,
+    pid: child.pid!,
+    logFile,
+    peakRssKiB: () => readVmHWM(child.pid!),
+    async stop(signal = 'SIGTERM', timeoutMs = 5000) {
+      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+      child.kill(signal);
+      const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+      const code = await exited;
+      clearTimeout(t);
+      out.end();
+      return code;
+    },
+  };
+}
+
+export function waitForPort(port: number, host = '127.0.0.1', timeoutMs = 20000, proc?: Proc): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolveP, reject) => {
+    const attempt = () => {
+      if (proc && proc.child.exitCode !== null) return reject(new Error(`${proc.name} exited with ${proc.child.exitCode}; see ${proc.logFile}`));
+      const s = net.connect(port, host);
+      s.once('connect', () => {
+        s.destroy();
+        resolveP();
+      });
+      s.once('error', () => {
+        s.destroy();
+        if (Date.now() > deadline) reject(new Error(`nothing listening on ${host}:${port} after ${timeoutMs} ms${proc ? `; see ${proc.logFile}` : ''}`));
+        else setTimeout(attempt, 100);
+      });
+    };
+    attempt();
+  });
+}
+
+/** Resolves when the process' log contains `pattern`. */
+export function waitForLog(proc: Proc, pattern: RegExp, timeoutMs = 20000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  return new Promise((resolveP, reject) => {
+    const check = () => {
+      const text = existsSync(proc.logFile) ? readFileSync(proc.logFile, 'utf8') : '';
+      if (pattern.test(text)) return resolveP();
+      if (proc.child.exitCode !== null) return reject(new Error(`${proc.name} exited with ${proc.child.exitCode}; see ${proc.logFile}`));
+      if (Date.now() > deadline) return reject(new Error(`${proc.name}: no log line matching ${pattern} after ${timeoutMs} ms; see ${proc.logFile}`));
+      setTimeout(check, 100);
+    };
+    check();
+  });
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolveP, reject) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolveP(port));
+    });
+    srv.on('error', reject);
+  });
+}
+
+/** Starts bench/mock-upstream/main.ts as a process. Returns its base URL (ends in /v1). */
+export async function spawnMock(params: { firstTokenMs: number; tokensPerSecond: number; outputTokens: number }, port?: number): Promise<{ proc: Proc; url: string; port: number }> {
+  const p = port ?? (await freePort());
+  const proc = spawnEntry('mock-upstream', 'bench/mock-upstream/main.ts', {
+    MOCK_PORT: String(p),
+    MOCK_HOST: '127.0.0.1',
+    MOCK_FIRST_TOKEN_MS: String(params.firstTokenMs),
+    MOCK_TOKENS_PER_SECOND: String(params.tokensPerSecond),
+    MOCK_OUTPUT_TOKENS: String(params.outputTokens),
+    LOG_LEVEL: 'warn',
+  });
+  await waitForPort(p, '127.0.0.1', 20000, proc);
+  return { proc, url: `http://127.0.0.1:${p}/v1`, port: p };
+}
