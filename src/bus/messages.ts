@@ -60,6 +60,8 @@ export const FrameSchema = z.discriminatedUnion('t', [
     code: z.string(),
     message: z.string(),
     usage: UsageCountSchema.optional(),
+    /** seconds, from the upstream's retry-after (429) */
+    retry_after: z.number().nonnegative().optional(),
   }),
 ]);
 export type Frame = z.infer<typeof FrameSchema>;

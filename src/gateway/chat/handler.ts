@@ -235,7 +235,10 @@ export class ChatCompletion {
       case 'error':
         this.upstreamDone = true;
         this.deps.router.unregister(this.s.requestId);
-        this.fail(new CatracaError(frame.status, frame.status === 504 ? 'timeout_error' : frame.status === 429 ? 'rate_limit_error' : frame.status === 400 ? 'invalid_request_error' : 'upstream_error', frame.code, frame.message));
+        this.fail(
+          new CatracaError(frame.status, errorTypeFor(frame.status), frame.code, frame.message, null,
+            frame.retry_after !== undefined ? { 'retry-after': String(Math.ceil(frame.retry_after)) } : {}),
+        );
         return;
     }
   }
@@ -313,6 +316,14 @@ export class ChatCompletion {
       this.deps.nc.publish(subjects.cancel(this.workerId, this.s.requestId));
     }
   }
+}
+
+function errorTypeFor(status: number) {
+  if (status === 504) return 'timeout_error' as const;
+  if (status === 429) return 'rate_limit_error' as const;
+  if (status === 400) return 'invalid_request_error' as const;
+  if (status === 503) return 'service_unavailable' as const;
+  return 'upstream_error' as const;
 }
 
 export { statusLine };

@@ -1,0 +1,166 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import OpenAI from 'openai';
+import { startStack, type TestStack } from './helpers/stack.ts';
+import { startMockUpstream, mockText, type MockUpstream } from '../bench/mock-upstream/server.ts';
+import { upsertModel } from '../src/db/models.ts';
+import { costMicros } from '../src/billing/money.ts';
+
+// A real OpenAI-compatible vendor registered with `model set --pool openai`, reached through the
+// whole path: client → front door → NATS → worker (openai adapter) → mock vendor and back.
+const UPSTREAM_KEY = 'sk-upstream-9f8e7d6c5b4a39281706f5e4d3c2b1a0';
+const PRICES = { input: 3_000_000n, output: 12_000_000n }; // R$ 3 / R$ 12 per 1M tokens
+
+let stack: TestStack;
+let mock: MockUpstream;
+
+beforeAll(async () => {
+  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
+  stack = await startStack({ gateways: 1, workers: 1, pools: 'openai', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY } });
+  const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401' };
+  for (const [id, upstream] of Object.entries(models)) {
+    await upsertModel(stack.db, { id: `mockvendor/${id}`, pool: 'openai', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
+  }
+}, 60000);
+
+afterAll(async () => {
+  await stack?.stop();
+  await mock?.close();
+});
+
+const ledgerRow = async (requestId: string) =>
+  (await stack.db.query('select * from ledger where request_id = $1', [requestId])).rows[0];
+
+describe('OpenAI-compatible vendor through the gateway', () => {
+  it('streams from the vendor, asks it for usage, passes unknown parameters, bills its usage', async () => {
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+    const res = await client.chat.completions
+      .create({ model: 'mockvendor/ok', messages: [{ role: 'user', content: 'hello there' }], stream: true, stream_options: { include_usage: true }, seed: 7, user: 'u-1', max_tokens: 10 })
+      .withResponse();
+    let text = '';
+    let usage;
+    for await (const chunk of res.data) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect(text).toBe(mockText(10));
+    expect(mock.stats.lastBody).toMatchObject({ model: 'gpt-4o-mini', stream: true, stream_options: { include_usage: true }, seed: 7, user: 'u-1', max_tokens: 10 });
+    expect(mock.stats.lastBody).not.toHaveProperty('sim');
+    expect(mock.stats.lastAuthorization).toBe(`Bearer ${UPSTREAM_KEY}`);
+    const requestId = res.response.headers.get('x-request-id')!;
+    await stack.waitSettled([requestId]);
+    const row = await ledgerRow(requestId);
+    expect(row.output_tokens).toBe(10);
+    expect(row.input_tokens).toBe(usage!.prompt_tokens);
+    expect(row.estimated).toBe(false);
+    expect(row.amount_micros).toBe(costMicros(usage!.prompt_tokens, 10, PRICES));
+  });
+
+  it('maps an upstream 429 to 429 with retry-after, charging nothing', async () => {
+    const t = await stack.tenant('1.00');
+    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mockvendor/ratelimited', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(429);
+    expect(res.headers.get('retry-after')).toBe('1');
+    const body = await res.json();
+    expect(body.error).toMatchObject({ type: 'rate_limit_error', code: 'upstream_rate_limited', param: null });
+    await stack.waitSettled([res.headers.get('x-request-id')!]);
+    expect((await ledgerRow(res.headers.get('x-request-id')!)).amount_micros).toBe(0n);
+    await stack.waitNoHolds(t.tenantId);
+  });
+
+  it('maps an upstream 401 to 502 without revealing the upstream key', async () => {
+    const t = await stack.tenant('1.00');
+    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mockvendor/authfail', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(502);
+    const text = await res.text();
+    expect(JSON.parse(text).error).toMatchObject({ type: 'upstream_error', code: 'upstream_auth_failed' });
+    expect(text).not.toContain(UPSTREAM_KEY.slice(0, 12));
+  });
+
+  it('a mid-stream vendor failure ends the stream with an error event and bills the delivered tokens once', async () => {
+    const t = await stack.tenant('1.00');
+    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mockvendor/midstream', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(200);
+    const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: '));
+    expect(events[events.length - 1]).toBe('data: [DONE]');
+    const last = JSON.parse(events[events.length - 2].slice(6));
+    expect(last.choices[0].finish_reason).toBe('error');
+    expect(last.error).toMatchObject({ code: 'upstream_stream_interrupted', status: 502 });
+    const contents = events.slice(1, -2).map((e) => JSON.parse(e.slice(6)).choices[0].delta.content);
+    expect(contents.join('')).toBe(mockText(3));
+    const requestId = res.headers.get('x-request-id')!;
+    await stack.waitSettled([requestId]);
+    const row = await ledgerRow(requestId);
+    expect(row).toMatchObject({ outcome: 'error', output_tokens: 3, estimated: true });
+    expect(row.amount_micros).toBe(costMicros(row.input_tokens, 3, PRICES));
+  });
+
+  it('the openai client surfaces the mid-stream error as an APIError', async () => {
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key, maxRetries: 0 });
+    const stream = await client.chat.completions.create({ model: 'mockvendor/midstream', stream: true, messages: [{ role: 'user', content: 'hi' }] });
+    let text = '';
+    await expect(
+      (async () => {
+        for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+      })(),
+    ).rejects.toThrow(/interrupted/);
+    expect(text).toBe(mockText(3));
+  });
+
+  it('counts tokens itself when the vendor sends no usage, marked estimated', async () => {
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+    const res = await client.chat.completions.create({ model: 'mockvendor/nousage', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 }).withResponse();
+    expect(res.data.choices[0].message.content).toBe(mockText(5));
+    expect((res.data.usage as unknown as { estimated?: boolean }).estimated).toBe(true);
+    await stack.waitSettled([res.response.headers.get('x-request-id')!]);
+    const row = await ledgerRow(res.response.headers.get('x-request-id')!);
+    expect(row.estimated).toBe(true);
+    expect(row.output_tokens).toBe(res.data.usage!.completion_tokens);
+  });
+
+  it('client disconnect aborts the vendor call (the vendor sees it) and bills what was generated', async () => {
+    const t = await stack.tenant('1.00');
+    const abortedBefore = mock.stats.aborted;
+    const controller = new AbortController();
+    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
+      method: 'POST',
+      signal: controller.signal,
+      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'mockvendor/slow', stream: true, max_tokens: 200, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const requestId = res.headers.get('x-request-id')!;
+    const reader = res.body!.getReader();
+    let received = '';
+    while ((received.match(/"content":"[^"]/g) ?? []).length < 2) received += new TextDecoder().decode((await reader.read()).value);
+    controller.abort();
+    const deadline = Date.now() + 3000;
+    while (mock.stats.aborted === abortedBefore && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(mock.stats.aborted).toBe(abortedBefore + 1);
+    await stack.waitSettled([requestId]);
+    const row = await ledgerRow(requestId);
+    expect(row.outcome).toBe('cancelled');
+    expect(row.output_tokens).toBeGreaterThanOrEqual(2);
+    expect(row.output_tokens).toBeLessThan(8);
+    await stack.waitNoHolds(t.tenantId);
+  });
+
+  it('never logs the upstream key or a client key', () => {
+    const lines = stack.allLogLines().join('\n');
+    expect(lines).not.toContain(UPSTREAM_KEY);
+    expect(lines).not.toMatch(/sk-cat-v1-[0-9a-f]{8}/);
+  });
+});
