@@ -11,6 +11,9 @@ import { createApiKey, type CreateKeyInput } from '../../src/db/keys.ts';
 import { upsertModel } from '../../src/db/models.ts';
 import { credit } from '../../src/billing/ledger.ts';
 import { parseBrl } from '../../src/billing/money.ts';
+import { ensureNats, freePort, type ServiceHandle } from '../../src/stack/services.ts';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -29,11 +32,15 @@ export interface StackOptions {
   metering?: boolean;
   pools?: string;
   env?: Record<string, string>;
+  /** Use the run's shared NATS_URL instead of a nats-server of this stack's own. */
+  sharedNats?: boolean;
 }
 
 export interface TestStack {
   natsUrl: string;
   databaseUrl: string;
+  /** Stops and restarts this stack's own nats-server on the same port and store (chaos tests). */
+  restartNats(downMs?: number): Promise<void>;
   db: pg.Pool;
   nc: NatsConnection;
   gateways: Proc[];
@@ -134,7 +141,18 @@ export async function stopProcess(proc: Proc, signal: NodeJS.Signals = 'SIGTERM'
 }
 
 export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
-  const { natsUrl, databaseUrl } = env();
+  const shared = env();
+  const databaseUrl = shared.databaseUrl;
+  // Each stack gets its own nats-server: test files run in parallel, and a worker of one file must
+  // never pick up another file's jobs.
+  let nats: ServiceHandle | undefined;
+  let natsUrl = shared.natsUrl;
+  const natsDir = mkdtempSync(join(tmpdir(), 'catraca-nats-'));
+  const natsPort = await freePort();
+  if (!opts.sharedNats) {
+    nats = await ensureNats({ dataDir: natsDir, port: natsPort });
+    natsUrl = nats.url;
+  }
   await migrate(databaseUrl);
   const db = createPool(databaseUrl, 5);
   await seedSimCatalog(db);
@@ -148,6 +166,12 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
   const stack: TestStack = {
     natsUrl,
     databaseUrl,
+    async restartNats(downMs = 500) {
+      if (!nats) throw new Error('restartNats needs a stack-owned nats-server');
+      await nats.stop();
+      await new Promise((r) => setTimeout(r, downMs));
+      nats = await ensureNats({ dataDir: natsDir, port: natsPort });
+    },
     db,
     nc,
     gateways,
@@ -204,6 +228,8 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
       await Promise.all(procs.map((p) => stopProcess(p)));
       await nc.drain().catch(() => {});
       await db.end().catch(() => {});
+      await nats?.stop();
+      rmSync(natsDir, { recursive: true, force: true });
     },
   };
 
