@@ -1,0 +1,274 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { promptTokens } from '../../workers/adapters/sim/tokens.ts';
+
+// An OpenAI-compatible mock vendor for tests and benchmarks. Speaks OpenAI's wire format exactly
+// (chat.completion / chat.completion.chunk, usage chunk with choices [] when
+// stream_options.include_usage, `data: [DONE]`, OpenAI error bodies). Cheap on purpose: node:http,
+// keep-alive, strings prebuilt per request, no validation library on the hot path.
+//
+// Output: token i is "Hello" for i = 0 and then " world", " foo", … cycling through WORDS;
+// the natural length is `outputTokens` (default 16), cut at max_tokens / max_completion_tokens
+// (finish_reason "length"). prompt_tokens uses the sim's documented count (workers/adapters/sim).
+//
+// Behaviour by request model name:
+//   mock-429 → 429 rate_limit_exceeded, retry-after: 1     mock-500 → 500 server_error
+//   mock-401 → 401 invalid_api_key (echoes a masked key)   mock-404 → 404 model_not_found
+//   mock-400 → 400 invalid_request_error (param max_tokens)
+//   mock-fail-midstream → 3 content chunks, then the socket is destroyed
+//   mock-no-usage → never sends usage                      mock-slow → 500 ms first token, 20 tokens/s
+// Any other model streams normally. Missing `Authorization: Bearer …` → 401.
+
+export interface MockUpstreamOptions {
+  port?: number;
+  host?: string;
+  firstTokenMs?: number;
+  /** 0 = write the whole answer at once */
+  tokensPerSecond?: number;
+  outputTokens?: number;
+}
+
+export interface MockStats {
+  requests: number;
+  completed: number;
+  /** client closed before the response ended */
+  aborted: number;
+  inFlight: number;
+  lastAuthorization: string | null;
+  /** the last request body as parsed JSON (tests check what the worker sent) */
+  lastBody: Record<string, unknown> | null;
+}
+
+export interface MockUpstream {
+  /** ends with /v1 */
+  url: string;
+  port: number;
+  stats: MockStats;
+  close(): Promise<void>;
+}
+
+export const MOCK_WORDS = ['Hello', 'world', 'foo', 'bar', 'baz', 'qux', 'quux', 'corge', 'grault', 'garply', 'waldo', 'fred', 'plugh', 'xyzzy', 'thud'];
+const SLOW = { firstTokenMs: 500, tokensPerSecond: 20 };
+const MIDSTREAM_TOKENS = 3;
+
+/** The mock's i-th output token. */
+export function mockToken(i: number): string {
+  return (i === 0 ? '' : ' ') + MOCK_WORDS[i % MOCK_WORDS.length];
+}
+/** The mock's first n output tokens, concatenated. */
+export function mockText(n: number): string {
+  let s = '';
+  for (let i = 0; i < n; i++) s += mockToken(i);
+  return s;
+}
+
+const TOKEN_JSON: string[] = [];
+const tokenJson = (i: number) => (TOKEN_JSON[i] ??= JSON.stringify(mockToken(i)));
+
+const ERRORS: Record<string, { status: number; body: string; headers?: Record<string, string> }> = {
+  'mock-429': {
+    status: 429,
+    headers: { 'retry-after': '1', 'x-ratelimit-remaining-requests': '0' },
+    body: JSON.stringify({
+      error: {
+        message: 'Rate limit reached for gpt-4o-mini in organization org-MockOrg123456 on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 1s.',
+        type: 'requests',
+        param: null,
+        code: 'rate_limit_exceeded',
+      },
+    }),
+  },
+  'mock-500': {
+    status: 500,
+    body: JSON.stringify({
+      error: { message: 'The server had an error while processing your request. Sorry about that!', type: 'server_error', param: null, code: null },
+    }),
+  },
+  'mock-400': {
+    status: 400,
+    body: JSON.stringify({
+      error: { message: "Invalid 'max_tokens': integer below minimum value.", type: 'invalid_request_error', param: 'max_tokens', code: 'integer_below_min_value' },
+    }),
+  },
+};
+
+function sendJson(res: http.ServerResponse, status: number, body: string, headers: Record<string, string> = {}) {
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers });
+  res.end(body);
+}
+
+function maskKey(key: string): string {
+  return key.length <= 8 ? '***' : `${key.slice(0, 5)}${'*'.repeat(Math.min(20, key.length - 8))}${key.slice(-3)}`;
+}
+
+let seqId = 0;
+
+export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise<MockUpstream> {
+  const defaults = { firstTokenMs: opts.firstTokenMs ?? 0, tokensPerSecond: opts.tokensPerSecond ?? 0, outputTokens: opts.outputTokens ?? 16 };
+  const stats: MockStats = { requests: 0, completed: 0, aborted: 0, inFlight: 0, lastAuthorization: null, lastBody: null };
+
+  const server = http.createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (req.method === 'GET' && path === '/stats') return sendJson(res, 200, JSON.stringify({ ...stats, lastBody: undefined }));
+    stats.requests++;
+    stats.inFlight++;
+    let ended = false;
+    res.once('finish', () => {
+      ended = true;
+    });
+    res.once('close', () => {
+      stats.inFlight--;
+      if (ended) stats.completed++;
+      else stats.aborted++;
+    });
+
+    const auth = req.headers.authorization;
+    stats.lastAuthorization = auth ?? null;
+    const key = auth && /^Bearer\s+\S+/i.test(auth) ? auth.replace(/^Bearer\s+/i, '') : null;
+    if (!key) {
+      req.resume();
+      return sendJson(res, 401, JSON.stringify({
+        error: {
+          message: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+          type: 'invalid_request_error',
+          param: null,
+          code: null,
+        },
+      }));
+    }
+    if (req.method === 'GET' && path === '/v1/models') {
+      req.resume();
+      const now = 1700000000;
+      const ids = ['mock-gpt', 'mock-slow', 'mock-no-usage', 'mock-fail-midstream', 'mock-429', 'mock-500', 'mock-401', 'mock-404', 'mock-400'];
+      return sendJson(res, 200, JSON.stringify({ object: 'list', data: ids.map((id) => ({ id, object: 'model', created: now, owned_by: 'catraca-mock' })) }));
+    }
+    if (req.method !== 'POST' || path !== '/v1/chat/completions') {
+      req.resume();
+      return sendJson(res, 404, JSON.stringify({ error: { message: `Invalid URL (${req.method} ${path})`, type: 'invalid_request_error', param: null, code: null } }));
+    }
+
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      let body: Record<string, unknown>;
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+      } catch {
+        return sendJson(res, 400, JSON.stringify({
+          error: { message: 'We could not parse the JSON body of your request.', type: 'invalid_request_error', param: null, code: null },
+        }));
+      }
+      stats.lastBody = body;
+      const model = typeof body.model === 'string' ? body.model : '';
+      const fixed = ERRORS[model];
+      if (fixed) return sendJson(res, fixed.status, fixed.body, fixed.headers);
+      if (model === 'mock-401') {
+        return sendJson(res, 401, JSON.stringify({
+          error: {
+            message: `Incorrect API key provided: ${maskKey(key)}. You can find your API key at https://platform.openai.com/account/api-keys.`,
+            type: 'invalid_request_error',
+            param: null,
+            code: 'invalid_api_key',
+          },
+        }));
+      }
+      if (model === 'mock-404' || !Array.isArray(body.messages)) {
+        return sendJson(res, 404, JSON.stringify({
+          error: { message: `The model \`${model}\` does not exist or you do not have access to it.`, type: 'invalid_request_error', param: null, code: 'model_not_found' },
+        }));
+      }
+
+      const cap = typeof body.max_completion_tokens === 'number' ? body.max_completion_tokens : typeof body.max_tokens === 'number' ? body.max_tokens : Infinity;
+      const natural = model === 'mock-fail-midstream' ? 1000 : defaults.outputTokens;
+      const n = Math.max(0, Math.min(natural, cap));
+      const finish = n < natural ? 'length' : 'stop';
+      const prompt = promptTokens(body.messages);
+      const usageObj = `{"prompt_tokens":${prompt},"completion_tokens":${n},"total_tokens":${prompt + n},"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`;
+      const id = `chatcmpl-mock${(++seqId).toString(36).padStart(8, '0')}`;
+      const created = Math.floor(Date.now() / 1000);
+      const modelJson = JSON.stringify(model);
+      const wantUsage = model !== 'mock-no-usage';
+
+      if (body.stream !== true) {
+        let content = '';
+        for (let i = 0; i < n; i++) content += mockToken(i);
+        const out =
+          `{"id":"${id}","object":"chat.completion","created":${created},"model":${modelJson},"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(content)},"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"${finish}"}]` +
+          (wantUsage ? `,"usage":${usageObj}` : '') +
+          `,"service_tier":"default","system_fingerprint":"fp_catraca_mock"}`;
+        return sendJson(res, 200, out);
+      }
+
+      const includeUsage = wantUsage && !!(body.stream_options && (body.stream_options as { include_usage?: unknown }).include_usage === true);
+      const usageTail = includeUsage ? ',"usage":null}\n\n' : '}\n\n';
+      const head = `data: {"id":"${id}","object":"chat.completion.chunk","created":${created},"model":${modelJson},"service_tier":"default","system_fingerprint":"fp_catraca_mock","choices":[`;
+      const first = `${head}{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]${usageTail}`;
+      const tok = (i: number) => `${head}{"index":0,"delta":{"content":${tokenJson(i)}},"logprobs":null,"finish_reason":null}]${usageTail}`;
+      const last =
+        `${head}{"index":0,"delta":{},"logprobs":null,"finish_reason":"${finish}"}]${usageTail}` +
+        (includeUsage ? `${head}],"usage":${usageObj}}\n\n` : '') +
+        'data: [DONE]\n\n';
+
+      res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-request-id': `req_${id}` });
+      const slow = model === 'mock-slow';
+      const firstMs = slow ? SLOW.firstTokenMs : defaults.firstTokenMs;
+      const tps = slow ? SLOW.tokensPerSecond : defaults.tokensPerSecond;
+
+      if (model === 'mock-fail-midstream') {
+        let s = first;
+        for (let i = 0; i < MIDSTREAM_TOKENS; i++) s += tok(i);
+        res.write(s, () => setTimeout(() => res.socket?.destroy(), 20));
+        return;
+      }
+
+      let closed = false;
+      res.once('close', () => {
+        closed = true;
+      });
+      if (firstMs === 0 && tps === 0) {
+        let s = first;
+        for (let i = 0; i < n; i++) s += tok(i);
+        res.end(s + last);
+        return;
+      }
+      const interval = tps > 0 ? 1000 / tps : 0;
+      let i = 0;
+      let t0 = 0;
+      const step = () => {
+        if (closed) return;
+        // Catch up on every token due by now (timers are coarse at high rates).
+        const due = interval === 0 ? n : Math.min(n, Math.floor((Date.now() - t0) / interval) + 1);
+        let s = '';
+        while (i < due) s += tok(i++);
+        if (i >= n) return void res.end(s + last);
+        if (s) res.write(s);
+        setTimeout(step, Math.max(1, t0 + i * interval - Date.now()));
+      };
+      setTimeout(() => {
+        if (closed) return;
+        res.write(first);
+        t0 = Date.now();
+        step();
+      }, firstMs);
+    });
+  });
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(opts.port ?? 0, opts.host ?? '127.0.0.1', () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  const host = opts.host && opts.host !== '0.0.0.0' ? opts.host : '127.0.0.1';
+  return {
+    url: `http://${host}:${port}/v1`,
+    port,
+    stats,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,47 @@
+import type { AdapterEvent } from '../types.ts';
+import { UpstreamError } from '../types.ts';
+import { redact } from './errors.ts';
+
+// Response transform: one chat.completion.chunk (or a whole chat.completion) → adapter events.
+
+interface ChunkLike {
+  choices?: Array<{ delta?: { content?: unknown }; message?: { content?: unknown }; finish_reason?: unknown }> | null;
+  usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } | null;
+  error?: { message?: unknown } | string;
+}
+
+function usageEvent(u: ChunkLike['usage']): AdapterEvent | undefined {
+  if (!u || typeof u !== 'object') return undefined;
+  const p = u.prompt_tokens;
+  const c = u.completion_tokens;
+  if (typeof p !== 'number' || typeof c !== 'number' || p < 0 || c < 0) return undefined;
+  return { type: 'usage', prompt_tokens: Math.round(p), completion_tokens: Math.round(c) };
+}
+
+/** Events of one streamed chunk, pushed onto `out` (no allocation of a result array per chunk). */
+export function chunkEvents(chunk: ChunkLike, out: AdapterEvent[], secret: string | null): void {
+  if (chunk.error !== undefined) {
+    // OpenRouter and others report a mid-stream failure as a data event carrying an error object.
+    const m = typeof chunk.error === 'string' ? chunk.error : typeof chunk.error?.message === 'string' ? chunk.error.message : 'unknown error';
+    throw new UpstreamError(502, 'upstream_error', `The upstream provider failed mid-stream: ${redact(m, secret).slice(0, 500)}`);
+  }
+  const choice = chunk.choices?.[0];
+  if (choice) {
+    const content = choice.delta?.content;
+    if (typeof content === 'string' && content.length > 0) out.push({ type: 'delta', content });
+    if (typeof choice.finish_reason === 'string') out.push({ type: 'finish', reason: choice.finish_reason });
+  }
+  const u = usageEvent(chunk.usage);
+  if (u) out.push(u);
+}
+
+/** Events of a non-streamed chat.completion (an upstream that ignored stream: true). */
+export function completionEvents(body: ChunkLike, out: AdapterEvent[], secret: string | null): void {
+  if (body.error !== undefined) return chunkEvents(body, out, secret);
+  const choice = body.choices?.[0];
+  const content = choice?.message?.content;
+  if (typeof content === 'string' && content.length > 0) out.push({ type: 'delta', content });
+  out.push({ type: 'finish', reason: typeof choice?.finish_reason === 'string' ? choice.finish_reason : 'stop' });
+  const u = usageEvent(body.usage);
+  if (u) out.push(u);
+}

@@ -1,0 +1,51 @@
+import type { Job } from '../../src/bus/messages.ts';
+
+// The contract between the worker loop and one upstream vendor (Portkey style: one folder per
+// provider under workers/adapters/<provider>/, each exporting an `Adapter`).
+
+export interface TokenUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+}
+
+export type AdapterEvent =
+  /** A piece of the assistant's text, in order; concatenating every delta gives the output. */
+  | { type: 'delta'; content: string }
+  /** Usage for the whole request. `estimated` when the adapter counted tokens itself. */
+  | { type: 'usage'; prompt_tokens: number; completion_tokens: number; estimated?: boolean }
+  /** The upstream's finish_reason ('stop', 'length', 'content_filter', 'tool_calls', …). */
+  | { type: 'finish'; reason: string };
+
+export interface Adapter {
+  readonly name: string;
+  /**
+   * Streams one job from the upstream. Aborting `signal` must stop the upstream call promptly;
+   * the iterator then throws (any error) or returns. Failures are thrown as `UpstreamError`.
+   */
+  stream(job: Job, signal: AbortSignal): AsyncIterable<AdapterEvent>;
+  /**
+   * Token counts for a request that ended without an upstream usage event (cancelled, failed
+   * mid-stream, or an upstream that never reports usage), given the text generated so far.
+   */
+  countUsage(job: Job, output: string): Promise<{ usage: TokenUsage; estimated: boolean }>;
+}
+
+/**
+ * A failure of the upstream call, already mapped to what the client should see: `status` is the
+ * HTTP status the front door answers with, `code` is our stable error code, `message` is safe to
+ * show (never contains an upstream key).
+ */
+export class UpstreamError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    /** Seconds the client should wait, when the upstream said so (429). */
+    readonly retryAfter?: number,
+  ) {
+    super(message);
+    this.name = 'UpstreamError';
+  }
+}
+
+export const isUpstreamError = (err: unknown): err is UpstreamError => err instanceof UpstreamError;

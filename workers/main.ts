@@ -1,0 +1,29 @@
+import { loadConfig } from '../src/config.ts';
+import { createLogger } from '../src/log.ts';
+import { startWorker } from './worker.ts';
+
+// Entry point: `tsx workers/main.ts`. WORKER_POOLS=sim,openai … WORKER_CONCURRENCY, NATS_URL.
+const log = createLogger('worker');
+const config = loadConfig();
+const pools = config.WORKER_POOLS.split(',').map((p) => p.trim()).filter(Boolean);
+
+const worker = await startWorker({ config, pools, natsUrl: config.NATS_URL });
+log.info('worker ready', { worker: worker.id, pools, nats: config.NATS_URL.replace(/\/\/[^@/]*@/, '//***@') });
+
+let signals = 0;
+const shutdown = (sig: string) => {
+  if (++signals > 1) {
+    log.warn('second signal: exiting now', { sig });
+    process.exit(1);
+  }
+  log.info('shutting down', { sig });
+  worker.stop().then(
+    () => process.exit(0),
+    (err) => {
+      log.error('shutdown failed', { err });
+      process.exit(1);
+    },
+  );
+};
+process.on('SIGTERM', () => shutdown('SIGTERM'));
+process.on('SIGINT', () => shutdown('SIGINT'));

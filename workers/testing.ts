@@ -1,0 +1,97 @@
+// Helpers for the worker tests (imported only by *.test.ts).
+import { createId } from '@paralleldrive/cuid2';
+import { AckPolicy, DeliverPolicy, type NatsConnection } from 'nats';
+import { decodeJson, encode, type Frame, type Job, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
+import { subjects, USAGE_STREAM } from '../src/bus/subjects.ts';
+
+export const natsUrl = () => process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+export const uniquePool = () => `t${createId().slice(0, 12)}`;
+
+export function makeJob(pool: string, over: Partial<Job> & { body?: Record<string, unknown> } = {}): Job {
+  const request_id = over.request_id ?? `req_${createId()}`;
+  return {
+    v: 1,
+    request_id,
+    tenant_id: 'ten_test',
+    key_id: 'key_test',
+    model: { id: 'sim/echo', pool, upstream_model: 'echo', base_url: null, api_key_env: null, input_price: '1500000', output_price: '6000000' },
+    body: { messages: [{ role: 'user', content: 'hi' }] },
+    max_tokens: 256,
+    reply_to: subjects.stream('door_test', request_id),
+    deadline: Date.now() + 60_000,
+    ...over,
+  };
+}
+
+export interface Run {
+  ack: JobAck;
+  /** resolves with every frame up to and including the terminal one */
+  frames: Promise<Frame[]>;
+  /** frames received so far */
+  seen: Frame[];
+}
+
+/** Sends a job like the front door does (request → ack) and collects its frames. */
+export async function sendJob(nc: NatsConnection, pool: string, job: Job, timeoutMs = 10_000): Promise<Run> {
+  const seen: Frame[] = [];
+  const sub = nc.subscribe(job.reply_to);
+  const frames = (async () => {
+    const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);
+    for await (const m of sub) {
+      const f = decodeJson(m.data) as Frame;
+      seen.push(f);
+      if (f.t === 'done' || f.t === 'error') break;
+    }
+    clearTimeout(timer);
+    sub.unsubscribe();
+    return seen;
+  })();
+  await nc.flush();
+  const reply = await nc.request(subjects.job(pool), encode(job), { timeout: 5000 });
+  const ack = decodeJson(reply.data) as JobAck;
+  if (!ack.ok) sub.unsubscribe();
+  return { ack, frames, seen };
+}
+
+/** The usage message JetStream holds for a request, and how many copies of it the stream has. */
+export async function usageOf(nc: NatsConnection, pool: string, requestId: string, waitMs = 5000): Promise<{ msg: UsageMessage; count: number }> {
+  const jsm = await nc.jetstreamManager();
+  const js = nc.jetstream();
+  const subj = subjects.usage(pool);
+  const until = Date.now() + waitMs;
+  for (;;) {
+    const info = await jsm.streams.info(USAGE_STREAM, { subjects_filter: subj });
+    const total = info.state.subjects?.[subj] ?? 0;
+    if (total > 0) {
+      // A plain ephemeral pull consumer: filter_subject works on nats-server 2.9 (Debian's).
+      const ci = await jsm.consumers.add(USAGE_STREAM, {
+        filter_subject: subj,
+        ack_policy: AckPolicy.None,
+        deliver_policy: DeliverPolicy.All,
+        inactive_threshold: 30 * 1e9,
+      });
+      const consumer = await js.consumers.get(USAGE_STREAM, ci.name);
+      const found: UsageMessage[] = [];
+      const batch = await consumer.fetch({ max_messages: total, expires: 2000 });
+      let n = 0;
+      for await (const m of batch) {
+        const u = m.json<UsageMessage>();
+        if (u.request_id === requestId) found.push(u);
+        if (++n >= total) break;
+      }
+      await consumer.delete().catch(() => {});
+      if (found.length > 0) return { msg: found[0], count: found.length };
+    }
+    if (Date.now() > until) throw new Error(`no usage for ${requestId} on ${subj}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+export const deltas = (frames: Frame[]) => frames.filter((f) => f.t === 'delta').map((f) => (f as { content: string }).content);
+export const waitFor = async (cond: () => boolean, ms = 5000) => {
+  const until = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > until) throw new Error('timeout waiting for condition');
+    await new Promise((r) => setTimeout(r, 5));
+  }
+};
