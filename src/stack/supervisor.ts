@@ -1,0 +1,123 @@
+// Runs the catraca processes of a local stack as children: prefixes and forwards their output,
+// restarts one that dies unexpectedly (exponential backoff, reset after a minute of uptime), and
+// stops them all with SIGTERM (SIGKILL after a timeout).
+import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { createInterface } from 'node:readline';
+
+export interface ChildSpec {
+  name: string;
+  /** Absolute path of the TypeScript entry point. */
+  entry: string;
+  env: Record<string, string>;
+  cwd: string;
+}
+
+export interface SupervisorOptions {
+  /** Receives every output line of every child, already prefixed. */
+  output?: (line: string, stream: 'stdout' | 'stderr') => void;
+  /** Supervisor events (start, exit, restart). */
+  event?: (msg: string, fields: Record<string, unknown>) => void;
+  stopTimeoutMs?: number;
+  maxBackoffMs?: number;
+}
+
+/** Node arguments that run a .ts entry: `--import tsx` when this tsx supports it, else its cli. */
+export function tsxArgs(entry: string, cwd: string): string[] {
+  const require = createRequire(`${cwd}/package.json`);
+  try {
+    require.resolve('tsx/esm/api');
+    return ['--import', 'tsx', entry];
+  } catch {
+    return [require.resolve('tsx/cli'), entry];
+  }
+}
+
+interface Managed {
+  spec: ChildSpec;
+  child: ChildProcess | null;
+  restarts: number;
+  startedAt: number;
+  timer: NodeJS.Timeout | null;
+  exited: Promise<void>;
+}
+
+export class Supervisor {
+  private readonly children = new Map<string, Managed>();
+  private stopping = false;
+  private readonly width: number;
+
+  constructor(private readonly specs: ChildSpec[], private readonly opts: SupervisorOptions = {}) {
+    this.width = Math.max(...specs.map((s) => s.name.length), 4);
+  }
+
+  start(): void {
+    for (const spec of this.specs) {
+      if (!existsSync(spec.entry)) throw new Error(`entry point not found: ${spec.entry}`);
+      const m: Managed = { spec, child: null, restarts: 0, startedAt: 0, timer: null, exited: Promise.resolve() };
+      this.children.set(spec.name, m);
+      this.launch(m);
+    }
+  }
+
+  pids(): Record<string, number | undefined> {
+    return Object.fromEntries([...this.children].map(([n, m]) => [n, m.child?.pid]));
+  }
+
+  private launch(m: Managed): void {
+    const { spec } = m;
+    const child = spawn(process.execPath, tsxArgs(spec.entry, spec.cwd), {
+      cwd: spec.cwd,
+      env: { ...process.env, ...spec.env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      // Own process group: a Ctrl-C in the terminal reaches only the supervisor, which then stops
+      // the children in order (instead of every process racing to exit at once).
+      detached: true,
+    });
+    m.child = child;
+    m.startedAt = Date.now();
+    const prefix = `${spec.name.padEnd(this.width)} |`;
+    for (const stream of ['stdout', 'stderr'] as const) {
+      createInterface({ input: child[stream]! }).on('line', (line) => this.opts.output?.(`${prefix} ${line}`, stream));
+    }
+    this.opts.event?.('started', { child: spec.name, pid: child.pid });
+    m.exited = new Promise((resolveExit) => {
+      child.once('exit', (code, signal) => {
+        resolveExit();
+        if (m.child === child) m.child = null;
+        if (this.stopping) return;
+        const upMs = Date.now() - m.startedAt;
+        if (upMs > 60000) m.restarts = 0;
+        const backoff = Math.min(250 * 2 ** m.restarts, this.opts.maxBackoffMs ?? 10000);
+        m.restarts++;
+        this.opts.event?.('exited unexpectedly; restarting', { child: spec.name, code, signal, up_ms: upMs, restart_in_ms: backoff, restarts: m.restarts });
+        m.timer = setTimeout(() => {
+          m.timer = null;
+          if (!this.stopping) this.launch(m);
+        }, backoff);
+      });
+      child.once('error', (err) => this.opts.event?.('spawn error', { child: spec.name, error: err.message }));
+    });
+  }
+
+  /** SIGTERM every child, wait for all; SIGKILL whoever outlives the timeout. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const timeout = this.opts.stopTimeoutMs ?? 15000;
+    await Promise.all(
+      [...this.children.values()].map(async (m) => {
+        if (m.timer) clearTimeout(m.timer);
+        const child = m.child;
+        if (!child || child.exitCode !== null || child.signalCode !== null) return;
+        const killer = setTimeout(() => {
+          this.opts.event?.('did not stop in time; killing', { child: m.spec.name, timeout_ms: timeout });
+          child.kill('SIGKILL');
+        }, timeout);
+        child.kill('SIGTERM');
+        await m.exited;
+        clearTimeout(killer);
+      }),
+    );
+  }
+}
