@@ -1,12 +1,23 @@
 import type { DbClient } from '../db/pool.ts';
 
-export type AdmitStatus = 'ok' | 'insufficient_balance' | 'key_limit' | 'key_revoked';
+export type AdmitStatus = 'ok' | 'insufficient_balance' | 'key_limit' | 'key_revoked' | 'rate_limited';
+
+export interface AdmitResult {
+  status: AdmitStatus;
+  held: bigint;
+  available: bigint;
+  /** the key's request rate limit in this window, null when it has none */
+  rl_limit: number | null;
+  rl_remaining: number | null;
+  /** ms until the rate-limit window resets */
+  rl_reset_ms: bigint | null;
+}
 
 /** Reserves between min and max micros (see catraca_admit in the schema). */
 export async function admit(
   db: DbClient,
   a: { requestId: string; tenantId: string; keyId: string; min: bigint; max: bigint; ttlMs: number },
-): Promise<{ status: AdmitStatus; held: bigint; available: bigint }> {
+): Promise<AdmitResult> {
   const { rows } = await db.query('select * from catraca_admit($1, $2, $3, $4, $5, $6)', [
     a.requestId, a.tenantId, a.keyId, a.min, a.max, a.ttlMs,
   ]);

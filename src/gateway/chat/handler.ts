@@ -14,7 +14,7 @@ import { createLogger } from '../../log.ts';
 import type { KeyCache } from '../key-cache.ts';
 import type { Catalog } from '../catalog.ts';
 import type { StreamRouter } from '../stream-router.ts';
-import { sendError, sendJson, statusLine, type ResponseState } from '../respond.ts';
+import { sendJson, statusLine, type ResponseState } from '../respond.ts';
 import { ChatRequestSchema, describeIssue, type ChatRequest } from './schema.ts';
 import { ChunkEncoder, completionBody, type UsageOut } from './openai-shapes.ts';
 import { SseWriter } from './sse-writer.ts';
@@ -52,6 +52,8 @@ export class ChatCompletion {
   private finished = false;
   private upstreamDone = false; // terminal frame received
   private cancelSent = false;
+  /** x-ratelimit-* headers, sent on every answer once admission has counted the request */
+  private headers: Record<string, string> = {};
   private model!: ModelRecord;
   private prices!: Prices;
   private includeUsage = false;
@@ -130,6 +132,16 @@ export class ChatCompletion {
       max,
       ttlMs: this.deps.config.REQUEST_TIMEOUT_MS + this.deps.config.HOLD_GRACE_MS,
     });
+    if (result.rl_limit !== null && result.rl_reset_ms !== null) {
+      this.headers = {
+        'x-ratelimit-limit': String(result.rl_limit),
+        'x-ratelimit-remaining': String(Math.max(0, result.rl_remaining ?? 0)),
+        'x-ratelimit-reset': String(Date.now() + Number(result.rl_reset_ms)),
+      };
+    }
+    if (result.status === 'rate_limited') {
+      throw errors.rateLimited(Math.max(1, Math.ceil(Number(result.rl_reset_ms) / 1000)), this.headers);
+    }
     if (result.status === 'ok') {
       return requested ?? Math.max(1, affordableOutputTokens(result.held, inputTokens, this.prices, wanted));
     }
@@ -140,7 +152,7 @@ export class ChatCompletion {
     const affordable = affordableOutputTokens(result.available, inputTokens, this.prices, wanted);
     const what = result.status === 'key_limit' ? "this key's remaining limit" : 'your available balance';
     const message =
-      affordable >= 1
+      affordable >= 0
         ? `This request requires more credits, or fewer max_tokens. You requested up to ${wanted} tokens, but can only afford ${affordable} with ${what} of R$ ${formatBrl(result.available)}.`
         : `This request requires more credits: its input alone can cost up to R$ ${formatBrl(costMicros(inputTokens, 0, this.prices))}, more than ${what} of R$ ${formatBrl(result.available)}.`;
     const hint = this.deps.portalUrl ? ` Top up at ${this.deps.portalUrl}.` : '';
@@ -271,6 +283,7 @@ export class ChatCompletion {
       res.writeHeader('cache-control', 'no-cache');
       res.writeHeader('x-request-id', this.s.requestId);
       res.writeHeader('x-accel-buffering', 'no');
+      for (const k in this.headers) res.writeHeader(k, this.headers[k]);
     });
     this.sse.write(this.encoder.role());
   }
@@ -283,7 +296,7 @@ export class ChatCompletion {
       this.sse?.end(tail);
       this.s.done = true;
     } else {
-      sendJson(this.s, 200, completionBody(this.s.requestId, this.model.id, this.encoder.created, this.content.join(''), finishReason, usage));
+      sendJson(this.s, 200, completionBody(this.s.requestId, this.model.id, this.encoder.created, this.content.join(''), finishReason, usage), this.headers);
     }
     this.finish(200);
   }
@@ -296,7 +309,7 @@ export class ChatCompletion {
       this.sse?.end(this.encoder.error(e.code, e.message, e.status) + ChunkEncoder.done);
       this.s.done = true;
     } else {
-      sendError(this.s, e);
+      sendJson(this.s, e.status, e.toJSON(), { ...this.headers, ...e.headers });
     }
     this.finish(this.started ? 200 : e.status);
   }
