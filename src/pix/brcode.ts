@@ -1,0 +1,48 @@
+import { createDynamicPix, hasError, parsePix } from 'pix-utils';
+import QRCode from 'qrcode';
+
+/**
+ * BR Code of a dynamic charge: merchant account information carries the PSP's `location`
+ * (payload URL), the amount lives in the payload the payer's bank fetches. Built and CRC'd by
+ * pix-utils; `crc16` below is an independent check (BCB's example ends in 63041D3D).
+ */
+export function buildDynamicBrCode(a: { location: string; merchantName: string; merchantCity: string }): string {
+  const pix = createDynamicPix({
+    merchantName: a.merchantName.slice(0, 25),
+    merchantCity: a.merchantCity.slice(0, 15),
+    url: a.location.replace(/^https?:\/\//, ''),
+  });
+  if (hasError(pix)) throw new Error(`cannot build BR Code: ${(pix as { message?: string }).message ?? 'invalid'}`);
+  return (pix as { toBRCode(): string }).toBRCode();
+}
+
+/** CRC16/CCITT-FALSE (poly 0x1021, init 0xFFFF) as the BR Code specifies, 4 upper-case hex digits. */
+export function crc16(payload: string): string {
+  let crc = 0xffff;
+  for (const byte of Buffer.from(payload, 'utf8')) {
+    crc ^= byte << 8;
+    for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc.toString(16).toUpperCase().padStart(4, '0');
+}
+
+/** True when the payload ends in a CRC field (6304XXXX) matching its content. */
+export function hasValidCrc(brCode: string): boolean {
+  const m = /^(.*6304)([0-9A-F]{4})$/.exec(brCode);
+  return !!m && crc16(m[1]) === m[2];
+}
+
+/** Parses a BR Code with pix-utils; false when it is not a valid Pix payload. */
+export function isValidBrCode(brCode: string): boolean {
+  return hasValidCrc(brCode) && !hasError(parsePix(brCode));
+}
+
+/** QR image of a BR Code as an SVG document (inline in the charge page). */
+export async function qrSvg(brCode: string): Promise<string> {
+  return QRCode.toString(brCode, { type: 'svg', errorCorrectionLevel: 'M', margin: 2 });
+}
+
+/** QR image of a BR Code as a PNG data URL. */
+export async function qrDataUrl(brCode: string): Promise<string> {
+  return QRCode.toDataURL(brCode, { errorCorrectionLevel: 'M', margin: 2, width: 280 });
+}

@@ -1,0 +1,235 @@
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { credit } from '../billing/ledger.ts';
+import { withTransaction, type DbClient } from '../db/pool.ts';
+import { createLogger } from '../log.ts';
+import { DEFAULT_CHARGE_EXPIRY_S, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS, CENTAVO_MICROS } from './limits.ts';
+import type { ChargeStatus, PixPayment, PixRefund, PspAdapter, WebhookRequest } from './types.ts';
+
+const log = createLogger('pix');
+
+export interface ChargeRow {
+  txid: string;
+  tenant_id: string;
+  amount_micros: bigint;
+  status: ChargeStatus;
+  provider: string;
+  br_code: string;
+  location: string | null;
+  expires_at: Date;
+  end_to_end_id: string | null;
+  created_at: Date;
+  paid_at: Date | null;
+}
+
+export type PaymentOutcome =
+  | 'credited'
+  | 'duplicate'
+  | 'no_txid'
+  | 'unknown_txid'
+  | 'amount_mismatch'
+  | 'already_paid_other_e2e'
+  | 'charge_removed';
+
+export type RefundOutcome = 'refunded' | 'shortfall' | 'duplicate' | 'pending' | 'not_done' | 'unknown_payment' | 'exceeds_payment';
+
+export class TopUpError extends Error {
+  constructor(readonly code: 'below_min' | 'above_max' | 'not_centavos') {
+    super(code);
+  }
+}
+
+/** txid of a new charge: 32 characters of [a-f0-9] (the API Pix allows [a-zA-Z0-9]{26,35}). */
+export function newTxid(): string {
+  return randomBytes(16).toString('hex');
+}
+
+/**
+ * Pix top-ups: charges at the PSP, webhook intake, reconciliation, refunds. Every credit goes
+ * through catraca_credit with external_id = endToEndId (exactly once, same ledger as debits).
+ */
+export class PixService {
+  private timer: NodeJS.Timeout | null = null;
+  private reconciling: Promise<unknown> | null = null;
+
+  constructor(
+    private readonly db: pg.Pool,
+    readonly psp: PspAdapter,
+    private readonly opts: { expiresInS?: number } = {},
+  ) {}
+
+  async createTopUp(tenantId: string, amountMicros: bigint): Promise<ChargeRow> {
+    if (amountMicros % CENTAVO_MICROS !== 0n) throw new TopUpError('not_centavos');
+    if (amountMicros < TOPUP_MIN_MICROS) throw new TopUpError('below_min');
+    if (amountMicros > TOPUP_MAX_MICROS) throw new TopUpError('above_max');
+    const txid = newTxid();
+    const expiresInS = this.opts.expiresInS ?? DEFAULT_CHARGE_EXPIRY_S;
+    const cob = await this.psp.createCharge({ txid, amountMicros, expiresInS, description: 'Créditos catraca' });
+    const expiresAt = new Date(cob.createdAt.getTime() + cob.expiresInS * 1000);
+    const { rows } = await this.db.query(
+      `insert into pix_charges (txid, tenant_id, amount_micros, status, provider, br_code, location, expires_at)
+       values ($1, $2, $3, 'ATIVA', $4, $5, $6, $7) returning *`,
+      [txid, tenantId, amountMicros, this.psp.name, cob.brCode, cob.location, expiresAt],
+    );
+    log.info('pix charge created', { txid, tenant: tenantId, amount_micros: String(amountMicros), provider: this.psp.name });
+    return rows[0];
+  }
+
+  /** A charge of this tenant only (IDOR: another tenant's txid is "not found"). */
+  async getCharge(txid: string, tenantId: string): Promise<ChargeRow | null> {
+    const { rows } = await this.db.query('select * from pix_charges where txid = $1 and tenant_id = $2', [txid, tenantId]);
+    return rows[0] ?? null;
+  }
+
+  async listCharges(tenantId: string, limit = 20): Promise<ChargeRow[]> {
+    const { rows } = await this.db.query('select * from pix_charges where tenant_id = $1 order by created_at desc limit $2', [tenantId, limit]);
+    return rows;
+  }
+
+  private async audit(db: DbClient, e: { outcome: string; txid?: string | null; e2e?: string | null; detail?: string | null; remote?: string | null }) {
+    await db.query('insert into pix_webhook_events (outcome, txid, end_to_end_id, detail, remote_addr) values ($1,$2,$3,$4,$5)', [
+      e.outcome, e.txid ?? null, e.e2e ?? null, e.detail ?? null, e.remote ?? null,
+    ]);
+  }
+
+  /** Webhook intake. 401 for a bad secret, 400 for a malformed body, otherwise 200 (each item's outcome logged). */
+  async handleWebhook(req: WebhookRequest & { remoteAddr?: string }): Promise<{ status: number; body: unknown }> {
+    const v = this.psp.verifyWebhook(req);
+    if (!v.ok) {
+      log.warn('pix webhook rejected', { reason: v.reason, detail: v.detail, remote: req.remoteAddr });
+      await this.audit(this.db, { outcome: `rejected_${v.reason}`, detail: v.detail ?? null, remote: req.remoteAddr });
+      return v.reason === 'bad_secret' ? { status: 401, body: { error: 'unauthorized' } } : { status: 400, body: { error: 'bad request' } };
+    }
+    const results = [];
+    for (const p of v.payments) {
+      results.push({ endToEndId: p.endToEndId, outcome: await this.applyPayment(p, 'webhook', req.remoteAddr) });
+    }
+    return { status: 200, body: { received: results.length } };
+  }
+
+  /** Applies one received Pix (from a webhook or from reconciliation), then its devoluções. */
+  async applyPayment(p: PixPayment, via: 'webhook' | 'reconcile', remote?: string): Promise<PaymentOutcome> {
+    const outcome = await withTransaction(this.db, async (c): Promise<{ outcome: PaymentOutcome; detail?: string; tenant?: string; balance?: bigint }> => {
+      if (!p.txid) return { outcome: 'no_txid' };
+      const { rows } = await c.query('select * from pix_charges where txid = $1 for update', [p.txid]);
+      const ch = rows[0] as ChargeRow | undefined;
+      if (!ch) return { outcome: 'unknown_txid' };
+      if (p.amountMicros !== ch.amount_micros) return { outcome: 'amount_mismatch', detail: `expected ${ch.amount_micros} got ${p.amountMicros} micro-BRL`, tenant: ch.tenant_id };
+      if (ch.status === 'CONCLUIDA') {
+        return ch.end_to_end_id === p.endToEndId ? { outcome: 'duplicate', tenant: ch.tenant_id } : { outcome: 'already_paid_other_e2e', tenant: ch.tenant_id };
+      }
+      if (ch.status !== 'ATIVA' && ch.status !== 'EXPIRADA') return { outcome: 'charge_removed', detail: ch.status, tenant: ch.tenant_id };
+      const paidAt = Number.isNaN(Date.parse(p.horario)) ? new Date() : new Date(p.horario);
+      await c.query(`update pix_charges set status = 'CONCLUIDA', end_to_end_id = $2, paid_at = $3 where txid = $1`, [p.txid, p.endToEndId, paidAt]);
+      const r = await credit(c, { tenantId: ch.tenant_id, amountMicros: ch.amount_micros, source: 'pix', externalId: p.endToEndId, note: p.txid });
+      return { outcome: r.status === 'credited' ? 'credited' : 'duplicate', tenant: ch.tenant_id, balance: r.balance, detail: ch.status === 'EXPIRADA' ? 'paid after local expiry' : undefined };
+    });
+    const fields = { via, txid: p.txid, e2e: p.endToEndId, tenant: outcome.tenant, detail: outcome.detail, remote };
+    if (outcome.outcome === 'credited') log.info('pix credited', { ...fields, balance_micros: String(outcome.balance) });
+    else if (outcome.outcome === 'duplicate') log.info('pix duplicate ignored', fields);
+    else if (outcome.outcome === 'already_paid_other_e2e' || outcome.outcome === 'charge_removed')
+      log.error('pix received for a charge that cannot take it: refund manually', { ...fields, outcome: outcome.outcome });
+    else log.warn('pix payment not credited', { ...fields, outcome: outcome.outcome });
+    await this.audit(this.db, { outcome: outcome.outcome, txid: p.txid, e2e: p.endToEndId, detail: [via, outcome.detail].filter(Boolean).join(': '), remote });
+    for (const d of p.devolucoes) await this.applyRefund(p.endToEndId, d, via);
+    return outcome.outcome;
+  }
+
+  /** A devolução seen in a callback or in GET /cob: debits exactly once when DEVOLVIDO. */
+  async applyRefund(endToEndId: string, d: PixRefund, via: 'webhook' | 'reconcile' | 'request'): Promise<RefundOutcome> {
+    const r = await withTransaction(this.db, async (c): Promise<{ outcome: RefundOutcome; txid?: string; tenant?: string; debited?: bigint }> => {
+      const { rows } = await c.query('select * from pix_charges where end_to_end_id = $1 for update', [endToEndId]);
+      const ch = rows[0] as ChargeRow | undefined;
+      if (!ch) return { outcome: 'unknown_payment' };
+      const { rows: prev } = await c.query(
+        `select coalesce(sum(amount_micros), 0)::bigint as total from pix_refunds
+          where end_to_end_id = $1 and refund_id <> $2 and status <> 'NAO_REALIZADO'`,
+        [endToEndId, d.id],
+      );
+      if (prev[0].total + d.amountMicros > ch.amount_micros) return { outcome: 'exceeds_payment', txid: ch.txid, tenant: ch.tenant_id };
+      const { rows: ex } = await c.query(
+        `insert into pix_refunds (end_to_end_id, refund_id, txid, tenant_id, amount_micros, status) values ($1,$2,$3,$4,$5,$6)
+         on conflict (end_to_end_id, refund_id) do update set status = excluded.status returning debited_micros`,
+        [endToEndId, d.id, ch.txid, ch.tenant_id, d.amountMicros, d.status],
+      );
+      if (d.status === 'EM_PROCESSAMENTO') return { outcome: 'pending', txid: ch.txid, tenant: ch.tenant_id };
+      if (d.status === 'NAO_REALIZADO') return { outcome: 'not_done', txid: ch.txid, tenant: ch.tenant_id };
+      const { rows: res } = await c.query('select * from catraca_pix_refund($1, $2, $3, $4)', [
+        ch.tenant_id, d.amountMicros, `pix_refund:${endToEndId}:${d.id}`, `devolução ${d.id} of ${ch.txid}`,
+      ]);
+      if (res[0].status === 'duplicate') return { outcome: 'duplicate', txid: ch.txid, tenant: ch.tenant_id, debited: ex[0].debited_micros };
+      await c.query('update pix_refunds set debited_micros = $3 where end_to_end_id = $1 and refund_id = $2', [endToEndId, d.id, res[0].debited]);
+      return { outcome: res[0].status as RefundOutcome, txid: ch.txid, tenant: ch.tenant_id, debited: res[0].debited };
+    });
+    const fields = { via, e2e: endToEndId, refund_id: d.id, txid: r.txid, tenant: r.tenant, amount_micros: String(d.amountMicros), debited_micros: r.debited === undefined ? undefined : String(r.debited) };
+    if (r.outcome === 'shortfall') log.error('pix refund exceeded the available balance: debited only what was available', fields);
+    else if (r.outcome === 'unknown_payment' || r.outcome === 'exceeds_payment') log.warn('pix refund ignored', { ...fields, outcome: r.outcome });
+    else log.info('pix refund', { ...fields, outcome: r.outcome });
+    await this.audit(this.db, { outcome: `refund_${r.outcome}`, txid: r.txid, e2e: endToEndId, detail: `${via}: devolução ${d.id} ${d.status}` });
+    return r.outcome;
+  }
+
+  /** Operator action: refund (part of) a paid top-up through the PSP; the debit happens when it is DEVOLVIDO. */
+  async requestRefund(txid: string, amountMicros: bigint, refundId = randomBytes(12).toString('hex')): Promise<RefundOutcome> {
+    const { rows } = await this.db.query('select * from pix_charges where txid = $1', [txid]);
+    const ch = rows[0] as ChargeRow | undefined;
+    if (!ch?.end_to_end_id) throw new Error('charge not paid');
+    const d = await this.psp.refund({ endToEndId: ch.end_to_end_id, refundId, amountMicros, description: 'Devolução catraca' });
+    return this.applyRefund(ch.end_to_end_id, d, 'request');
+  }
+
+  /** Asks the PSP about one open charge: credits a payment whose webhook never came, expires, removes. */
+  async reconcileCharge(txid: string): Promise<ChargeStatus | null> {
+    const { rows } = await this.db.query('select * from pix_charges where txid = $1', [txid]);
+    const ch = rows[0] as ChargeRow | undefined;
+    if (!ch) return null;
+    if (ch.status !== 'ATIVA') return ch.status;
+    const cob = await this.psp.getCharge(txid);
+    const expired = ch.expires_at.getTime() < Date.now();
+    if (cob?.status === 'CONCLUIDA') {
+      for (const p of cob.pix) await this.applyPayment({ ...p, txid: p.txid ?? txid }, 'reconcile');
+    } else if (cob && cob.status !== 'ATIVA') {
+      await this.db.query(`update pix_charges set status = $2 where txid = $1 and status = 'ATIVA'`, [txid, cob.status]);
+    } else if (expired) {
+      await this.db.query(`update pix_charges set status = 'EXPIRADA' where txid = $1 and status = 'ATIVA'`, [txid]);
+      log.info('pix charge expired', { txid, tenant: ch.tenant_id, known_to_psp: !!cob });
+    }
+    const { rows: after } = await this.db.query('update pix_charges set checked_at = now() where txid = $1 returning status', [txid]);
+    return after[0].status;
+  }
+
+  /** One pass over open charges, least recently checked first. */
+  async reconcileOnce(limit = 50): Promise<{ checked: number; failed: number }> {
+    const { rows } = await this.db.query(
+      `select txid from pix_charges where status = 'ATIVA' order by checked_at nulls first, created_at limit $1`,
+      [limit],
+    );
+    let failed = 0;
+    for (const r of rows) {
+      try {
+        await this.reconcileCharge(r.txid);
+      } catch (err) {
+        failed++;
+        log.warn('pix reconcile failed', { txid: r.txid, err });
+      }
+    }
+    return { checked: rows.length, failed };
+  }
+
+  startReconciler(intervalMs: number): void {
+    if (this.timer || intervalMs <= 0) return;
+    this.timer = setInterval(() => {
+      if (this.reconciling) return;
+      this.reconciling = this.reconcileOnce()
+        .catch((err) => log.warn('pix reconcile pass failed', { err }))
+        .finally(() => (this.reconciling = null));
+    }, intervalMs);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    await this.reconciling;
+  }
+}

@@ -1,0 +1,289 @@
+import type { ApiKeyRecord } from '../db/keys.ts';
+import type { ModelRecord } from '../db/models.ts';
+import { TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
+import type { ChargeRow } from '../pix/service.ts';
+import { html, raw, type SafeHtml } from './html.ts';
+import type { Lang, T } from './i18n/index.ts';
+import { dateTime, int, money, price, time } from './format.ts';
+import type { LedgerRow } from './usage.ts';
+
+export interface ViewCtx {
+  t: T;
+  lang: Lang;
+  path: string;
+  csrf: string;
+  email?: string;
+  balance?: bigint;
+}
+
+const csrfField = (c: ViewCtx) => html`<input type="hidden" name="_csrf" value="${c.csrf}">`;
+
+function langLinks(c: ViewCtx): SafeHtml {
+  const other: Lang = c.lang === 'en' ? 'pt-BR' : 'en';
+  const u = new URL(c.path, 'http://portal');
+  u.searchParams.set('lang', other);
+  return html`<a class="lang" data-testid="lang-switch" href="${u.pathname + u.search}">${other === 'en' ? 'English' : 'Português'}</a>`;
+}
+
+export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?: string | null; error?: string | null } = {}): string {
+  const nav = c.email
+    ? html`<nav>
+        <a href="/dashboard">${c.t('nav.dashboard')}</a>
+        <a href="/topup">${c.t('nav.topup')}</a>
+        <a href="/keys">${c.t('nav.keys')}</a>
+        <a href="/ledger">${c.t('nav.ledger')}</a>
+        <a href="/models">${c.t('nav.models')}</a>
+      </nav>
+      <div class="who">
+        <span class="balance" data-testid="header-balance">${c.t('common.balance')}: <strong>${money(c.lang, c.balance ?? 0n)}</strong></span>
+        <span class="email">${c.email}</span>
+        <form method="post" action="/logout" class="inline">${csrfField(c)}<button type="submit" class="link" data-testid="logout">${c.t('nav.logout')}</button></form>
+        ${langLinks(c)}
+      </div>`
+    : html`<nav><a href="/login">${c.t('nav.login')}</a><a href="/signup">${c.t('nav.signup')}</a></nav><div class="who">${langLinks(c)}</div>`;
+  return '<!doctype html>' + html`<html lang="${c.lang}">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${title} · catraca</title>
+<link rel="stylesheet" href="/static/portal.css">
+<script src="/static/portal.js" defer></script>
+</head>
+<body>
+<header><a class="brand" href="/">catraca</a>${nav}</header>
+<main>
+${opts.flash ? html`<p class="flash" role="status" data-testid="flash">${opts.flash}</p>` : ''}
+${opts.error ? html`<p class="error" role="alert" data-testid="error">${opts.error}</p>` : ''}
+${body}
+</main>
+</body>
+</html>`.value;
+}
+
+export function loginPage(c: ViewCtx, v: { email?: string } = {}): SafeHtml {
+  return html`<section class="card narrow">
+<h1>${c.t('auth.login_title')}</h1>
+<form method="post" action="/login">
+${csrfField(c)}
+<label>${c.t('auth.email')}<input type="email" name="email" autocomplete="username" required value="${v.email ?? ''}"></label>
+<label>${c.t('auth.password')}<input type="password" name="password" autocomplete="current-password" required></label>
+<button type="submit">${c.t('auth.login_button')}</button>
+</form>
+<p><a href="/signup">${c.t('auth.no_account')}</a></p>
+</section>`;
+}
+
+export function signupPage(c: ViewCtx, v: { email?: string; org?: string } = {}): SafeHtml {
+  return html`<section class="card narrow">
+<h1>${c.t('auth.signup_title')}</h1>
+<form method="post" action="/signup">
+${csrfField(c)}
+<label>${c.t('auth.email')}<input type="email" name="email" autocomplete="username" required value="${v.email ?? ''}"></label>
+<label>${c.t('auth.password')}<input type="password" name="password" autocomplete="new-password" minlength="10" required><small>${c.t('auth.password_hint')}</small></label>
+<label>${c.t('auth.org_name')}<input type="text" name="org" maxlength="100" value="${v.org ?? ''}"></label>
+<button type="submit">${c.t('auth.signup_button')}</button>
+</form>
+<p><a href="/login">${c.t('auth.have_account')}</a></p>
+</section>`;
+}
+
+function spendChart(c: ViewCtx, days: Array<{ day: string; micros: bigint; requests: number }>): SafeHtml {
+  const W = 720, H = 180, pad = 24;
+  const max = days.reduce((m, d) => (d.micros > m ? d.micros : m), 0n);
+  const bw = (W - pad * 2) / Math.max(days.length, 1);
+  const bars = days.map((d, i) => {
+    const h = max === 0n ? 0 : Number((d.micros * 1000n) / max) / 1000 * (H - pad * 2);
+    const x = pad + i * bw;
+    return html`<rect x="${(x + 1).toFixed(1)}" y="${(H - pad - h).toFixed(1)}" width="${Math.max(bw - 2, 1).toFixed(1)}" height="${h.toFixed(1)}" data-day="${d.day}" data-micros="${d.micros.toString()}"><title>${d.day}: ${money(c.lang, d.micros)} · ${d.requests} req</title></rect>`;
+  });
+  return html`<svg class="chart" data-testid="spend-chart" viewBox="0 0 ${W} ${H}" role="img" aria-label="${c.t('dash.spend_30d')}">
+<line x1="${pad}" y1="${H - pad}" x2="${W - pad}" y2="${H - pad}" class="axis"/>
+${bars}
+<text x="${pad}" y="14" class="lbl">${money(c.lang, max)}</text>
+<text x="${pad}" y="${H - 6}" class="lbl">${days[0]?.day ?? ''}</text>
+<text x="${W - pad}" y="${H - 6}" class="lbl" text-anchor="end">${days[days.length - 1]?.day ?? ''}</text>
+</svg>`;
+}
+
+export function dashboardPage(
+  c: ViewCtx,
+  d: {
+    balance: bigint;
+    held: bigint;
+    days: Array<{ day: string; micros: bigint; requests: number }>;
+    byModel: Array<{ model: string; requests: number; input_tokens: bigint; output_tokens: bigint; micros: bigint }>;
+    byKey: Array<{ key_id: string; label: string | null; key_hint: string | null; requests: number; micros: bigint }>;
+    gatewayUrl: string;
+  },
+): SafeHtml {
+  return html`<h1>${c.t('dash.title')}</h1>
+<section class="card stat">
+<div><span class="muted">${c.t('common.balance')}</span><div class="big" data-testid="balance">${money(c.lang, d.balance)}</div>
+<span class="muted">${money(c.lang, d.balance - d.held)} ${c.t('dash.balance_available')}</span></div>
+<div><span class="muted">${c.t('dash.base_url')}</span><div><code data-testid="gateway-url">${d.gatewayUrl}</code></div>
+<a class="button" href="/topup">${c.t('nav.topup')}</a></div>
+</section>
+<section class="card"><h2>${c.t('dash.spend_30d')}</h2>${spendChart(c, d.days)}</section>
+<div class="grid2">
+<section class="card"><h2>${c.t('dash.by_model')}</h2>
+${d.byModel.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="by-model"><thead><tr><th>${c.t('dash.model')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.tokens_in')}</th><th class="num">${c.t('dash.tokens_out')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
+${d.byModel.map((m) => html`<tr><td><code>${m.model}</code></td><td class="num">${int(c.lang, m.requests)}</td><td class="num">${int(c.lang, m.input_tokens)}</td><td class="num">${int(c.lang, m.output_tokens)}</td><td class="num">${money(c.lang, m.micros)}</td></tr>`)}
+</tbody></table>`}
+</section>
+<section class="card"><h2>${c.t('dash.by_key')}</h2>
+${d.byKey.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="by-key"><thead><tr><th>${c.t('dash.key')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
+${d.byKey.map((k) => html`<tr><td>${k.label || k.key_hint || k.key_id}</td><td class="num">${int(c.lang, k.requests)}</td><td class="num">${money(c.lang, k.micros)}</td></tr>`)}
+</tbody></table>`}
+</section>
+</div>`;
+}
+
+export function topupPage(c: ViewCtx, charges: ChargeRow[], v: { amount?: string } = {}): SafeHtml {
+  return html`<h1>${c.t('topup.title')}</h1>
+<section class="card narrow">
+<form method="post" action="/topup">
+${csrfField(c)}
+<label>${c.t('topup.amount')}<input type="text" name="amount" inputmode="decimal" required placeholder="50,00" value="${v.amount ?? ''}" data-testid="topup-amount"></label>
+<small>${c.t('topup.limits', { min: money(c.lang, TOPUP_MIN_MICROS), max: money(c.lang, TOPUP_MAX_MICROS) })}</small>
+<button type="submit" data-testid="topup-submit">${c.t('topup.button')}</button>
+</form>
+</section>
+<section class="card"><h2>${c.t('topup.history')}</h2>
+${charges.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="charges"><thead><tr><th>${c.t('ledger.when')}</th><th class="num">${c.t('ledger.amount')}</th><th>${c.t('keys.status')}</th><th></th></tr></thead><tbody>
+${charges.map((ch) => html`<tr><td>${dateTime(c.lang, ch.created_at)}</td><td class="num">${money(c.lang, ch.amount_micros)}</td><td><span class="badge s-${ch.status}">${c.t(`status.${ch.status}` as never)}</span></td><td><a href="/topup/${ch.txid}">${ch.txid.slice(0, 8)}…</a></td></tr>`)}
+</tbody></table>`}
+</section>`;
+}
+
+export function chargePage(c: ViewCtx, ch: ChargeRow, qr: string, o: { devMode: boolean; balance: bigint }): SafeHtml {
+  const amount = money(c.lang, ch.amount_micros);
+  const msgs = {
+    ATIVA: c.t('topup.waiting'),
+    CONCLUIDA: c.t('topup.paid', { amount }),
+    EXPIRADA: c.t('topup.expired'),
+    REMOVIDA_PELO_USUARIO_RECEBEDOR: c.t('topup.removed'),
+    REMOVIDA_PELO_PSP: c.t('topup.removed'),
+  };
+  const statusLabels = Object.fromEntries(Object.keys(msgs).map((k) => [k, c.t(`status.${k}` as never)]));
+  return html`<h1>${c.t('topup.charge_title', { amount })}</h1>
+<section class="card charge" id="charge" data-txid="${ch.txid}" data-status="${ch.status}" data-msgs="${JSON.stringify(msgs)}" data-labels="${JSON.stringify(statusLabels)}" data-balance-label="${c.t('topup.new_balance', { balance: '{balance}' })}">
+<p><span class="badge s-${ch.status}" data-testid="charge-status">${c.t(`status.${ch.status}` as never)}</span></p>
+<p class="status-msg" data-testid="charge-message">${msgs[ch.status]}</p>
+<p class="new-balance" data-testid="charge-balance" ${ch.status === 'CONCLUIDA' ? '' : raw('hidden')}>${c.t('topup.new_balance', { balance: money(c.lang, o.balance) })}</p>
+<div class="pay" ${ch.status === 'ATIVA' ? '' : raw('hidden')}>
+<img class="qr" data-testid="qr" alt="QR code Pix" src="${qr}" width="280" height="280">
+<div>
+<p>${c.t('topup.scan')}</p>
+<label>${c.t('topup.copy_paste')}<textarea readonly rows="4" id="brcode" data-testid="brcode">${ch.br_code}</textarea></label>
+<button type="button" data-copy="#brcode" data-copied="${c.t('common.copied')}" data-testid="copy-brcode">${c.t('common.copy')}</button>
+<p class="muted" data-testid="expires">${c.t('topup.expires', { time: time(c.lang, ch.expires_at) })}</p>
+${o.devMode ? html`<form method="post" action="/topup/${ch.txid}/simulate" class="dev" data-testid="dev-pay-form">${csrfField(c)}<p class="muted">${c.t('topup.dev_note')}</p><button type="submit" data-testid="dev-pay">${c.t('topup.dev_pay')}</button></form>` : ''}
+</div>
+</div>
+<p><a href="/topup">${c.t('topup.back')}</a></p>
+</section>`;
+}
+
+function allowlist(c: ViewCtx, k: ApiKeyRecord) {
+  return k.models === null ? html`<em>${c.t('common.all_models')}</em>` : html`${k.models.map((m, i) => html`${i ? ', ' : ''}<code>${m}</code>`)}`;
+}
+
+function limitText(c: ViewCtx, k: ApiKeyRecord) {
+  if (k.limit_micros === null) return c.t('keys.no_limit');
+  const reset = k.limit_reset ? ` (${c.t(`keys.reset_${k.limit_reset}` as never)})` : '';
+  return `${money(c.lang, k.limit_micros)}${reset}`;
+}
+
+export function keysPage(
+  c: ViewCtx,
+  d: { keys: Array<ApiKeyRecord & { windowUsage: bigint }>; models: ModelRecord[]; created?: { key: string; record: ApiKeyRecord } | null; form?: Record<string, string | string[]> },
+): SafeHtml {
+  const f = d.form ?? {};
+  const picked = new Set(Array.isArray(f.models) ? f.models : f.models ? [f.models] : []);
+  return html`<h1>${c.t('keys.title')}</h1>
+${d.created ? html`<section class="card created" data-testid="created-key">
+<h2>${c.t('keys.created_title')}: ${d.created.record.label}</h2>
+<p class="warning">⚠ ${c.t('keys.created_warning')}</p>
+<div class="copyrow"><input type="text" readonly id="newkey" value="${d.created.key}" data-testid="new-key" autocomplete="off" spellcheck="false">
+<button type="button" data-copy="#newkey" data-copied="${c.t('common.copied')}" data-testid="copy-key">${c.t('common.copy')}</button></div>
+</section>` : ''}
+<section class="card">
+<table data-testid="keys-table"><thead><tr><th>${c.t('keys.label')}</th><th>${c.t('keys.prefix')}</th><th>${c.t('keys.allowlist')}</th><th>${c.t('keys.limit_col')}</th><th class="num">${c.t('keys.usage')}</th><th>${c.t('keys.last_used')}</th><th>${c.t('keys.status')}</th><th></th></tr></thead><tbody>
+${d.keys.length === 0 ? html`<tr><td colspan="8" class="muted">${c.t('common.none')}</td></tr>` : ''}
+${d.keys.map((k) => html`<tr data-key-id="${k.id}" data-testid="key-row">
+<td>${k.label}</td><td><code>${k.key_hint}</code></td><td>${allowlist(c, k)}</td><td>${limitText(c, k)}</td>
+<td class="num">${money(c.lang, k.usage_micros)}${k.limit_reset ? html`<br><small>${money(c.lang, k.windowUsage)} ${c.t('keys.per')} ${c.t(`keys.reset_${k.limit_reset}` as never)}</small>` : ''}</td>
+<td>${k.last_used_at ? dateTime(c.lang, k.last_used_at) : c.t('common.never')}</td>
+<td>${k.revoked_at ? html`<span class="badge s-EXPIRADA">${c.t('keys.revoked')}</span>` : html`<span class="badge s-CONCLUIDA">${c.t('keys.active')}</span>`}</td>
+<td>${k.revoked_at ? '' : html`<a class="button danger small" href="/keys/${k.id}/revoke" data-testid="revoke-link">${c.t('keys.revoke')}</a>`}</td>
+</tr>`)}
+</tbody></table>
+</section>
+<section class="card">
+<h2>${c.t('keys.create')}</h2>
+<form method="post" action="/keys" data-testid="create-key-form">
+${csrfField(c)}
+<label>${c.t('keys.label')}<input type="text" name="label" maxlength="100" required value="${(f.label as string) ?? ''}" data-testid="key-label"><small>${c.t('keys.label_hint')}</small></label>
+<fieldset><legend>${c.t('keys.models')}</legend>
+<label class="check"><input type="radio" name="scope" value="all" ${f.scope === 'some' ? '' : raw('checked')} data-testid="scope-all"> ${c.t('keys.models_all')}</label>
+<label class="check"><input type="radio" name="scope" value="some" ${f.scope === 'some' ? raw('checked') : ''} data-testid="scope-some"> ${c.t('keys.models_pick')}</label>
+<div class="models">${d.models.map((m) => html`<label class="check"><input type="checkbox" name="models" value="${m.id}" ${picked.has(m.id) ? raw('checked') : ''}> <code>${m.id}</code></label>`)}</div>
+</fieldset>
+<div class="row">
+<label>${c.t('keys.limit')}<input type="text" name="limit" inputmode="decimal" placeholder="100,00" value="${(f.limit as string) ?? ''}" data-testid="key-limit"></label>
+<label>${c.t('keys.limit_reset')}<select name="limit_reset" data-testid="key-limit-reset">
+${(['', 'daily', 'weekly', 'monthly'] as const).map((r) => html`<option value="${r}" ${f.limit_reset === r ? raw('selected') : ''}>${c.t(r ? (`keys.reset_${r}` as never) : 'keys.reset_never')}</option>`)}
+</select></label>
+</div>
+<button type="submit" data-testid="create-key">${c.t('keys.create')}</button>
+</form>
+</section>`;
+}
+
+export function revokeConfirmPage(c: ViewCtx, k: ApiKeyRecord): SafeHtml {
+  return html`<section class="card narrow">
+<h1>${c.t('keys.revoke_title', { label: k.label || k.key_hint })}</h1>
+<p><code>${k.key_hint}</code></p>
+<p>${c.t('keys.revoke_confirm_text')}</p>
+<form method="post" action="/keys/${k.id}/revoke">
+${csrfField(c)}
+<button type="submit" class="danger" data-testid="confirm-revoke">${c.t('keys.revoke_confirm')}</button>
+<a href="/keys">${c.t('common.cancel')}</a>
+</form>
+</section>`;
+}
+
+function ledgerWhat(c: ViewCtx, r: LedgerRow): SafeHtml {
+  if (r.source === 'request')
+    return html`${c.t('ledger.request', { model: r.model ?? '?', tin: int(c.lang, r.input_tokens ?? 0), tout: int(c.lang, r.output_tokens ?? 0) })}${r.key_label ? html` · <em>${r.key_label}</em>` : ''}`;
+  if (r.source === 'pix') return html`${c.t('ledger.pix')}`;
+  if (r.source === 'pix_refund') return html`${c.t('ledger.pix_refund')}`;
+  if (r.source === 'grant') return html`${c.t('ledger.grant')}${r.note ? html` · ${r.note}` : ''}`;
+  return html`${r.source}`;
+}
+
+export function ledgerPage(c: ViewCtx, rows: LedgerRow[], page: number, hasMore: boolean): SafeHtml {
+  return html`<h1>${c.t('ledger.title')}</h1>
+<section class="card">
+<table data-testid="ledger"><thead><tr><th>${c.t('ledger.when')}</th><th>${c.t('ledger.what')}</th><th class="num">${c.t('ledger.amount')}</th><th class="num">${c.t('ledger.balance_after')}</th></tr></thead><tbody>
+${rows.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
+${rows.map((r) => html`<tr data-testid="ledger-row" data-source="${r.source}"><td>${dateTime(c.lang, r.created_at)}</td><td>${ledgerWhat(c, r)}</td>
+<td class="num ${r.kind}">${r.kind === 'credit' ? '+' : '−'}${money(c.lang, r.amount_micros)}</td><td class="num">${money(c.lang, r.balance_after_micros)}</td></tr>`)}
+</tbody></table>
+<p class="pager">${page > 1 ? html`<a href="/ledger?page=${page - 1}" data-testid="prev">${c.t('common.prev')}</a>` : ''} ${hasMore ? html`<a href="/ledger?page=${page + 1}" data-testid="next">${c.t('common.next')}</a>` : ''}</p>
+</section>`;
+}
+
+export function modelsPage(c: ViewCtx, models: ModelRecord[]): SafeHtml {
+  return html`<h1>${c.t('models.title')}</h1>
+<section class="card">
+<table data-testid="models"><thead><tr><th>${c.t('models.id')}</th><th class="num">${c.t('models.input')}</th><th class="num">${c.t('models.output')}</th><th class="num">${c.t('models.context')}</th></tr></thead><tbody>
+${models.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
+${models.map((m) => html`<tr><td><code>${m.id}</code>${m.name ? html`<br><small>${m.name}</small>` : ''}</td><td class="num">${price(c.lang, m.input_price)}</td><td class="num">${price(c.lang, m.output_price)}</td><td class="num">${int(c.lang, m.context_length)}</td></tr>`)}
+</tbody></table>
+</section>`;
+}
+
+export function messagePage(c: ViewCtx, title: string, text: string): SafeHtml {
+  return html`<section class="card narrow"><h1>${title}</h1><p>${text}</p><p><a href="/">catraca</a></p></section>`;
+}
