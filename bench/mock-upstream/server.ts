@@ -18,6 +18,8 @@ import { promptTokens } from '../../workers/adapters/sim/tokens.ts';
 //   mock-fail-midstream → 3 content chunks, then the socket is destroyed
 //   mock-no-usage → never sends usage                      mock-slow → 500 ms first token, 20 tokens/s
 // Any other model streams normally. Missing `Authorization: Bearer …` → 401.
+// Per-request override (an unknown parameter, so it passes through a gateway untouched):
+//   "mock": { "output_tokens"?: n, "first_token_ms"?: n, "tokens_per_second"?: n }
 
 export interface MockUpstreamOptions {
   port?: number;
@@ -179,7 +181,9 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       }
 
       const cap = typeof body.max_completion_tokens === 'number' ? body.max_completion_tokens : typeof body.max_tokens === 'number' ? body.max_tokens : Infinity;
-      const natural = model === 'mock-fail-midstream' ? 1000 : defaults.outputTokens;
+      const ov = (body.mock && typeof body.mock === 'object' ? body.mock : {}) as { output_tokens?: unknown; first_token_ms?: unknown; tokens_per_second?: unknown };
+      const num = (v: unknown) => (typeof v === 'number' && v >= 0 ? v : undefined);
+      const natural = model === 'mock-fail-midstream' ? 1000 : (num(ov.output_tokens) ?? defaults.outputTokens);
       const n = Math.max(0, Math.min(natural, cap));
       const finish = n < natural ? 'length' : 'stop';
       const prompt = promptTokens(body.messages);
@@ -211,8 +215,8 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
 
       res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-request-id': `req_${id}` });
       const slow = model === 'mock-slow';
-      const firstMs = slow ? SLOW.firstTokenMs : defaults.firstTokenMs;
-      const tps = slow ? SLOW.tokensPerSecond : defaults.tokensPerSecond;
+      const firstMs = num(ov.first_token_ms) ?? (slow ? SLOW.firstTokenMs : defaults.firstTokenMs);
+      const tps = num(ov.tokens_per_second) ?? (slow ? SLOW.tokensPerSecond : defaults.tokensPerSecond);
 
       if (model === 'mock-fail-midstream') {
         let s = first;

@@ -1,0 +1,86 @@
+import { describe, expect, it } from 'vitest';
+import type { AdapterEvent } from '../types.ts';
+import { mapHttpError, parseRetryAfter, redact } from './errors.ts';
+import { buildUpstreamBody } from './request.ts';
+import { chunkEvents } from './response.ts';
+import { SseParser } from './sse.ts';
+import { makeJob } from '../../testing.ts';
+
+describe('SseParser', () => {
+  it('handles events split anywhere, CRLF, CR, comments and multi-line data', () => {
+    const text = ': keep-alive\r\ndata: {"a":1}\r\n\r\ndata: {"b":\r\ndata: 2}\n\nevent: x\nid: 7\ndata:[DONE]\r\r';
+    for (let cut = 0; cut <= text.length; cut++) {
+      const p = new SseParser();
+      const out = [...p.push(text.slice(0, cut)), ...p.push(text.slice(cut)), ...p.end()];
+      expect(out, `cut at ${cut}`).toEqual(['{"a":1}', '{"b":\n2}', '[DONE]']);
+    }
+    const p = new SseParser();
+    const out: string[] = [];
+    for (const ch of text) out.push(...p.push(ch));
+    expect([...out, ...p.end()]).toEqual(['{"a":1}', '{"b":\n2}', '[DONE]']);
+  });
+
+  it('delivers a last event that lacks its blank line at end of body', () => {
+    const p = new SseParser();
+    expect([...p.push('data: x\n\ndata: [DONE]'), ...p.end()]).toEqual(['x', '[DONE]']);
+  });
+});
+
+describe('request transform', () => {
+  it('sets model/stream/usage/max_tokens, keeps unknown params, strips extensions', () => {
+    const job = makeJob('p', {
+      model: { ...makeJob('p').model, upstream_model: 'gpt-4o-mini' },
+      body: { messages: [], stream: false, stream_options: { foo: 1 }, max_completion_tokens: null, logit_bias: { '1': 2 }, sim: { first_token_ms: 1 } },
+      max_tokens: 77,
+    });
+    expect(buildUpstreamBody(job)).toEqual({
+      messages: [], stream: true, stream_options: { foo: 1, include_usage: true }, logit_bias: { '1': 2 }, model: 'gpt-4o-mini', max_tokens: 77,
+    });
+  });
+});
+
+describe('response transform', () => {
+  it('maps content, finish_reason and the usage chunk (choices [])', () => {
+    const out: AdapterEvent[] = [];
+    chunkEvents({ choices: [{ delta: { role: 'assistant', content: '' } as { content: string }, finish_reason: null }], usage: null }, out, null);
+    chunkEvents({ choices: [{ delta: { content: 'Hi' }, finish_reason: null }] }, out, null);
+    chunkEvents({ choices: [{ delta: {}, finish_reason: 'stop' }] }, out, null);
+    chunkEvents({ choices: [], usage: { prompt_tokens: 9, completion_tokens: 1 } }, out, null);
+    expect(out).toEqual([
+      { type: 'delta', content: 'Hi' },
+      { type: 'finish', reason: 'stop' },
+      { type: 'usage', prompt_tokens: 9, completion_tokens: 1 },
+    ]);
+  });
+
+  it('turns an in-stream error event into an UpstreamError without key material', () => {
+    expect(() => chunkEvents({ error: { message: 'boom for key sk-abcdef123456' } }, [], null)).toThrow(
+      'The upstream provider failed mid-stream: boom for key [redacted]',
+    );
+  });
+});
+
+describe('error mapping', () => {
+  it('maps statuses to our codes', () => {
+    const m = (s: number, body = '', h: Record<string, string> = {}) => {
+      const e = mapHttpError(s, body, h, 'sk-secret-value-123');
+      return [e.status, e.code, e.retryAfter];
+    };
+    expect(m(400)).toEqual([400, 'upstream_bad_request', undefined]);
+    expect(m(401)).toEqual([502, 'upstream_auth_failed', undefined]);
+    expect(m(403)).toEqual([502, 'upstream_auth_failed', undefined]);
+    expect(m(404)).toEqual([502, 'upstream_model_not_found', undefined]);
+    expect(m(429, '', { 'retry-after': '7' })).toEqual([429, 'upstream_rate_limited', 7]);
+    expect(m(429, '', { 'retry-after-ms': '1500' })).toEqual([429, 'upstream_rate_limited', 2]);
+    expect(m(429)).toEqual([429, 'upstream_rate_limited', undefined]);
+    expect(m(500)).toEqual([502, 'upstream_error', undefined]);
+    expect(m(503)).toEqual([502, 'upstream_error', undefined]);
+  });
+
+  it('redacts the key and key-like strings from a passed-on 400 message', () => {
+    const e = mapHttpError(400, JSON.stringify({ error: { message: 'bad thing with my-weird-key-XYZ and sk-proj-abc123def456' } }), {}, 'my-weird-key-XYZ');
+    expect(e.message).toBe('bad thing with [redacted] and [redacted]');
+    expect(redact('nothing here', null)).toBe('nothing here');
+    expect(parseRetryAfter({})).toBeUndefined();
+  });
+});
