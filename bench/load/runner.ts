@@ -40,6 +40,8 @@ export interface LoadOptions {
   maxInflight: number;
   lateMs: number;
   client: 'http' | 'fetch';
+  /** Called when a request ends (warm-up included): end time in epoch ms, the response's x-request-id. */
+  onResult?: (r: { ok: boolean; endedAt: number; requestId: string | null }) => void;
 }
 
 export interface TargetResult {
@@ -103,7 +105,13 @@ class Req {
   chunks = 0;
   gaps: number[] = [];
   finished = false;
+  requestId: string | null = null;
+  onResult: LoadOptions['onResult'];
   constructor(readonly c: Collector, readonly intended: number, readonly stream: boolean, private readonly done: Done) {}
+
+  private report(ok: boolean) {
+    if (this.onResult) this.onResult({ ok, endedAt: performance.timeOrigin + performance.now(), requestId: this.requestId });
+  }
 
   /** One read from the socket of a 200 streamed response: parse its events. */
   onStreamText(parser: SseParser, text: string) {
@@ -131,11 +139,14 @@ class Req {
     this.finished = true;
     const now = performance.now();
     const c = this.c;
+    let ok = true;
     if (this.stream) {
+      ok = false;
       if (this.streamError) c.error('stream_error_event');
       else if (!this.sawDone) c.error('stream_incomplete');
       else if (this.firstAt === 0) c.error('stream_no_content');
       else {
+        ok = true;
         c.ok++;
         c.total.record(now - this.intended);
         c.ttft.record(this.firstAt - this.intended);
@@ -146,6 +157,7 @@ class Req {
       c.ok++;
       c.total.record(now - this.intended);
     }
+    this.report(ok);
     this.done();
   }
 
@@ -153,6 +165,7 @@ class Req {
     if (this.finished) return;
     this.finished = true;
     this.c.error(type, status);
+    this.report(false);
     this.done();
   }
 }
@@ -187,6 +200,8 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
       const hr = mod.request(reqOpts, (res) => {
         started = true;
         const status = res.statusCode ?? 0;
+        const rid = res.headers['x-request-id'];
+        if (typeof rid === 'string') r.requestId = rid;
         res.setEncoding('utf8');
         res.on('error', (err) => r.fail(errType(err, timedOut, true)));
         res.on('aborted', () => r.fail(errType(null, timedOut, true)));
@@ -246,6 +261,7 @@ function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
       (async () => {
         const res = await fetch(url, { method: 'POST', headers, body, signal: ac.signal });
         started = true;
+        r.requestId = res.headers.get('x-request-id');
         if (res.status !== 200) {
           await res.arrayBuffer();
           return r.fail(`http_${res.status}`, res.status);
@@ -294,7 +310,9 @@ async function phase(sender: Sender, c: Collector, opts: LoadOptions, durationS:
     c.sent++;
     c.inflight++;
     if (c.inflight > c.maxInflight) c.maxInflight = c.inflight;
-    sender.send(new Req(c, intended, stream, onDone));
+    const r = new Req(c, intended, stream, onDone);
+    r.onResult = opts.onResult;
+    sender.send(r);
   };
 
   if (opts.mode === 'open') {
@@ -336,12 +354,12 @@ async function phase(sender: Sender, c: Collector, opts: LoadOptions, durationS:
               c.sent++;
               c.inflight++;
               if (c.inflight > c.maxInflight) c.maxInflight = c.inflight;
-              sender.send(
-                new Req(c, performance.now(), stream, () => {
-                  c.inflight--;
-                  resolve();
-                }),
-              );
+              const r = new Req(c, performance.now(), stream, () => {
+                c.inflight--;
+                resolve();
+              });
+              r.onResult = opts.onResult;
+              sender.send(r);
             });
           }
         })(),

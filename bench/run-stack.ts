@@ -1,0 +1,401 @@
+import { spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { migrate } from '../src/db/migrate.ts';
+import { createPool } from '../src/db/pool.ts';
+import { createTenant } from '../src/db/tenants.ts';
+import { createApiKey } from '../src/db/keys.ts';
+import { upsertModel } from '../src/db/models.ts';
+import { credit } from '../src/billing/ledger.ts';
+import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
+import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
+import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
+import { freePort, LOG_DIR, readVmHWM, ROOT, spawnEntry, spawnMock, waitForLog, waitForPort, type Proc } from './procs.ts';
+import { scenarios, type Scenario } from './scenarios.ts';
+
+// Starts a whole stack for a benchmark as real processes and (optionally) runs a scenario
+// through it, direct to the mock first and then through the gateway:
+//   client → front door → NATS → worker → mock → worker → NATS → front door → client,
+// usage → JetStream → metering → PostgreSQL.
+//
+// NATS: NATS_URL (or --nats-url) when given; otherwise a private `nats-server -js` on a free
+// loopback port with a temporary store, so the benchmark neither steals nor feeds other
+// processes' jobs and usage on a shared server. PostgreSQL: DATABASE_URL (or --database-url),
+// default postgres://postgres@127.0.0.1:5432/catraca_bench (created and migrated if needed).
+//
+// Metering lag: the runner records each gateway response's x-request-id and the epoch ms at
+// which the client saw the response end; a poller reads new ledger debit rows every
+// --lag-poll-ms (default 10) and stamps each with the time it first saw it. lag = first seen −
+// client end. It over-states the true lag by up to one poll interval plus the query time, and
+// it starts at the client's end, not the worker's (which is earlier), so it is an upper bound
+// on "request ended → ledger row committed". Drain = last ledger row seen − last client end.
+
+const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [options]
+
+  --scenario NAME      run it direct (mock) then through the gateway; results in bench/results/
+  --serve              start the stack, print URLs and the key, run until Ctrl-C (for k6 or the runner)
+  --workers N          worker processes (default 1)
+  --worker-concurrency N (default 2048)
+  --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario
+  --cpu-prof           profile the gateway (node --cpu-prof); prints its top self-time frames
+  --nats-url URL       default: NATS_URL, else a private nats-server
+  --database-url URL   default: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/catraca_bench
+  --gateway-port P     default: a free port
+  --lag-poll-ms MS     ledger poll interval for the metering lag (default 10)
+`;
+
+interface StackHandle {
+  natsUrl: string;
+  databaseUrl: string;
+  mockUrl: string;
+  gatewayUrl: string;
+  key: string;
+  tenantId: string;
+  procs: Proc[];
+  stop(): Promise<Record<string, number | null>>;
+}
+
+function spawnNats(port: number, storeDir: string): Proc {
+  mkdirSync(LOG_DIR, { recursive: true });
+  const logFile = join(LOG_DIR, 'nats-server.log');
+  const child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, '-l', logFile], { stdio: 'ignore' });
+  const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
+  return {
+    name: 'nats-server',
+    child,
+    pid: child.pid!,
+    logFile,
+    peakRssKiB: () => readVmHWM(child.pid!),
+    async stop() {
+      if (child.exitCode !== null) return child.exitCode;
+      child.kill('SIGTERM');
+      const t = setTimeout(() => child.kill('SIGKILL'), 5000);
+      const c = await exited;
+      clearTimeout(t);
+      return c;
+    },
+  };
+}
+
+export async function startStack(opts: {
+  natsUrl?: string;
+  databaseUrl?: string;
+  workers?: number;
+  workerConcurrency?: number;
+  gatewayPort?: number;
+  cpuProfDir?: string;
+  mock: Scenario['mock'];
+}): Promise<StackHandle> {
+  const procs: Proc[] = [];
+  const tmp: string[] = [];
+  const stopAll = async () => {
+    const peaks: Record<string, number | null> = {};
+    for (const p of procs) peaks[p.name] = p.peakRssKiB();
+    // front door first (stops taking requests), then workers, metering, mock, NATS
+    for (const p of [...procs].reverse()) await p.stop('SIGTERM', 15000);
+    for (const d of tmp) rmSync(d, { recursive: true, force: true });
+    return peaks;
+  };
+  try {
+    let natsUrl = opts.natsUrl;
+    if (!natsUrl) {
+      const port = await freePort();
+      const dir = mkdtempSync(join(os.tmpdir(), 'catraca-bench-js-'));
+      tmp.push(dir);
+      const nats = spawnNats(port, dir);
+      procs.push(nats);
+      await waitForPort(port, '127.0.0.1', 10000, nats);
+      natsUrl = `nats://127.0.0.1:${port}`;
+    }
+    const databaseUrl = opts.databaseUrl ?? 'postgres://postgres@127.0.0.1:5432/catraca_bench';
+    await migrate(databaseUrl);
+
+    const mock = await spawnMock(opts.mock);
+    procs.push(mock.proc);
+
+    const db = createPool(databaseUrl, 2);
+    const tenant = await createTenant(db, `bench ${new Date().toISOString()}`);
+    await credit(db, { tenantId: tenant.id, amountMicros: 1_000_000_000n * 1_000_000n, source: 'grant', note: 'benchmark balance (1e9 BRL)' });
+    const { key } = await createApiKey(db, { tenantId: tenant.id, label: 'bench', models: null });
+    await upsertModel(db, {
+      id: 'bench/mock',
+      pool: 'openai',
+      upstream_model: 'mock-gpt',
+      base_url: mock.url,
+      api_key_env: 'MOCK_UPSTREAM_KEY',
+      input_price: 1_000_000n, // 1 BRL per 1M tokens
+      output_price: 2_000_000n,
+      name: 'Benchmark mock',
+    });
+    await db.end();
+
+    const common = { NATS_URL: natsUrl, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' };
+    const metering = spawnEntry('metering', 'src/metering/main.ts', { ...common, LOG_LEVEL: 'info', CATRACA_INSTANCE: 'bench-metering' });
+    procs.push(metering);
+    await waitForLog(metering, /metering consumer running/);
+    const workers = opts.workers ?? 1;
+    for (let i = 0; i < workers; i++) {
+      const w = spawnEntry(`worker-${i + 1}`, 'workers/main.ts', {
+        ...common,
+        LOG_LEVEL: 'info',
+        WORKER_POOLS: 'openai',
+        WORKER_CONCURRENCY: String(opts.workerConcurrency ?? 2048),
+        MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench',
+        CATRACA_INSTANCE: `bench-worker-${i + 1}`,
+      });
+      procs.push(w);
+      await waitForLog(w, /worker ready/);
+    }
+    const gatewayPort = opts.gatewayPort ?? (await freePort());
+    const nodeArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
+    const gw = spawnEntry('gateway', 'src/gateway/main.ts', { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: 'bench-gateway' }, nodeArgs);
+    procs.push(gw);
+    await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
+    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: `http://127.0.0.1:${gatewayPort}/v1`, key, tenantId: tenant.id, procs, stop: stopAll };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}
+
+/** Polls new ledger debits of a tenant and stamps each with the epoch ms it was first seen. */
+function ledgerPoller(databaseUrl: string, tenantId: string, intervalMs: number) {
+  const db = createPool(databaseUrl, 1);
+  const seen = new Map<string, number>();
+  let lastId = 0n;
+  let stopped = false;
+  let queryMs = new LatencyHistogram();
+  const loop = (async () => {
+    const first = await db.query('select coalesce(max(id), 0) as id from ledger');
+    lastId = BigInt(first.rows[0].id);
+    while (!stopped) {
+      const t0 = Date.now();
+      const { rows } = await db.query("select id, request_id from ledger where id > $1 and tenant_id = $2 and kind = 'debit' order by id limit 10000", [lastId, tenantId]);
+      const t1 = Date.now();
+      queryMs.record(t1 - t0);
+      for (const r of rows) {
+        if (!seen.has(r.request_id)) seen.set(r.request_id, t1);
+        lastId = BigInt(r.id);
+      }
+      if (rows.length < 10000) await new Promise((r) => setTimeout(r, intervalMs));
+    }
+  })();
+  return {
+    seen,
+    get queryMs() {
+      return queryMs;
+    },
+    async waitFor(ids: string[], timeoutMs: number) {
+      const deadline = Date.now() + timeoutMs;
+      while (Date.now() < deadline && ids.some((id) => !seen.has(id))) await new Promise((r) => setTimeout(r, 20));
+    },
+    async stop() {
+      stopped = true;
+      await loop.catch(() => {});
+      await db.end();
+    },
+  };
+}
+
+interface CpuProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  hitCount?: number;
+}
+
+/** Top self-time frames of a .cpuprofile, as shares of all samples. */
+export function topFrames(file: string, n = 15): Array<{ frame: string; self_pct: number }> {
+  const prof = JSON.parse(readFileSync(file, 'utf8')) as { nodes: CpuProfileNode[]; samples: number[] };
+  const byId = new Map(prof.nodes.map((x) => [x.id, x]));
+  const counts = new Map<string, number>();
+  for (const s of prof.samples) {
+    const node = byId.get(s);
+    if (!node) continue;
+    const cf = node.callFrame;
+    const where = cf.url ? `${cf.url.replace(pathToFileURL(ROOT).href + '/', '').replace(/^.*node_modules\//, 'node_modules/')}:${cf.lineNumber + 1}` : '';
+    const key = `${cf.functionName || '(anonymous)'}${where ? ' ' + where : ''}`;
+    counts.set(key, (counts.get(key) ?? 0) + 1);
+  }
+  const total = prof.samples.length || 1;
+  return [...counts.entries()]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, n)
+    .map(([frame, c]) => ({ frame, self_pct: Math.round((c / total) * 1000) / 10 }));
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { values: v } = parseArgs({
+    args: argv,
+    options: {
+      scenario: { type: 'string' },
+      serve: { type: 'boolean' },
+      workers: { type: 'string' },
+      'worker-concurrency': { type: 'string' },
+      duration: { type: 'string' },
+      warmup: { type: 'string' },
+      rate: { type: 'string' },
+      concurrency: { type: 'string' },
+      stream: { type: 'boolean' },
+      'no-stream': { type: 'boolean' },
+      'cpu-prof': { type: 'boolean' },
+      'nats-url': { type: 'string' },
+      'database-url': { type: 'string' },
+      'gateway-port': { type: 'string' },
+      'lag-poll-ms': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (v.help || (!v.scenario && !v.serve)) {
+    process.stdout.write(HELP);
+    return v.help ? 0 : 2;
+  }
+  const sc = v.scenario ? scenarios[v.scenario] : scenarios['stream-500']!;
+  if (!sc) throw new Error(`unknown scenario ${v.scenario}; known: ${Object.keys(scenarios).join(', ')}`);
+  const log = (s: string) => process.stderr.write(s + '\n');
+  const profDir = v['cpu-prof'] ? mkdtempSync(join(os.tmpdir(), 'catraca-prof-')) : undefined;
+  const stack = await startStack({
+    natsUrl: v['nats-url'] ?? process.env.NATS_URL,
+    databaseUrl: v['database-url'] ?? process.env.DATABASE_URL,
+    workers: v.workers ? Number(v.workers) : 1,
+    workerConcurrency: v['worker-concurrency'] ? Number(v['worker-concurrency']) : undefined,
+    gatewayPort: v['gateway-port'] ? Number(v['gateway-port']) : undefined,
+    cpuProfDir: profDir,
+    mock: sc.mock,
+  });
+  log(`stack up: gateway ${stack.gatewayUrl}, mock ${stack.mockUrl}, NATS ${stack.natsUrl}, DB ${stack.databaseUrl.replace(/\/\/[^@/]*@/, '//***@')}`);
+  log(`processes: ${stack.procs.map((p) => `${p.name}=${p.pid}`).join(' ')} (logs in ${LOG_DIR})`);
+
+  if (v.serve) {
+    process.stdout.write(JSON.stringify({ gateway_url: stack.gatewayUrl, mock_url: stack.mockUrl, key: stack.key, model: 'bench/mock', nats_url: stack.natsUrl, tenant: stack.tenantId }) + '\n');
+    await new Promise<void>((r) => {
+      process.once('SIGINT', () => r());
+      process.once('SIGTERM', () => r());
+    });
+    await stack.stop();
+    return 0;
+  }
+
+  const rate = v.rate ? Number(v.rate) : v.concurrency ? undefined : sc.rate;
+  const concurrency = v.concurrency ? Number(v.concurrency) : v.rate ? undefined : sc.concurrency;
+  const base: LoadOptions = {
+    mode: concurrency ? 'closed' : 'open',
+    ...(rate ? { rate } : {}),
+    ...(concurrency ? { concurrency } : {}),
+    durationS: v.duration ? Number(v.duration) : sc.durationS,
+    warmupS: v.warmup ? Number(v.warmup) : sc.warmupS,
+    stream: v['no-stream'] ? false : v.stream ? true : sc.stream,
+    maxTokens: sc.maxTokens,
+    prompt: sc.prompt,
+    timeoutMs: sc.timeoutMs,
+    maxInflight: sc.maxInflight,
+    lateMs: sc.lateMs,
+    client: 'http',
+  };
+  const startedAt = new Date();
+  const results: TargetResult[] = [];
+  let lag: { lag_ms: HistogramSummary; matched: number; ok_requests: number; missing: number; drain_ms: number; poll_ms: number; poll_query_ms: HistogramSummary } | null = null;
+  let peaks: Record<string, number | null> = {};
+  let ledgerCheck: Record<string, unknown> = {};
+  try {
+    const what = base.mode === 'open' ? `${base.rate} req/s` : `${base.concurrency} concurrent`;
+    log(`direct: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s), ${base.stream ? 'streamed' : 'not streamed'}`);
+    results.push(await runTarget({ name: 'direct', url: stack.mockUrl, key: 'sk-mock-upstream-bench', model: 'mock-gpt' }, base));
+    log(formatResults(results.slice(-1)));
+
+    const pollMs = v['lag-poll-ms'] ? Number(v['lag-poll-ms']) : 10;
+    const poller = ledgerPoller(stack.databaseUrl, stack.tenantId, pollMs);
+    const ends = new Map<string, number>();
+    log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
+    results.push(
+      await runTarget({ name: 'gateway', url: stack.gatewayUrl, key: stack.key, model: 'bench/mock' }, {
+        ...base,
+        onResult: (r) => {
+          if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
+        },
+      }),
+    );
+    log(formatResults(results.slice(-1)));
+    const ids = [...ends.keys()];
+    await poller.waitFor(ids, 60000);
+    await poller.stop();
+    const h = new LatencyHistogram();
+    let lastEnd = 0;
+    let lastSeen = 0;
+    let matched = 0;
+    for (const [id, end] of ends) {
+      const seen = poller.seen.get(id);
+      if (end > lastEnd) lastEnd = end;
+      if (seen === undefined) continue;
+      matched++;
+      if (seen > lastSeen) lastSeen = seen;
+      h.record(Math.max(0, seen - end));
+    }
+    lag = { lag_ms: h.summary(), matched, ok_requests: ids.length, missing: ids.length - matched, drain_ms: Math.round(lastSeen - lastEnd), poll_ms: pollMs, poll_query_ms: poller.queryMs.summary() };
+
+    const db = createPool(stack.databaseUrl, 1);
+    const { rows } = await db.query(
+      `select t.balance_micros::text as balance, t.held_micros::text as held,
+              (select count(*) from holds where tenant_id = t.id)::int as open_holds,
+              (select count(*) from ledger where tenant_id = t.id and kind = 'debit')::int as debits,
+              (select coalesce(sum(case when kind = 'credit' then amount_micros else -amount_micros end), 0) from ledger where tenant_id = t.id)::text as ledger_balance
+         from tenants t where t.id = $1`,
+      [stack.tenantId],
+    );
+    await db.end();
+    ledgerCheck = { ...rows[0], balance_matches_ledger: rows[0].balance === rows[0].ledger_balance };
+  } finally {
+    peaks = await stack.stop();
+  }
+
+  const ov = overheads(results);
+  const goals = checkGoals(results, ov, sc.goals);
+  let profile: Array<{ frame: string; self_pct: number }> | null = null;
+  let profileFile: string | null = null;
+  if (profDir) {
+    const f = readdirSync(profDir).find((x) => x.endsWith('.cpuprofile'));
+    if (f) {
+      profileFile = join(ROOT, 'bench', 'results', `gateway-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`);
+      writeFileSync(profileFile, readFileSync(join(profDir, f)));
+      profile = topFrames(profileFile, 20);
+    }
+    rmSync(profDir, { recursive: true, force: true });
+  }
+  const doc = {
+    scenario: v.scenario,
+    started_at: startedAt.toISOString(),
+    stack: { workers: v.workers ? Number(v.workers) : 1, nats: stack.natsUrl, mock: sc.mock },
+    options: base,
+    host: { cpus: os.cpus().length, cpu_model: os.cpus()[0]?.model ?? '', node: process.version },
+    results,
+    overhead: ov,
+    goals,
+    metering_lag: lag,
+    ledger_check: ledgerCheck,
+    peak_rss_kib: peaks,
+    gateway_profile_top: profile,
+    gateway_profile_file: profileFile,
+  };
+  const file = join(ROOT, 'bench', 'results', `stack-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
+  writeFileSync(file, JSON.stringify(doc, null, 2) + '\n');
+  const out = [formatResults(results), 'overhead vs direct:\n' + formatOverheads(ov), 'goals:\n' + formatGoals(goals)];
+  if (lag) out.push(`metering lag (client end → ledger row first seen, poll ${lag.poll_ms} ms): p50 ${lag.lag_ms.p50} p90 ${lag.lag_ms.p90} p99 ${lag.lag_ms.p99} max ${lag.lag_ms.max} ms; ${lag.matched}/${lag.ok_requests} matched; drain ${lag.drain_ms} ms`);
+  out.push('ledger: ' + JSON.stringify(ledgerCheck));
+  out.push('peak RSS (VmHWM):\n' + table([['process', 'MiB'], ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10])]));
+  if (profile) out.push(`gateway CPU profile top self time (${profileFile}):\n` + table([['self %', 'frame'], ...profile.map((p) => [p.self_pct, p.frame])]));
+  out.push(`results: ${file}`);
+  process.stdout.write(out.join('\n\n') + '\n');
+  return 0;
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err) => {
+      process.stderr.write(`error: ${(err as Error).stack ?? err}\n`);
+      process.exit(2);
+    },
+  );
+}
