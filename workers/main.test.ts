@@ -1,0 +1,64 @@
+import { spawn } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { connect, type NatsConnection } from 'nats';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMockUpstream, type MockUpstream } from '../bench/mock-upstream/server.ts';
+import { encode } from '../src/bus/messages.ts';
+import { subjects } from '../src/bus/subjects.ts';
+import { deltas, makeJob, natsUrl, sendJob, uniquePool, usageOf, waitFor } from './testing.ts';
+
+// workers/main.ts as a real process: SIGTERM lets the in-flight stream finish, refuses new work,
+// publishes usage, exits 0.
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const KEY = 'sk-main-test-0123456789abcdef';
+
+let mock: MockUpstream;
+let nc: NatsConnection;
+beforeAll(async () => {
+  mock = await startMockUpstream();
+  nc = await connect({ servers: natsUrl() });
+});
+afterAll(async () => {
+  await nc?.drain();
+  await mock?.close();
+});
+
+describe('workers/main.ts', () => {
+  it('drains on SIGTERM and exits 0', async () => {
+    const pool = uniquePool();
+    const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'workers/main.ts')], {
+      cwd: ROOT,
+      env: { ...process.env, NATS_URL: natsUrl(), WORKER_POOLS: pool, CATRACA_INSTANCE: `wrk_${pool}`, MAIN_TEST_KEY: KEY, LOG_LEVEL: 'info' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (d) => (stderr += d));
+    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+    try {
+      await waitFor(() => stderr.includes('worker ready'), 15_000);
+      expect(JSON.parse(stderr.split('\n').find((l) => l.includes('worker ready'))!)).toMatchObject({ worker: `wrk_${pool}`, pools: [pool] });
+
+      const base = makeJob(pool);
+      const job = makeJob(pool, {
+        model: { ...base.model, id: 'mock/slow', upstream_model: 'mock-slow', base_url: mock.url, api_key_env: 'MAIN_TEST_KEY' },
+        body: { messages: [{ role: 'user', content: 'hi' }], mock: { first_token_ms: 50, tokens_per_second: 20, output_tokens: 10 } },
+      });
+      const run = await sendJob(nc, pool, job);
+      expect(run.ack).toEqual({ ok: true, worker: `wrk_${pool}` });
+      await waitFor(() => run.seen.some((f) => f.t === 'delta'));
+      child.kill('SIGTERM');
+      await waitFor(() => stderr.includes('worker draining'));
+      await expect(nc.request(subjects.job(pool), encode(makeJob(pool)), { timeout: 1000 })).rejects.toThrow(/503|no responders/i);
+      const frames = await run.frames;
+      expect(deltas(frames).join('')).toBe('Hello world foo bar baz qux quux corge grault garply');
+      expect(frames.at(-1)).toEqual({ t: 'done', finish_reason: 'stop', usage: { prompt_tokens: 7, completion_tokens: 10 }, estimated: false, seq: 10 });
+      expect(await exited).toBe(0);
+      const { msg, count } = await usageOf(nc, pool, job.request_id, 0);
+      expect([count, msg.outcome, msg.completion_tokens, msg.worker]).toEqual([1, 'completed', 10, `wrk_${pool}`]);
+      expect(stderr).not.toContain(KEY);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  }, 30_000);
+});
