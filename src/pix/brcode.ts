@@ -11,6 +11,7 @@ export function buildDynamicBrCode(a: { location: string; merchantName: string; 
     merchantName: a.merchantName.slice(0, 25),
     merchantCity: a.merchantCity.slice(0, 15),
     url: a.location.replace(/^https?:\/\//, ''),
+    oneTime: true, // point of initiation 12: a charge's QR is paid once
   });
   if (hasError(pix)) throw new Error(`cannot build BR Code: ${(pix as { message?: string }).message ?? 'invalid'}`);
   return (pix as { toBRCode(): string }).toBRCode();

@@ -66,7 +66,7 @@ describe('Pix through the BCB adapter against the simulator', () => {
     expect(cob?.amountMicros).toBe(50_000_000n);
     expect(cob?.status).toBe('ATIVA');
 
-    const paid = await paySimulatedCharge(db, { txid: ch.txid });
+    const paid = await paySimulatedCharge(db, { txid: ch.txid, simulatorUrl: portal.simulator!.url });
     expect(paid.ok).toBe(true);
     expect(paid.delivered).toBe(true);
     expect(paid.endToEndId).toMatch(/^E99999999\d{12}[a-z0-9]{11}$/);
@@ -84,7 +84,7 @@ describe('Pix through the BCB adapter against the simulator', () => {
     expect(await balance(t.id)).toBe(50_000_000n);
     expect(await events(ch.txid)).toEqual(['credited', 'duplicate', 'duplicate']);
     // Paying again at the PSP is refused (the charge is CONCLUIDA).
-    expect((await paySimulatedCharge(db, { txid: ch.txid })).status).toBe(409);
+    expect((await paySimulatedCharge(db, { txid: ch.txid, simulatorUrl: portal.simulator!.url })).status).toBe(409);
   });
 
   it('forged webhooks (bad secret, unknown txid, wrong amount) credit nothing and are logged', async () => {
@@ -109,7 +109,7 @@ describe('Pix through the BCB adapter against the simulator', () => {
     expect(rejected).toContain('rejected_bad_secret');
     expect(rejected).toContain('rejected_bad_body');
     // The simulator paying a different amount is refused too.
-    const paidWrong = await paySimulatedCharge(db, { txid: ch.txid, valor: '19.99' });
+    const paidWrong = await paySimulatedCharge(db, { txid: ch.txid, valor: '19.99', simulatorUrl: portal.simulator!.url });
     expect(paidWrong.delivered).toBe(true);
     expect(await balance(t.id)).toBe(0n);
   });
@@ -139,7 +139,7 @@ describe('Pix through the BCB adapter against the simulator', () => {
   it('refund (devolução) debits once by (endToEndId, id), never below zero', async () => {
     const t = await createTenant(db, 'pix-refund');
     const ch = await portal.pix.createTopUp(t.id, 10_000_000n);
-    const paid = await paySimulatedCharge(db, { txid: ch.txid });
+    const paid = await paySimulatedCharge(db, { txid: ch.txid, simulatorUrl: portal.simulator!.url });
     expect(await balance(t.id)).toBe(10_000_000n);
     const outcome = await portal.pix.requestRefund(ch.txid, 4_000_000n, 'dev1');
     expect(outcome).toBe('refunded');

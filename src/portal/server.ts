@@ -56,6 +56,8 @@ export interface StartPortalOptions {
   trustProxy?: boolean;
   reconcileIntervalMs?: number;
   chargeExpiryS?: number;
+  /** PUT /webhook/{chave} at start (default true). */
+  registerWebhook?: boolean;
   env?: Record<string, string | undefined>;
 }
 
@@ -387,7 +389,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
         if (!devMode) return notFound(ctx);
         const ch = await pix.getCharge(txid, tenantId);
         if (!ch) return notFound(ctx);
-        const r = await paySimulatedCharge(db, { txid });
+        const r = await paySimulatedCharge(db, { txid, simulatorUrl: simulator?.url });
         if (!r.ok) log.warn('simulated payment failed', { txid, status: r.status, error: r.error });
         return redirect(ctx, `/topup/${txid}`);
       }
@@ -465,12 +467,14 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const url = `http://${host}:${addr.port}`;
 
   const webhookBase = (env.PIX_WEBHOOK_BASE_URL ?? options.publicUrl ?? env.PORTAL_PUBLIC_URL ?? url).replace(/\/+$/, '');
-  try {
-    await psp.registerWebhook(`${webhookBase}/webhooks/pix/${webhookSecret}`);
-    log.info('pix webhook registered', { provider: psp.name, base: webhookBase });
-  } catch (err) {
-    // Not fatal: reconciliation still finds payments; log loudly.
-    log.error('pix webhook registration failed; payments will be found by reconciliation only', { err, provider: psp.name });
+  if (options.registerWebhook !== false) {
+    try {
+      await psp.registerWebhook(`${webhookBase}/webhooks/pix/${webhookSecret}`);
+      log.info('pix webhook registered', { provider: psp.name, base: webhookBase });
+    } catch (err) {
+      // Not fatal: reconciliation still finds payments; log loudly.
+      log.error('pix webhook registration failed; payments will be found by reconciliation only', { err, provider: psp.name });
+    }
   }
   pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
   const purge = setInterval(() => void purgeExpired(db).catch(() => {}), 3600_000);

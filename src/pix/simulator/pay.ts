@@ -9,9 +9,9 @@ import { getSetting, SETTINGS } from '../settings.ts';
  */
 export async function paySimulatedCharge(
   db: DbClient,
-  a: { txid: string; valor?: string },
+  a: { txid: string; valor?: string; /** defaults to the URL the last started portal recorded */ simulatorUrl?: string },
 ): Promise<{ ok: boolean; status: number; endToEndId?: string; delivered?: boolean; error?: string }> {
-  const url = await getSetting(db, SETTINGS.simulatorUrl);
+  const url = a.simulatorUrl ?? (await getSetting(db, SETTINGS.simulatorUrl));
   const clientId = await getSetting(db, SETTINGS.simulatorClientId);
   const clientSecret = await getSetting(db, SETTINGS.simulatorClientSecret);
   if (!url || !clientId || !clientSecret) return { ok: false, status: 0, error: 'no Pix simulator is running (start the portal with PIX_PROVIDER=simulator)' };
