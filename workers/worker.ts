@@ -305,6 +305,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     });
   };
 
+  for (const adapter of new Set(pools.map((p) => registry.forPool(p)))) await adapter.warmup?.();
+
   const jobSubs: Subscription[] = pools.map((pool) =>
     nc.subscribe(subjects.job(pool), { queue: subjects.queueGroup(pool), callback: onJob(pool) }),
   );

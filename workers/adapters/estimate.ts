@@ -16,6 +16,11 @@ function getEncoder(): Promise<Tiktoken> {
   return encoder;
 }
 
+/** Loading the ranks blocks the event loop for ~2 s: do it at startup, not inside a stream. */
+export async function warmupEstimator(): Promise<void> {
+  await getEncoder();
+}
+
 export async function estimateTokens(text: string): Promise<number> {
   if (text.length === 0) return 0;
   return (await getEncoder()).encode(text).length;

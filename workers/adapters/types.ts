@@ -28,6 +28,8 @@ export interface Adapter {
    * mid-stream, or an upstream that never reports usage), given the text generated so far.
    */
   countUsage(job: Job, output: string): Promise<{ usage: TokenUsage; estimated: boolean }>;
+  /** Loads what the adapter needs (e.g. tokenizer ranks) before the worker takes jobs. */
+  warmup?(): Promise<void>;
 }
 
 /**

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { Job } from '../../../src/bus/messages.ts';
-import { estimateUsage } from '../estimate.ts';
+import { estimateUsage, warmupEstimator } from '../estimate.ts';
 import { type Adapter, type AdapterEvent, UpstreamError } from '../types.ts';
 import { abortError } from '../util.ts';
 import { agents, chatCompletionsUrl, requestHeaders } from './api.ts';
@@ -174,5 +174,6 @@ export function createOpenAIAdapter(opts: OpenAIAdapterOptions): Adapter {
     async countUsage(job, output) {
       return { usage: await estimateUsage(job.body.messages, output), estimated: true };
     },
+    warmup: warmupEstimator,
   };
 }
