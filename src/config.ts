@@ -32,6 +32,8 @@ export const ConfigSchema = z.object({
   SIM_FIRST_TOKEN_MS: int(0),
   SIM_TOKENS_PER_SECOND: int(0),
   METERING_BATCH: int(256),
+  /** Unacked usage (its metering process died) is redelivered after this long. */
+  METERING_ACK_WAIT_MS: int(10000),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   CATRACA_INSTANCE: z.string().optional(),
 });

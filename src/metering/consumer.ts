@@ -17,6 +17,7 @@ export interface MeteringOptions {
   /** Settlements running at once (each is one PostgreSQL transaction). */
   concurrency?: number;
   sweepIntervalMs?: number;
+  ackWaitMs?: number;
 }
 
 export interface MeteringStats {
@@ -36,7 +37,7 @@ export interface Metering {
   stop(): Promise<void>;
 }
 
-export async function ensureMeteringConsumer(nc: NatsConnection): Promise<void> {
+export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000): Promise<void> {
   await ensureUsageStream(nc);
   const jsm = await nc.jetstreamManager();
   const config = {
@@ -44,15 +45,21 @@ export async function ensureMeteringConsumer(nc: NatsConnection): Promise<void> 
     ack_policy: AckPolicy.Explicit,
     deliver_policy: DeliverPolicy.All,
     filter_subject: subjects.usageWildcard,
-    ack_wait: 30 * 1e9,
+    ack_wait: ackWaitMs * 1e6,
     max_deliver: -1,
     max_ack_pending: 20000,
   };
+  let exists = true;
   try {
     await jsm.consumers.info(USAGE_STREAM, METERING_DURABLE);
   } catch {
-    await jsm.consumers.add(USAGE_STREAM, config);
+    exists = false;
   }
+  if (exists) await jsm.consumers.update(USAGE_STREAM, METERING_DURABLE, { ack_wait: config.ack_wait, max_ack_pending: config.max_ack_pending });
+  else await jsm.consumers.add(USAGE_STREAM, config).catch(async (err) => {
+    // another metering instance created it first
+    if (!String(err.message).includes('already')) throw err;
+  });
 }
 
 /**
@@ -63,7 +70,7 @@ export async function ensureMeteringConsumer(nc: NatsConnection): Promise<void> 
 export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const { nc, db } = opts;
   const concurrency = opts.concurrency ?? 16;
-  await ensureMeteringConsumer(nc);
+  await ensureMeteringConsumer(nc, opts.ackWaitMs);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
   const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0 };
