@@ -1,3 +1,4 @@
+import os from 'node:os';
 import type { Goals } from '../scenarios.ts';
 import type { TargetResult } from './runner.ts';
 
@@ -70,11 +71,11 @@ export function table(rows: (string | number)[][]): string {
 }
 
 export function formatResults(results: TargetResult[]): string {
-  const rows: (string | number)[][] = [['target', 'sent', 'ok', 'err', 'drop', 'late', 'rps', 'p50', 'p90', 'p99', 'max', 'ttft50', 'ttft99', 'gap50', 'gap99', 'cpu%']];
+  const rows: (string | number)[][] = [['target', 'sent', 'ok', 'err', 'drop', 'late', 'rps', 'p50', 'p90', 'p99', 'max', 'ttft50', 'ttft99', 'gap50', 'gap99', 'cpu%', 'load1m']];
   for (const r of results) {
-    rows.push([r.target, r.sent, r.ok, r.errors.total, r.dropped, r.late, r.achieved_rps, r.total_ms.p50, r.total_ms.p90, r.total_ms.p99, r.total_ms.max, r.ttft_ms.p50, r.ttft_ms.p99, r.gap_ms.p50, r.gap_ms.p99, r.runner.cpu_pct]);
+    rows.push([r.target, r.sent, r.ok, r.errors.total, r.dropped, r.late, r.achieved_rps, r.total_ms.p50, r.total_ms.p90, r.total_ms.p99, r.total_ms.max, r.ttft_ms.p50, r.ttft_ms.p99, r.gap_ms.p50, r.gap_ms.p99, r.runner.cpu_pct, `${r.loadavg_1m.start}→${r.loadavg_1m.end}`]);
   }
-  let s = table(rows) + '\n(times in ms, from the intended send time; cpu% = the load runner\'s own CPU, 100 = one core)';
+  let s = table(rows) + `\n(times in ms, from the intended send time; cpu% = the load runner's own CPU, 100 = one core; load1m = machine load average at start→end, ${os.cpus().length} cores)`;
   for (const r of results) {
     if (r.errors.total) s += `\nerrors ${r.target}: ${JSON.stringify(r.errors.by_type)}`;
   }

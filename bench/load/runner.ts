@@ -1,5 +1,6 @@
 import http from 'node:http';
 import https from 'node:https';
+import os from 'node:os';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { LatencyHistogram, type HistogramSummary } from './histogram.ts';
 import { classifyChunk, SseParser } from './sse.ts';
@@ -69,6 +70,8 @@ export interface TargetResult {
   content_chunks: number;
   max_inflight_seen: number;
   runner: { cpu_pct: number; event_loop_p99_ms: number };
+  /** 1-minute load average of the machine at the start and end of the measured phase (other processes disturb a benchmark) */
+  loadavg_1m: { start: number; end: number };
 }
 
 class Collector {
@@ -381,6 +384,7 @@ export async function runTarget(target: Target, opts: LoadOptions): Promise<Targ
     const c = new Collector();
     const loop = monitorEventLoopDelay({ resolution: 5 });
     loop.enable();
+    const load0 = os.loadavg()[0]!;
     const cpu0 = process.cpuUsage();
     const wall = await phase(sender, c, opts, opts.durationS, opts.stream);
     const cpu = process.cpuUsage(cpu0);
@@ -412,6 +416,7 @@ export async function runTarget(target: Target, opts: LoadOptions): Promise<Targ
         cpu_pct: Math.round(((cpu.user + cpu.system) / 1000 / (wall * 1000)) * 1000) / 10,
         event_loop_p99_ms: Math.round((loop.percentile(99) / 1e6) * 1000) / 1000,
       },
+      loadavg_1m: { start: Math.round(load0 * 100) / 100, end: Math.round(os.loadavg()[0]! * 100) / 100 },
     };
   } finally {
     sender.close();
