@@ -70,11 +70,10 @@ export default async function setup(project: TestProject) {
     });
 
     // -------------------------------------------------------------------------- PostgreSQL
-    let serverUrl: string | undefined;
+    let serverUrl: string;
     const forceEmbedded = process.env.CATRACA_TEST_EMBEDDED_PG === '1';
-    if (forceEmbedded) serverUrl = undefined;
-    else if (process.env.DATABASE_URL && (await probePostgres(process.env.DATABASE_URL)) === 'ok') serverUrl = process.env.DATABASE_URL;
-    else if ((await probePostgres('postgres://postgres@127.0.0.1:5432/postgres')) === 'ok') serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
+    if (!forceEmbedded && process.env.DATABASE_URL && (await probePostgres(process.env.DATABASE_URL)) === 'ok') serverUrl = process.env.DATABASE_URL;
+    else if (!forceEmbedded && (await probePostgres('postgres://postgres@127.0.0.1:5432/postgres')) === 'ok') serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
     else {
       const embedded = await ensurePostgres({ dataDir: join(ROOT, '.catraca', 'test-pg'), database: 'postgres' });
       teardown.push(() => embedded.stop());
@@ -84,7 +83,7 @@ export default async function setup(project: TestProject) {
     const databaseUrl = withDatabase(serverUrl, dbName);
     await adminQuery(serverUrl, `create database "${dbName}"`);
     teardown.push(async () => {
-      await adminQuery(serverUrl!, `drop database if exists "${dbName}" with (force)`);
+      await adminQuery(serverUrl, `drop database if exists "${dbName}" with (force)`);
     });
     // Databases of crashed earlier runs (older than 6 hours) are dropped too.
     const { rows } = await adminQuery(serverUrl, `select datname from pg_database where datname like 'catraca\\_test\\_%'`);

@@ -44,14 +44,17 @@ const COMMANDS: Record<string, Command> = {
   status: runStatusCommand,
 };
 
+/** `catraca status` lives in src/cli/status.ts (monitoring); its runStatus takes {natsUrl, json, args}. */
 async function runStatusCommand(ctx: CliContext, args: string[]): Promise<number | void> {
   const file = fileURLToPath(new URL('./status.ts', import.meta.url));
   if (!existsSync(file)) throw new CliError('status: not available in this checkout (src/cli/status.ts is missing)');
   const mod = (await import(new URL('./status.ts', import.meta.url).href)) as {
-    runStatus?: (ctx: CliContext, args: string[]) => Promise<number | void>;
+    runStatus?: (ctx: { natsUrl: string; json: boolean; args: string[] }, args: string[]) => Promise<number | void>;
   };
   if (typeof mod.runStatus !== 'function') throw new CliError('status: not available (src/cli/status.ts exports no runStatus)');
-  return mod.runStatus(ctx, args);
+  const natsUrl = ctx.natsUrl();
+  if (!natsUrl) throw new CliError('status: no NATS to ask: start the stack with `npm start` in this checkout, or set NATS_URL');
+  return mod.runStatus({ natsUrl, json: ctx.json, args: args.filter((a) => a !== '--json') }, args);
 }
 
 export interface RunOptions {

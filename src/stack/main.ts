@@ -18,7 +18,7 @@ import { createPool } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
 import { seedAll } from './seed.ts';
 import { ensureNats, ensurePostgres, redactUrl, tcpReachable, type ServiceHandle } from './services.ts';
-import { findCheckoutRoot, readStackState, removeStackState, stateDir, writeStackState, type StackState } from './state.ts';
+import { findCheckoutRoot, readStackStateAt, removeStackState, stateDir, writeStackState, type StackState } from './state.ts';
 import { Supervisor, type ChildSpec } from './supervisor.ts';
 
 const log = createLogger('stack');
@@ -30,6 +30,14 @@ export const ENTRY_POINTS: Record<ProcessName, string> = {
   worker: 'workers/main.ts',
   metering: 'src/metering/main.ts',
   portal: 'src/portal/main.ts',
+};
+
+/** The line each process logs once it serves (waited for before the banner). */
+const READY: Record<ProcessName, RegExp> = {
+  gateway: /front door listening/,
+  worker: /worker ready/,
+  metering: /metering consumer running/,
+  portal: /portal ready/,
 };
 
 export interface StackOptions {
@@ -52,7 +60,7 @@ export interface StackOptions {
   dataDir?: string;
   /** Child output lines (default: forwarded to this process's stdout/stderr). */
   output?: (line: string, stream: 'stdout' | 'stderr') => void;
-  /** How long to wait for the gateway port before returning (default 30 s). */
+  /** How long to wait for the processes to report ready before returning (default 30 s). */
   readyTimeoutMs?: number;
 }
 
@@ -67,9 +75,11 @@ export interface RunningStack {
   urls: StackUrls;
   demo: { tenantId: string; keyId: string; key: string };
   embedded: { nats: boolean; postgres: boolean };
-  /** Whether the gateway accepted connections before startStack returned. */
+  /** Whether every process reported ready (and the gateway port answered) before startStack returned. */
   ready: boolean;
   processes: ProcessName[];
+  /** Current pid of each child (changes when one is restarted). */
+  pids(): Record<string, number | undefined>;
   stop(): Promise<void>;
 }
 
@@ -82,8 +92,8 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
   const dataDir = options.dataDir ?? stateDir(root);
 
   if (writeState) {
-    const running = readStackState(root);
-    if (running && running.pid !== process.pid) {
+    const running = readStackStateAt(root);
+    if (running) {
       throw new Error(`a stack from this checkout is already running (pid ${running.pid}, ${running.base_url}); stop it first`);
     }
   }
@@ -158,6 +168,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       name: p,
       entry: resolve(root, ENTRY_POINTS[p]),
       cwd: root,
+      ready: READY[p],
       env: p === 'worker' ? { WORKER_POOLS: 'sim,openai', ...env } : env,
     }));
     const output =
@@ -172,13 +183,11 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       cleanups.push(async () => removeStackState(root));
     }
 
-    let ready = !processes.includes('gateway');
-    const deadline = Date.now() + (options.readyTimeoutMs ?? 30000);
-    while (!ready && Date.now() < deadline) {
-      ready = await tcpReachable('127.0.0.1', gatewayPort, 500);
-      if (!ready) await new Promise((r) => setTimeout(r, 200));
-    }
-    if (!ready) log.warn('the gateway is not accepting connections yet', { port: gatewayPort });
+    const readyTimeout = options.readyTimeoutMs ?? 30000;
+    const notReady = await supervisor.waitReady(readyTimeout);
+    let ready = notReady.length === 0;
+    if (ready && processes.includes('gateway')) ready = await tcpReachable('127.0.0.1', gatewayPort, 2000);
+    if (!ready) log.warn('not every process reported ready in time', { not_ready: notReady, timeout_ms: readyTimeout });
 
     let stopped: Promise<void> | null = null;
     return {
@@ -187,6 +196,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       embedded: { nats: nats.embedded, postgres: pg.embedded },
       ready,
       processes,
+      pids: () => supervisor.pids(),
       stop: () => (stopped ??= cleanup()),
     };
   } catch (err) {

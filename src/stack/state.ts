@@ -42,7 +42,11 @@ export function writeStackState(root: string, state: StackState): string {
 /** The state of a running stack of this checkout, or null (no file, unreadable, or its pid is gone). */
 export function readStackState(from = process.cwd()): StackState | null {
   const root = findCheckoutRoot(from);
-  if (!root) return null;
+  return root ? readStackStateAt(root) : null;
+}
+
+/** Same, for a known checkout root. */
+export function readStackStateAt(root: string): StackState | null {
   const file = stateFile(root);
   if (!existsSync(file)) return null;
   try {

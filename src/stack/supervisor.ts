@@ -12,6 +12,8 @@ export interface ChildSpec {
   entry: string;
   env: Record<string, string>;
   cwd: string;
+  /** A line the process prints once it serves (e.g. /worker ready/); see waitReady(). */
+  ready?: RegExp;
 }
 
 export interface SupervisorOptions {
@@ -41,6 +43,8 @@ interface Managed {
   startedAt: number;
   timer: NodeJS.Timeout | null;
   exited: Promise<void>;
+  ready: boolean;
+  onReady: Array<() => void>;
 }
 
 export class Supervisor {
@@ -55,7 +59,7 @@ export class Supervisor {
   start(): void {
     for (const spec of this.specs) {
       if (!existsSync(spec.entry)) throw new Error(`entry point not found: ${spec.entry}`);
-      const m: Managed = { spec, child: null, restarts: 0, startedAt: 0, timer: null, exited: Promise.resolve() };
+      const m: Managed = { spec, child: null, restarts: 0, startedAt: 0, timer: null, exited: Promise.resolve(), ready: !spec.ready, onReady: [] };
       this.children.set(spec.name, m);
       this.launch(m);
     }
@@ -79,7 +83,13 @@ export class Supervisor {
     m.startedAt = Date.now();
     const prefix = `${spec.name.padEnd(this.width)} |`;
     for (const stream of ['stdout', 'stderr'] as const) {
-      createInterface({ input: child[stream]! }).on('line', (line) => this.opts.output?.(`${prefix} ${line}`, stream));
+      createInterface({ input: child[stream]! }).on('line', (line) => {
+        if (!m.ready && spec.ready?.test(line)) {
+          m.ready = true;
+          for (const fn of m.onReady.splice(0)) fn();
+        }
+        this.opts.output?.(`${prefix} ${line}`, stream);
+      });
     }
     this.opts.event?.('started', { child: spec.name, pid: child.pid });
     m.exited = new Promise((resolveExit) => {
@@ -99,6 +109,16 @@ export class Supervisor {
       });
       child.once('error', (err) => this.opts.event?.('spawn error', { child: spec.name, error: err.message }));
     });
+  }
+
+  /** Resolves with the names of the children not ready (no `ready` line yet) after `timeoutMs`. */
+  async waitReady(timeoutMs: number): Promise<string[]> {
+    const pending = [...this.children.values()].filter((m) => !m.ready);
+    await Promise.race([
+      Promise.all(pending.map((m) => new Promise<void>((r) => (m.ready ? r() : m.onReady.push(r))))),
+      new Promise((r) => setTimeout(r, timeoutMs).unref()),
+    ]);
+    return pending.filter((m) => !m.ready).map((m) => m.spec.name);
   }
 
   /** SIGTERM every child, wait for all; SIGKILL whoever outlives the timeout. */

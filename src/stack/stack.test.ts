@@ -1,0 +1,130 @@
+// The `npm start` path as a library: services, migrations, seed, children, state file, stop.
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { createPool } from '../db/pool.ts';
+import { ENTRY_POINTS, startStack, type RunningStack } from './main.ts';
+import { DEMO_TENANT_ID } from './seed.ts';
+import { freePort, natsReachable, tcpReachable } from './services.ts';
+import { stateFile } from './state.ts';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const db = createPool(process.env.DATABASE_URL!, 2);
+afterAll(() => db.end());
+
+describe('startStack without children', () => {
+  test('migrates, seeds idempotently, rotates the demo key, writes and removes stack.json', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'catraca-root-'));
+    try {
+      const run = () =>
+        startStack({ root, natsUrl: '', databaseUrl: process.env.DATABASE_URL, processes: [], gatewayPort: 1, portalPort: 2 });
+      const a = await run();
+      const state = JSON.parse(readFileSync(stateFile(root), 'utf8'));
+      expect(state).toEqual({
+        database_url: process.env.DATABASE_URL,
+        nats_url: a.urls.nats_url,
+        base_url: 'http://127.0.0.1:1/v1',
+        portal_url: null,
+        pid: process.pid,
+        started_at: expect.any(String),
+      });
+      expect(statSync(stateFile(root)).mode & 0o777).toBe(0o600);
+      expect(JSON.stringify(state)).not.toContain('sk-cat');
+      expect(a.embedded).toEqual({ nats: true, postgres: false });
+      expect(a.demo.key).toMatch(/^sk-cat-v1-[0-9a-f]{64}$/);
+      // A second stack from the same checkout is refused while the first runs.
+      await expect(run()).rejects.toThrow(/already running/);
+      await a.stop();
+      expect(existsSync(stateFile(root))).toBe(false);
+      expect(await natsReachable(a.urls.nats_url)).toBe(false);
+
+      const b = await run();
+      await b.stop();
+      const { rows: tenant } = await db.query('select name, balance_micros from tenants where id = $1', [DEMO_TENANT_ID]);
+      expect(tenant).toEqual([{ name: 'Demo', balance_micros: 100_000_000n }]); // granted once
+      const { rows: grants } = await db.query(`select count(*)::int as n from ledger where external_id = 'seed:demo-grant'`);
+      expect(grants[0].n).toBe(1);
+      const { rows: keys } = await db.query(
+        `select id, label, is_demo, revoked_at is null as live from api_keys where tenant_id = $1 and id = any($2) order by created_at`,
+        [DEMO_TENANT_ID, [a.demo.keyId, b.demo.keyId]],
+      );
+      expect(keys).toEqual([
+        { id: a.demo.keyId, label: 'demo', is_demo: true, live: false },
+        { id: b.demo.keyId, label: 'demo', is_demo: true, live: true },
+      ]);
+      const { rows: live } = await db.query(`select count(*)::int as n from api_keys where tenant_id = $1 and is_demo and revoked_at is null`, [DEMO_TENANT_ID]);
+      expect(live[0].n).toBe(1);
+      const { rows: models } = await db.query(
+        `select id, pool, upstream_model, input_price, output_price, max_output_tokens from models where id like 'sim/%' order by id`,
+      );
+      expect(models).toEqual([
+        { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n, max_output_tokens: 4096 },
+        { id: 'sim/lorem', pool: 'sim', upstream_model: 'lorem', input_price: 500_000n, output_price: 1_500_000n, max_output_tokens: 4096 },
+      ]);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
+  });
+});
+
+const haveEntries = (['gateway', 'worker', 'metering'] as const).every((p) => existsSync(join(ROOT, ENTRY_POINTS[p])));
+
+describe.runIf(haveEntries)('startStack with gateway, worker and metering', () => {
+  let stack: RunningStack;
+  const lines: string[] = [];
+  beforeAll(async () => {
+    stack = await startStack({
+      root: ROOT,
+      natsUrl: '', // a nats-server of its own: never share jobs with other test files
+      databaseUrl: process.env.DATABASE_URL,
+      gatewayPort: await freePort(),
+      processes: ['gateway', 'worker', 'metering'],
+      writeState: false,
+      dataDir: mkdtempSync(join(tmpdir(), 'catraca-stack-')),
+      output: (line) => lines.push(line),
+    });
+  }, 60000);
+  afterAll(async () => {
+    await stack?.stop();
+  }, 60000);
+
+  test('the demo key answers a chat completion through the stack, and is billed', async () => {
+    expect(stack.ready).toBe(true);
+    const client = new OpenAI({ baseURL: stack.urls.base_url, apiKey: stack.demo.key, maxRetries: 0 });
+    const r = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'Olá, catraca!' }] });
+    expect(typeof r.choices[0].message.content).toBe('string');
+    expect(r.usage!.prompt_tokens).toBeGreaterThan(0);
+    const deadline = Date.now() + 10000;
+    let n = 0;
+    while (Date.now() < deadline) {
+      const { rows } = await db.query(`select count(*)::int as n from ledger where key_id = $1 and kind = 'debit'`, [stack.demo.keyId]);
+      n = rows[0].n;
+      if (n === 1) break;
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    expect(n).toBe(1);
+    // child output is prefixed with its name
+    expect(lines.some((l) => /^gateway\s+\| /.test(l))).toBe(true);
+  });
+
+  test('a child that dies is restarted', async () => {
+    const port = Number(new URL(stack.urls.base_url).port);
+    const before = lines.length;
+    const pid = stack.pids().gateway!;
+    expect(pid).toBeGreaterThan(0);
+    process.kill(pid, 'SIGKILL');
+    const deadline = Date.now() + 20000;
+    let up = false;
+    await new Promise((r) => setTimeout(r, 300));
+    while (Date.now() < deadline && !(up = await tcpReachable('127.0.0.1', port, 300))) await new Promise((r) => setTimeout(r, 200));
+    expect(up).toBe(true);
+    expect(stack.pids().gateway).not.toBe(pid);
+    const client = new OpenAI({ baseURL: stack.urls.base_url, apiKey: stack.demo.key, maxRetries: 2 });
+    const r = await client.chat.completions.create({ model: 'sim/lorem', messages: [{ role: 'user', content: 'de novo' }] });
+    expect(r.choices[0].message.role).toBe('assistant');
+    expect(lines.length).toBeGreaterThan(before);
+  }, 40000);
+});
