@@ -12,7 +12,7 @@ import { startWorker } from './worker.ts';
 
 // NATS goes away while a job streams: the worker keeps going, retries its usage publish, and the
 // usage lands exactly once when the server (same JetStream store) is back. Own nats-server.
-const NATS_BIN = process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-server';
+const NATS_BIN = process.env.TEST_NATS_BIN ?? process.env.NATS_SERVER_BIN ?? '/usr/sbin/nats-server';
 const dir = mkdtempSync(join(tmpdir(), 'catraca-outage-'));
 let server: ChildProcess | undefined;
 
