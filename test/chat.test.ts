@@ -282,3 +282,22 @@ describe('revocation and cancellation', () => {
     expect(lines).not.toMatch(/sk-cat-v1-[0-9a-f]{8}/);
   });
 });
+
+describe('monitoring', () => {
+  it('the front door serves Prometheus /metrics with its request figures', async () => {
+    const res = await fetch(`${stack.baseUrl.replace('/v1', '')}/metrics`);
+    expect(res.status).toBe(200);
+    expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4');
+    const text = await res.text();
+    expect(text).toMatch(/^# TYPE catraca_jobs_total counter$/m);
+    expect(text).toMatch(/^catraca_http_responses_total\{instance="[^"]+",status="200"\} [1-9]\d*$/m);
+    expect(text).toMatch(/^# TYPE catraca_admit_ms histogram$/m);
+  });
+
+  it('every process answers $SRV.PING over NATS', async () => {
+    const client = stack.nc.services.client();
+    const names = new Set<string>();
+    for await (const r of await client.ping()) names.add(r.name);
+    expect([...names].sort()).toEqual(expect.arrayContaining(['catraca-gateway', 'catraca-metering']));
+  });
+});

@@ -12,8 +12,11 @@ import { Catalog } from './catalog.ts';
 import { StreamRouter } from './stream-router.ts';
 import { ChatCompletion, newRequestId } from './chat/handler.ts';
 import { creditsBody, keyBody, modelsBody } from './account.ts';
+import { createGatewayMetrics } from './metrics.ts';
+import { registerMonitoring, renderPrometheus } from '../bus/monitoring.ts';
 
 const log = createLogger('gateway');
+const VERSION = '0.1.0';
 
 export interface GatewayOptions {
   config: Config;
@@ -48,9 +51,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const byStatus: Record<number, number> = {};
   let draining = false;
   let drained: (() => void) | null = null;
-  const track = (status: number) => {
+  const gm = createGatewayMetrics(() => inFlight, () => router.size);
+  const track = (status: number, startedAt = Date.now(), ttfbMs: number | null = null) => {
     byStatus[status] = (byStatus[status] ?? 0) + 1;
+    gm.answered(status, startedAt, ttfbMs);
   };
+  const monitoring = await registerMonitoring(nc, { name: 'catraca-gateway', version: VERSION, instanceId: doorId, metrics: gm.metrics });
 
   const begin = (res: HttpResponse, req: HttpRequest): ResponseState => {
     requests++;
@@ -69,8 +75,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const chatDeps = {
     config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl,
-    onFinish: (status: number) => {
-      track(status);
+    metrics: gm,
+    onFinish: (status: number, ttfbMs: number | null, startedAt: number) => {
+      track(status, startedAt, ttfbMs);
       settleOne();
     },
   };
@@ -125,6 +132,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       track(200);
       sendJson(s, 200, modelsBody(catalog.all()));
     })
+    .get('/metrics', (res, req) => {
+      const s = begin(res, req);
+      const text = renderPrometheus(gm.metrics, { instance: doorId });
+      res.cork(() => {
+        res.writeStatus('200 OK').writeHeader('content-type', 'text/plain; version=0.0.4').writeHeader('x-request-id', s.requestId).end(text);
+      });
+    })
     .get('/healthz', (res, req) => {
       const s = begin(res, req);
       sendJson(s, draining ? 503 : 200, { status: draining ? 'draining' : 'ok', door: doorId, in_flight: inFlight });
@@ -161,6 +175,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         ]);
       }
       router.stop();
+      await monitoring.stop().catch(() => {});
       keys.close();
       catalog.stop();
     },

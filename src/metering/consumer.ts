@@ -6,6 +6,7 @@ import { decodeJson, UsageMessageSchema } from '../bus/messages.ts';
 import { ensureUsageStream } from '../bus/connect.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
 import { createLogger } from '../log.ts';
+import { createMetrics, HEADLINE, registerMonitoring, type Metrics } from '../bus/monitoring.ts';
 
 const log = createLogger('metering');
 
@@ -18,6 +19,7 @@ export interface MeteringOptions {
   concurrency?: number;
   sweepIntervalMs?: number;
   ackWaitMs?: number;
+  instanceId?: string;
 }
 
 export interface MeteringStats {
@@ -30,10 +32,12 @@ export interface MeteringStats {
   /** ms from the worker's end of request to the ledger commit, last settled message */
   lastLagMs: number;
   maxLagMs: number;
+  openHolds: number;
 }
 
 export interface Metering {
   stats(): MeteringStats;
+  metrics: Metrics;
   stop(): Promise<void>;
 }
 
@@ -73,19 +77,32 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   await ensureMeteringConsumer(nc, opts.ackWaitMs);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
-  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0 };
+  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0 };
+  const metrics = createMetrics();
+  metrics.gauge(HEADLINE.inflight, 'Usage messages being settled', {}, () => running.size);
+  metrics.gauge('catraca_open_holds', 'Holds not yet settled or swept', {}, () => stats.openHolds);
+  const mx = {
+    jobs: metrics.counter(HEADLINE.jobs, 'Usage messages settled (acked)'),
+    errors: metrics.counter(HEADLINE.errors, 'Settle failures (nak/term)'),
+    lag: metrics.histogram(HEADLINE.latency, 'Metering lag: usage ended_at to ledger commit, ms'),
+    lagNamed: metrics.histogram('catraca_metering_lag_ms', 'Usage ended_at to ledger row committed, ms'),
+    settled: metrics.counter('catraca_settled_total', 'Settlements by status', { status: 'settled' }),
+    duplicates: metrics.counter('catraca_settled_total', 'Settlements by status', { status: 'duplicate' }),
+    swept: metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper'),
+  };
   let stopping = false;
   let messages: ConsumerMessages | undefined;
   const running = new Set<Promise<void>>();
 
-  const handle = async (m: JsMsg): Promise<void> => {
+  const handle = async (msg: JsMsg): Promise<void> => {
     let usage;
     try {
-      usage = UsageMessageSchema.parse(decodeJson(m.data));
+      usage = UsageMessageSchema.parse(decodeJson(msg.data));
     } catch (err) {
       stats.poison++;
-      log.error('unreadable usage message: terminated', { seq: m.seq, err: err as Error });
-      m.term();
+      mx.errors.inc();
+      log.error('unreadable usage message: terminated', { seq: msg.seq, err: err as Error });
+      msg.term();
       return;
     }
     try {
@@ -105,23 +122,31 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
         outcome: usage.outcome,
         at: new Date(usage.ended_at),
       });
-      if (result.status === 'duplicate') stats.duplicates++;
-      else if (result.status === 'settled') {
+      if (result.status === 'duplicate') {
+        stats.duplicates++;
+        mx.duplicates.inc();
+      } else if (result.status === 'settled') {
         stats.settled++;
+        mx.settled.inc();
         stats.lastLagMs = Date.now() - usage.ended_at;
+        mx.lag.observe(stats.lastLagMs);
+        mx.lagNamed.observe(stats.lastLagMs);
         if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
         if (result.debited < cost) log.warn('shortfall: cost exceeded available balance', { request_id: usage.request_id, cost: cost.toString(), debited: result.debited.toString() });
       } else {
         stats.poison++;
+        mx.errors.inc();
         log.error('usage for unknown tenant: terminated', { request_id: usage.request_id, tenant_id: usage.tenant_id });
-        m.term();
+        msg.term();
         return;
       }
-      await m.ackAck();
+      mx.jobs.inc();
+      await msg.ackAck();
     } catch (err) {
       stats.failures++;
+      mx.errors.inc();
       log.warn('settlement failed; will be redelivered', { request_id: usage.request_id, err: err as Error });
-      m.nak(1000);
+      msg.nak(1000);
     }
   };
 
@@ -129,10 +154,10 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
     while (!stopping) {
       try {
         messages = await consumer.consume({ max_messages: opts.batch ?? 256 });
-        for await (const m of messages) {
+        for await (const msg of messages) {
           while (running.size >= concurrency) await Promise.race(running);
           stats.inFlight = running.size + 1;
-          const p = handle(m).finally(() => {
+          const p = handle(msg).finally(() => {
             running.delete(p);
             stats.inFlight = running.size;
           });
@@ -151,8 +176,11 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const sweep = async () => {
     try {
       const n = await sweepExpiredHolds(db);
+      const { rows } = await db.query('select count(*)::int as n from holds');
+      stats.openHolds = rows[0].n;
       if (n > 0) {
         stats.swept += n;
+        mx.swept.inc(n);
         log.warn('released expired holds', { count: n });
       }
     } catch (err) {
@@ -161,12 +189,16 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   };
   const sweeper = setInterval(sweep, opts.sweepIntervalMs ?? 10000);
   sweeper.unref();
+  void sweep();
+  const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: '0.1.0', instanceId: opts.instanceId ?? `metering-${process.pid}`, metrics });
 
   return {
     stats: () => ({ ...stats }),
+    metrics,
     async stop() {
       stopping = true;
       clearInterval(sweeper);
+      await monitoring.stop().catch(() => {});
       await messages?.close().catch(() => {});
       await Promise.allSettled([...running]);
       await Promise.race([looping, new Promise((r) => setTimeout(r, 2000))]);

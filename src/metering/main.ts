@@ -8,7 +8,7 @@ const log = createLogger('metering');
 const config = loadConfig();
 const db = createPool(config.DATABASE_URL, 20);
 const nc = await connectBus(config.NATS_URL, `catraca-metering ${config.CATRACA_INSTANCE ?? process.pid}`);
-const metering = await startMetering({ nc, db, batch: config.METERING_BATCH, sweepIntervalMs: config.HOLD_SWEEP_INTERVAL_MS, ackWaitMs: config.METERING_ACK_WAIT_MS });
+const metering = await startMetering({ nc, db, batch: config.METERING_BATCH, sweepIntervalMs: config.HOLD_SWEEP_INTERVAL_MS, ackWaitMs: config.METERING_ACK_WAIT_MS, instanceId: config.CATRACA_INSTANCE });
 log.info('metering consumer running');
 
 let stopping = false;

@@ -18,6 +18,7 @@ import { sendJson, statusLine, type ResponseState } from '../respond.ts';
 import { ChatRequestSchema, describeIssue, type ChatRequest } from './schema.ts';
 import { ChunkEncoder, completionBody, type UsageOut } from './openai-shapes.ts';
 import { SseWriter } from './sse-writer.ts';
+import type { GatewayMetrics } from '../metrics.ts';
 
 const log = createLogger('gateway');
 const JOB_ACK_TIMEOUT_MS = 5000;
@@ -31,6 +32,7 @@ export interface ChatDeps {
   catalog: Catalog;
   router: StreamRouter;
   portalUrl?: string;
+  metrics?: GatewayMetrics;
   /** Called once per request with its final HTTP status (metrics). */
   onFinish?: (status: number, ttfbMs: number | null, startedAt: number) => void;
 }
@@ -124,6 +126,7 @@ export class ChatCompletion {
     const wanted = requested ?? model.max_output_tokens;
     const max = costMicros(inputTokens, wanted, this.prices);
     const min = requested !== null ? max : costMicros(inputTokens, 1, this.prices);
+    const admitStarted = performance.now();
     const result = await admit(this.deps.db, {
       requestId: this.s.requestId,
       tenantId: key.tenant_id,
@@ -132,6 +135,7 @@ export class ChatCompletion {
       max,
       ttlMs: this.deps.config.REQUEST_TIMEOUT_MS + this.deps.config.HOLD_GRACE_MS,
     });
+    this.deps.metrics?.admitted(performance.now() - admitStarted);
     if (result.rl_limit !== null && result.rl_reset_ms !== null) {
       this.headers = {
         'x-ratelimit-limit': String(result.rl_limit),
@@ -197,6 +201,7 @@ export class ChatCompletion {
       } catch (err) {
         const code = (err as { code?: string }).code;
         if (code === ErrorCode.NoResponders) {
+          this.deps.metrics?.noResponders();
           refusal = errors.noWorker(this.model.pool);
           break;
         }
@@ -306,6 +311,7 @@ export class ChatCompletion {
     if (!(err instanceof CatracaError)) log.error('request failed', { request_id: this.s.requestId, err: err as Error });
     const e = err instanceof CatracaError ? err : errors.internal();
     if (this.started) {
+      this.deps.metrics?.midStreamError();
       this.sse?.end(this.encoder.error(e.code, e.message, e.status) + ChunkEncoder.done);
       this.s.done = true;
     } else {
