@@ -32,3 +32,11 @@ export function time(lang: Lang, d: Date): string {
 export function int(lang: Lang, n: number | bigint): string {
   return new Intl.NumberFormat(lang).format(n);
 }
+
+/** Spend and ledger amounts: centavos, with up to 6 decimals when smaller units matter (R$ 0,000012). */
+export function amount(lang: Lang, micros: bigint): string {
+  const neg = micros < 0n;
+  const abs = neg ? -micros : micros;
+  const out = abs % 10_000n === 0n ? money(lang, abs) : price(lang, abs);
+  return neg ? `-${out}` : out;
+}

@@ -170,7 +170,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     'content-security-policy': "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
     'x-content-type-options': 'nosniff',
     'x-frame-options': 'DENY',
-    'referrer-policy': 'no-referrer',
+    'referrer-policy': 'same-origin',
   };
   const cookie = (ctx: Ctx, name: string, value: string, maxAgeS: number, httpOnly = true) =>
     `${name}=${encodeURIComponent(value)}; Path=/; Max-Age=${maxAgeS}; SameSite=Lax${httpOnly ? '; HttpOnly' : ''}${ctx.secure ? '; Secure' : ''}`;
@@ -328,7 +328,15 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
       // CSRF: same-origin check when the browser says where it comes from, and the synchronizer
       // token (session secret; before sign-in, the double-submit cookie) on every form post.
       const origin = req.headers.origin;
-      const originOk = !origin || origin === 'null' ? !origin : new URL(origin).host === req.headers.host;
+      // (`Origin: null` comes from privacy settings; the token below still decides.)
+      let originOk = !origin || origin === 'null';
+      if (!originOk) {
+        try {
+          originOk = new URL(origin!).host === req.headers.host;
+        } catch {
+          originOk = false;
+        }
+      }
       const expected = ctx.session ? ctx.session.csrf : ctx.cookies[PRE_CSRF_COOKIE];
       if (!originOk || !tokensEqual(one(form, '_csrf'), expected)) {
         log.warn('csrf check failed', { path, has_session: !!ctx.session, origin_ok: originOk });

@@ -4,7 +4,7 @@ import { TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
 import type { ChargeRow } from '../pix/service.ts';
 import { html, raw, type SafeHtml } from './html.ts';
 import type { Lang, T } from './i18n/index.ts';
-import { dateTime, int, money, price, time } from './format.ts';
+import { amount, dateTime, int, money, price, time } from './format.ts';
 import type { LedgerRow } from './usage.ts';
 
 export interface ViewCtx {
@@ -94,12 +94,12 @@ function spendChart(c: ViewCtx, days: Array<{ day: string; micros: bigint; reque
   const bars = days.map((d, i) => {
     const h = max === 0n ? 0 : Number((d.micros * 1000n) / max) / 1000 * (H - pad * 2);
     const x = pad + i * bw;
-    return html`<rect x="${(x + 1).toFixed(1)}" y="${(H - pad - h).toFixed(1)}" width="${Math.max(bw - 2, 1).toFixed(1)}" height="${h.toFixed(1)}" data-day="${d.day}" data-micros="${d.micros.toString()}"><title>${d.day}: ${money(c.lang, d.micros)} · ${d.requests} req</title></rect>`;
+    return html`<rect x="${(x + 1).toFixed(1)}" y="${(H - pad - h).toFixed(1)}" width="${Math.max(bw - 2, 1).toFixed(1)}" height="${h.toFixed(1)}" data-day="${d.day}" data-micros="${d.micros.toString()}"><title>${d.day}: ${amount(c.lang, d.micros)} · ${d.requests} req</title></rect>`;
   });
   return html`<svg class="chart" data-testid="spend-chart" viewBox="0 0 ${W} ${H}" role="img" aria-label="${c.t('dash.spend_30d')}">
 <line x1="${pad}" y1="${H - pad}" x2="${W - pad}" y2="${H - pad}" class="axis"/>
 ${bars}
-<text x="${pad}" y="14" class="lbl">${money(c.lang, max)}</text>
+<text x="${pad}" y="14" class="lbl">${amount(c.lang, max)}</text>
 <text x="${pad}" y="${H - 6}" class="lbl">${days[0]?.day ?? ''}</text>
 <text x="${W - pad}" y="${H - 6}" class="lbl" text-anchor="end">${days[days.length - 1]?.day ?? ''}</text>
 </svg>`;
@@ -127,12 +127,12 @@ export function dashboardPage(
 <div class="grid2">
 <section class="card"><h2>${c.t('dash.by_model')}</h2>
 ${d.byModel.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="by-model"><thead><tr><th>${c.t('dash.model')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.tokens_in')}</th><th class="num">${c.t('dash.tokens_out')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
-${d.byModel.map((m) => html`<tr><td><code>${m.model}</code></td><td class="num">${int(c.lang, m.requests)}</td><td class="num">${int(c.lang, m.input_tokens)}</td><td class="num">${int(c.lang, m.output_tokens)}</td><td class="num">${money(c.lang, m.micros)}</td></tr>`)}
+${d.byModel.map((m) => html`<tr><td><code>${m.model}</code></td><td class="num">${int(c.lang, m.requests)}</td><td class="num">${int(c.lang, m.input_tokens)}</td><td class="num">${int(c.lang, m.output_tokens)}</td><td class="num">${amount(c.lang, m.micros)}</td></tr>`)}
 </tbody></table>`}
 </section>
 <section class="card"><h2>${c.t('dash.by_key')}</h2>
 ${d.byKey.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="by-key"><thead><tr><th>${c.t('dash.key')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
-${d.byKey.map((k) => html`<tr><td>${k.label || k.key_hint || k.key_id}</td><td class="num">${int(c.lang, k.requests)}</td><td class="num">${money(c.lang, k.micros)}</td></tr>`)}
+${d.byKey.map((k) => html`<tr><td>${k.label || k.key_hint || k.key_id}</td><td class="num">${int(c.lang, k.requests)}</td><td class="num">${amount(c.lang, k.micros)}</td></tr>`)}
 </tbody></table>`}
 </section>
 </div>`;
@@ -212,7 +212,7 @@ ${d.created ? html`<section class="card created" data-testid="created-key">
 ${d.keys.length === 0 ? html`<tr><td colspan="8" class="muted">${c.t('common.none')}</td></tr>` : ''}
 ${d.keys.map((k) => html`<tr data-key-id="${k.id}" data-testid="key-row">
 <td>${k.label}</td><td><code>${k.key_hint}</code></td><td>${allowlist(c, k)}</td><td>${limitText(c, k)}</td>
-<td class="num">${money(c.lang, k.usage_micros)}${k.limit_reset ? html`<br><small>${money(c.lang, k.windowUsage)} ${c.t('keys.per')} ${c.t(`keys.reset_${k.limit_reset}` as never)}</small>` : ''}</td>
+<td class="num">${amount(c.lang, k.usage_micros)}${k.limit_reset ? html`<br><small>${amount(c.lang, k.windowUsage)} ${c.t(`keys.window_${k.limit_reset}` as never)}</small>` : ''}</td>
 <td>${k.last_used_at ? dateTime(c.lang, k.last_used_at) : c.t('common.never')}</td>
 <td>${k.revoked_at ? html`<span class="badge s-EXPIRADA">${c.t('keys.revoked')}</span>` : html`<span class="badge s-CONCLUIDA">${c.t('keys.active')}</span>`}</td>
 <td>${k.revoked_at ? '' : html`<a class="button danger small" href="/keys/${k.id}/revoke" data-testid="revoke-link">${c.t('keys.revoke')}</a>`}</td>
@@ -268,7 +268,7 @@ export function ledgerPage(c: ViewCtx, rows: LedgerRow[], page: number, hasMore:
 <table data-testid="ledger"><thead><tr><th>${c.t('ledger.when')}</th><th>${c.t('ledger.what')}</th><th class="num">${c.t('ledger.amount')}</th><th class="num">${c.t('ledger.balance_after')}</th></tr></thead><tbody>
 ${rows.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
 ${rows.map((r) => html`<tr data-testid="ledger-row" data-source="${r.source}"><td>${dateTime(c.lang, r.created_at)}</td><td>${ledgerWhat(c, r)}</td>
-<td class="num ${r.kind}">${r.kind === 'credit' ? '+' : '−'}${money(c.lang, r.amount_micros)}</td><td class="num">${money(c.lang, r.balance_after_micros)}</td></tr>`)}
+<td class="num ${r.kind}">${r.kind === 'credit' ? '+' : '−'}${amount(c.lang, r.amount_micros)}</td><td class="num">${amount(c.lang, r.balance_after_micros)}</td></tr>`)}
 </tbody></table>
 <p class="pager">${page > 1 ? html`<a href="/ledger?page=${page - 1}" data-testid="prev">${c.t('common.prev')}</a>` : ''} ${hasMore ? html`<a href="/ledger?page=${page + 1}" data-testid="next">${c.t('common.next')}</a>` : ''}</p>
 </section>`;
