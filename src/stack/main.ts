@@ -160,8 +160,9 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       DATABASE_URL: pg.url,
       GATEWAY_PORT: String(gatewayPort),
       PORTAL_PORT: String(portalPort),
-      ...(urls.portal_url ? { PORTAL_URL: urls.portal_url } : {}),
-      BASE_URL: urls.base_url,
+      // Public URLs the portal shows and gives the Pix provider (see src/portal/config.ts).
+      GATEWAY_PUBLIC_URL: urls.base_url,
+      ...(urls.portal_url ? { PORTAL_PUBLIC_URL: urls.portal_url } : {}),
       ...options.env,
     };
     const specs: ChildSpec[] = processes.map((p) => ({
@@ -173,7 +174,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
     }));
     const output =
       options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
-    const supervisor = new Supervisor(specs, { output, event: (msg, fields) => log.warn(msg, fields) });
+    const supervisor = new Supervisor(specs, { output, event: (msg, fields, level) => log[level](msg, fields) });
     cleanups.push(() => supervisor.stop());
     supervisor.start();
 

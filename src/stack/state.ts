@@ -34,6 +34,7 @@ export const stateFile = (root: string) => join(stateDir(root), 'stack.json');
 export function writeStackState(root: string, state: StackState): string {
   const file = stateFile(root);
   mkdirSync(dirname(file), { recursive: true, mode: 0o700 });
+  chmodSync(dirname(file), 0o700);
   writeFileSync(file, JSON.stringify(state, null, 2) + '\n', { mode: 0o600 });
   chmodSync(file, 0o600);
   return file;

@@ -20,7 +20,7 @@ export interface SupervisorOptions {
   /** Receives every output line of every child, already prefixed. */
   output?: (line: string, stream: 'stdout' | 'stderr') => void;
   /** Supervisor events (start, exit, restart). */
-  event?: (msg: string, fields: Record<string, unknown>) => void;
+  event?: (msg: string, fields: Record<string, unknown>, level: 'info' | 'warn') => void;
   stopTimeoutMs?: number;
   maxBackoffMs?: number;
 }
@@ -91,7 +91,7 @@ export class Supervisor {
         this.opts.output?.(`${prefix} ${line}`, stream);
       });
     }
-    this.opts.event?.('started', { child: spec.name, pid: child.pid });
+    this.opts.event?.('started', { child: spec.name, pid: child.pid }, 'info');
     m.exited = new Promise((resolveExit) => {
       child.once('exit', (code, signal) => {
         resolveExit();
@@ -101,13 +101,13 @@ export class Supervisor {
         if (upMs > 60000) m.restarts = 0;
         const backoff = Math.min(250 * 2 ** m.restarts, this.opts.maxBackoffMs ?? 10000);
         m.restarts++;
-        this.opts.event?.('exited unexpectedly; restarting', { child: spec.name, code, signal, up_ms: upMs, restart_in_ms: backoff, restarts: m.restarts });
+        this.opts.event?.('exited unexpectedly; restarting', { child: spec.name, code, signal, up_ms: upMs, restart_in_ms: backoff, restarts: m.restarts }, 'warn');
         m.timer = setTimeout(() => {
           m.timer = null;
           if (!this.stopping) this.launch(m);
         }, backoff);
       });
-      child.once('error', (err) => this.opts.event?.('spawn error', { child: spec.name, error: err.message }));
+      child.once('error', (err) => this.opts.event?.('spawn error', { child: spec.name, error: err.message }, 'warn'));
     });
   }
 
@@ -131,7 +131,7 @@ export class Supervisor {
         const child = m.child;
         if (!child || child.exitCode !== null || child.signalCode !== null) return;
         const killer = setTimeout(() => {
-          this.opts.event?.('did not stop in time; killing', { child: m.spec.name, timeout_ms: timeout });
+          this.opts.event?.('did not stop in time; killing', { child: m.spec.name, timeout_ms: timeout }, 'warn');
           child.kill('SIGKILL');
         }, timeout);
         child.kill('SIGTERM');
