@@ -10,6 +10,21 @@ import { fileURLToPath } from 'node:url';
 export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 export const LOG_DIR = join(ROOT, 'bench', 'results', 'logs');
 
+// Children still running when this process exits (an error, Ctrl-C, a timeout) are killed, so a
+// benchmark never leaves a stack behind.
+const live = new Set<ChildProcess>();
+let exitHook = false;
+export function track(child: ChildProcess): void {
+  live.add(child);
+  child.once('exit', () => live.delete(child));
+  if (!exitHook) {
+    exitHook = true;
+    process.once('exit', () => {
+      for (const c of live) c.kill('SIGKILL');
+    });
+  }
+}
+
 export interface Proc {
   name: string;
   child: ChildProcess;
@@ -38,6 +53,7 @@ export function spawnEntry(name: string, entry: string, env: Record<string, stri
     env: { ...process.env, ...env } as NodeJS.ProcessEnv,
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  track(child);
   child.stdout!.pipe(out, { end: false });
   child.stderr!.pipe(out, { end: false });
   const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));

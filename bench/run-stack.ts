@@ -13,7 +13,7 @@ import { credit } from '../src/billing/ledger.ts';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
 import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
 import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
-import { freePort, LOG_DIR, readVmHWM, ROOT, spawnEntry, spawnMock, waitForLog, waitForPort, type Proc } from './procs.ts';
+import { freePort, LOG_DIR, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
 
 // Starts a whole stack for a benchmark as real processes and (optionally) runs a scenario
@@ -62,6 +62,7 @@ function spawnNats(port: number, storeDir: string): Proc {
   mkdirSync(LOG_DIR, { recursive: true });
   const logFile = join(LOG_DIR, 'nats-server.log');
   const child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, '-l', logFile], { stdio: 'ignore' });
+  track(child);
   const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   return {
     name: 'nats-server',
@@ -268,6 +269,12 @@ async function main(argv: string[]): Promise<number> {
   log(`stack up: gateway ${stack.gatewayUrl}, mock ${stack.mockUrl}, NATS ${stack.natsUrl}, DB ${stack.databaseUrl.replace(/\/\/[^@/]*@/, '//***@')}`);
   log(`processes: ${stack.procs.map((p) => `${p.name}=${p.pid}`).join(' ')} (logs in ${LOG_DIR})`);
 
+  if (!v.serve) {
+    // Ctrl-C or a timeout during a run: stop the stack (children get SIGKILL on exit anyway)
+    const abort = () => void stack.stop().finally(() => process.exit(130));
+    process.once('SIGINT', abort);
+    process.once('SIGTERM', abort);
+  }
   if (v.serve) {
     process.stdout.write(JSON.stringify({ gateway_url: stack.gatewayUrl, mock_url: stack.mockUrl, key: stack.key, model: 'bench/mock', nats_url: stack.natsUrl, tenant: stack.tenantId }) + '\n');
     await new Promise<void>((r) => {
