@@ -15,8 +15,9 @@ export const ConfigSchema = z.object({
   MAX_BODY_BYTES: int(4 * 1024 * 1024),
   /** Interval of `: processing` SSE comments (and keepalive frames) while no token has arrived. */
   KEEPALIVE_MS: int(2000),
-  /** No frame from the worker for this long → the request fails with 504. */
-  STREAM_IDLE_TIMEOUT_MS: int(60000),
+  /** No frame from the worker for this long → the request fails with 504. Workers send a keepalive
+   * frame whenever a stream is quiet for KEEPALIVE_MS, so this detects a dead worker. */
+  STREAM_IDLE_TIMEOUT_MS: int(15000),
   /** Per-request SSE bytes buffered for a slow client before the request is cancelled. */
   MAX_CLIENT_BUFFER_BYTES: int(1024 * 1024),
   /** Whole-request ceiling; the hold expires after this plus HOLD_GRACE_MS. */

@@ -298,6 +298,6 @@ describe('monitoring', () => {
     const client = stack.nc.services.client();
     const names = new Set<string>();
     for await (const r of await client.ping()) names.add(r.name);
-    expect([...names].sort()).toEqual(expect.arrayContaining(['catraca-gateway', 'catraca-metering']));
+    expect([...names].sort()).toEqual(expect.arrayContaining(['catraca-gateway', 'catraca-metering', 'catraca-worker']));
   });
 });

@@ -1,13 +1,15 @@
 import { loadConfig } from '../src/config.ts';
 import { createLogger } from '../src/log.ts';
 import { startWorker } from './worker.ts';
+import { monitorWorker } from './monitoring.ts';
 
 // Entry point: `tsx workers/main.ts`. WORKER_POOLS=sim,openai … WORKER_CONCURRENCY, NATS_URL.
 const log = createLogger('worker');
 const config = loadConfig();
 const pools = config.WORKER_POOLS.split(',').map((p) => p.trim()).filter(Boolean);
 
-const worker = await startWorker({ config, pools, natsUrl: config.NATS_URL });
+const worker = await startWorker({ config, pools, natsUrl: config.NATS_URL, id: config.CATRACA_INSTANCE });
+const monitoring = await monitorWorker(worker.nc, worker.id, () => worker.stats());
 log.info('worker ready', { worker: worker.id, pools, nats: config.NATS_URL.replace(/\/\/[^@/]*@/, '//***@') });
 
 let signals = 0;
@@ -17,6 +19,7 @@ const shutdown = (sig: string) => {
     process.exit(1);
   }
   log.info('shutting down', { sig });
+  monitoring.stop().catch(() => {});
   worker.stop().then(
     () => process.exit(0),
     (err) => {

@@ -144,8 +144,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   async function run(job: Job, pool: string, acceptedAt: number, entry: { why?: AbortWhy; ac: AbortController }): Promise<void> {
     const adapter = registry.forPool(pool);
     let seq = 0;
+    let lastSent = Date.now();
     const send = (frame: Record<string, unknown>) => {
       frame.seq = seq++;
+      lastSent = Date.now();
       try {
         nc.publish(job.reply_to, encode(frame));
       } catch (err) {
@@ -154,8 +156,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       }
     };
 
-    let keepalive: NodeJS.Timeout | undefined =
-      keepaliveMs > 0 ? setInterval(() => send({ t: 'keepalive' }), keepaliveMs) : undefined;
+    // Keepalives whenever the stream has been quiet for keepaliveMs, before and after the first
+    // token: they are the worker's liveness signal for the front door's idle timeout.
+    const keepalive: NodeJS.Timeout | undefined =
+      keepaliveMs > 0
+        ? setInterval(() => {
+            if (Date.now() - lastSent >= keepaliveMs) send({ t: 'keepalive' });
+          }, Math.max(10, Math.floor(keepaliveMs / 2)))
+        : undefined;
     const deadline = setTimeout(() => {
       if (!entry.why) {
         entry.why = 'deadline';
@@ -173,11 +181,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       for await (const ev of adapter.stream(job, entry.ac.signal)) {
         if (entry.why) break;
         if (ev.type === 'delta') {
-          if (deltas++ === 0) {
-            clearInterval(keepalive);
-            keepalive = undefined;
-            recordFirstToken(Date.now() - acceptedAt);
-          }
+          if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
           output += ev.content;
           send({ t: 'delta', content: ev.content });
         } else if (ev.type === 'usage') {

@@ -1,0 +1,36 @@
+import type { NatsConnection } from 'nats';
+import { createMetrics, HEADLINE, registerMonitoring } from '../src/bus/monitoring.ts';
+import type { WorkerStats } from './worker.ts';
+
+/**
+ * Publishes a worker's figures as a NATS micro service. The worker keeps plain counters on its
+ * hot path; this samples them once a second into the shared metrics registry.
+ */
+export async function monitorWorker(nc: NatsConnection, id: string, stats: () => WorkerStats) {
+  const metrics = createMetrics();
+  metrics.gauge(HEADLINE.inflight, 'Jobs streaming upstream', {}, () => stats().inFlight);
+  const jobs = metrics.counter(HEADLINE.jobs, 'Jobs finished (any outcome)');
+  const errors = metrics.counter(HEADLINE.errors, 'Jobs ended in error');
+  const refusedBusy = metrics.counter('catraca_jobs_refused_total', 'Refused jobs', { code: 'busy' });
+  const cancelled = metrics.counter('catraca_jobs_cancelled_total', 'Jobs cancelled by the client');
+  metrics.gauge('catraca_upstream_ttft_p99_ms', 'Upstream first token p99 (recent), ms', {}, () => stats().firstTokenMs.p99);
+  metrics.gauge('catraca_upstream_ttft_p50_ms', 'Upstream first token p50 (recent), ms', {}, () => stats().firstTokenMs.p50);
+  metrics.gauge('catraca_usage_pending', 'Usage messages not yet acked by JetStream', {}, () => stats().usagePending);
+  let last = stats();
+  const timer = setInterval(() => {
+    const now = stats();
+    jobs.inc(now.completed + now.failed + now.cancelled - (last.completed + last.failed + last.cancelled));
+    errors.inc(now.failed - last.failed);
+    cancelled.inc(now.cancelled - last.cancelled);
+    refusedBusy.inc(now.busy - last.busy);
+    last = now;
+  }, 1000);
+  timer.unref();
+  const service = await registerMonitoring(nc, { name: 'catraca-worker', version: '0.1.0', instanceId: id, metrics, extra: () => ({ pools: stats().pools }) });
+  return {
+    async stop() {
+      clearInterval(timer);
+      await service.stop();
+    },
+  };
+}
