@@ -13,7 +13,7 @@ import { credit } from '../src/billing/ledger.ts';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
 import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
 import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
-import { freePort, LOG_DIR, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
+import { freePort, LOG_DIR, readCpuSeconds, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
 
 // Starts a whole stack for a benchmark as real processes and (optionally) runs a scenario
@@ -305,6 +305,8 @@ async function main(argv: string[]): Promise<number> {
   const results: TargetResult[] = [];
   let lag: { lag_ms: HistogramSummary; matched: number; ok_requests: number; missing: number; drain_ms: number; poll_ms: number; poll_query_ms: HistogramSummary } | null = null;
   let peaks: Record<string, number | null> = {};
+  /** CPU of each process during the gateway phase (warm-up included), % of one core */
+  const cpuPct: Record<string, number | null> = {};
   let ledgerCheck: Record<string, unknown> = {};
   try {
     const what = base.mode === 'open' ? `${base.rate} req/s` : `${base.concurrency} concurrent`;
@@ -315,6 +317,8 @@ async function main(argv: string[]): Promise<number> {
     const pollMs = v['lag-poll-ms'] ? Number(v['lag-poll-ms']) : 10;
     const poller = ledgerPoller(stack.databaseUrl, stack.tenantId, pollMs);
     const ends = new Map<string, number>();
+    const cpu0 = new Map(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)]));
+    const wall0 = Date.now();
     log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
     results.push(
       await runTarget({ name: 'gateway', url: stack.gatewayUrl, key: stack.key, model: 'bench/mock' }, {
@@ -325,6 +329,12 @@ async function main(argv: string[]): Promise<number> {
       }),
     );
     log(formatResults(results.slice(-1)));
+    const wallS = (Date.now() - wall0) / 1000;
+    for (const p of stack.procs) {
+      const a = cpu0.get(p.name);
+      const b = readCpuSeconds(p.pid);
+      cpuPct[p.name] = a === null || a === undefined || b === null ? null : Math.round(((b - a) / wallS) * 1000) / 10;
+    }
     const ids = [...ends.keys()];
     await poller.waitFor(ids, 60000);
     await poller.stop();
@@ -382,6 +392,7 @@ async function main(argv: string[]): Promise<number> {
     metering_lag: lag,
     ledger_check: ledgerCheck,
     peak_rss_kib: peaks,
+    cpu_pct_gateway_phase: cpuPct,
     gateway_profile_top: profile,
     gateway_profile_file: profileFile,
   };
@@ -390,7 +401,10 @@ async function main(argv: string[]): Promise<number> {
   const out = [formatResults(results), 'overhead vs direct:\n' + formatOverheads(ov), 'goals:\n' + formatGoals(goals)];
   if (lag) out.push(`metering lag (client end → ledger row first seen, poll ${lag.poll_ms} ms): p50 ${lag.lag_ms.p50} p90 ${lag.lag_ms.p90} p99 ${lag.lag_ms.p99} max ${lag.lag_ms.max} ms; ${lag.matched}/${lag.ok_requests} matched; drain ${lag.drain_ms} ms`);
   out.push('ledger: ' + JSON.stringify(ledgerCheck));
-  out.push('peak RSS (VmHWM):\n' + table([['process', 'MiB'], ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10])]));
+  out.push(
+    'peak RSS (VmHWM) and CPU during the gateway phase (% of one core, warm-up included):\n' +
+      table([['process', 'MiB', 'cpu%'], ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10, cpuPct[k] ?? 'n/a'])]),
+  );
   if (profile) out.push(`gateway CPU profile top self time (${profileFile}):\n` + table([['self %', 'frame'], ...profile.map((p) => [p.self_pct, p.frame])]));
   out.push(`results: ${file}`);
   process.stdout.write(out.join('\n\n') + '\n');
