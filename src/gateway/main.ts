@@ -6,7 +6,8 @@ import { startGateway } from './server.ts';
 
 const log = createLogger('gateway');
 const config = loadConfig();
-const db = createPool(config.DATABASE_URL, 20);
+// The front door writes only holds (reservations) and reads; see PoolOptions.asyncCommit.
+const db = createPool(config.DATABASE_URL, 20, { asyncCommit: true });
 const nc = await connectBus(config.NATS_URL, `catraca-gateway ${config.CATRACA_INSTANCE ?? process.pid}`);
 const gateway = await startGateway({ config, db, nc, doorId: config.CATRACA_INSTANCE, portalUrl: process.env.PORTAL_PUBLIC_URL });
 
