@@ -236,27 +236,36 @@ export function banner(stack: RunningStack): string {
 }
 
 async function main(): Promise<void> {
-  let stack: RunningStack;
+  // Signals are handled from the first moment: a Ctrl-C during start-up stops what already started.
+  let stack: RunningStack | null = null;
+  let stopping: Promise<void> | null = null;
+  let signals = 0;
+  const shutdown = (signal: string) => {
+    if (++signals > 1) {
+      log.warn('second signal: exiting now', { signal });
+      process.exit(1);
+    }
+    log.info('stopping', { signal });
+    if (!stack) return; // startStack is still running; handled when it returns
+    stopping ??= stack.stop().then(() => {
+      log.info('stopped');
+      process.exit(0);
+    });
+  };
+  process.on('SIGINT', () => shutdown('SIGINT'));
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
   try {
     stack = await startStack();
   } catch (err) {
     log.error('the stack did not start', { error: err });
     process.exit(1);
   }
+  if (signals > 0) {
+    signals = 0;
+    shutdown('signal during start-up');
+    return;
+  }
   process.stdout.write(banner(stack) + '\n');
-  let signals = 0;
-  const shutdown = async (signal: string) => {
-    if (++signals > 1) {
-      log.warn('second signal: exiting now', { signal });
-      process.exit(1);
-    }
-    log.info('stopping', { signal });
-    await stack.stop();
-    log.info('stopped');
-    process.exit(0);
-  };
-  process.on('SIGINT', () => void shutdown('SIGINT'));
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
 }
 
 if (process.argv[1] && pathToFileURL(resolve(process.argv[1])).href === import.meta.url) {

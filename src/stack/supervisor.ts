@@ -57,6 +57,8 @@ export class Supervisor {
   }
 
   start(): void {
+    // Children run in their own process groups; if this process dies without stop(), take them along.
+    process.once('exit', this.killAll);
     for (const spec of this.specs) {
       if (!existsSync(spec.entry)) throw new Error(`entry point not found: ${spec.entry}`);
       const m: Managed = { spec, child: null, restarts: 0, startedAt: 0, timer: null, exited: Promise.resolve(), ready: !spec.ready, onReady: [] };
@@ -64,6 +66,14 @@ export class Supervisor {
       this.launch(m);
     }
   }
+
+  private readonly killAll = () => {
+    for (const m of this.children.values()) {
+      try {
+        m.child?.kill('SIGKILL');
+      } catch {}
+    }
+  };
 
   pids(): Record<string, number | undefined> {
     return Object.fromEntries([...this.children].map(([n, m]) => [n, m.child?.pid]));
@@ -124,6 +134,7 @@ export class Supervisor {
   /** SIGTERM every child, wait for all; SIGKILL whoever outlives the timeout. */
   async stop(): Promise<void> {
     this.stopping = true;
+    process.removeListener('exit', this.killAll);
     const timeout = this.opts.stopTimeoutMs ?? 15000;
     await Promise.all(
       [...this.children.values()].map(async (m) => {
