@@ -63,3 +63,19 @@ export async function sweepExpiredHolds(db: DbClient, limit = 1000): Promise<num
   const { rows } = await db.query('select catraca_sweep_holds($1) as n', [limit]);
   return rows[0].n;
 }
+
+export interface AdmitRequest {
+  requestId: string;
+  tenantId: string;
+  keyId: string;
+  min: bigint;
+  max: bigint;
+  ttlMs: number;
+}
+
+/** Several admissions of one tenant in one transaction, results in order (catraca_admit_batch). */
+export async function admitBatch(db: DbClient, items: AdmitRequest[]): Promise<AdmitResult[]> {
+  const payload = items.map((a) => ({ request_id: a.requestId, tenant_id: a.tenantId, key_id: a.keyId, min: a.min.toString(), max: a.max.toString() }));
+  const { rows } = await db.query('select * from catraca_admit_batch($1::jsonb, $2)', [JSON.stringify(payload), items[0].ttlMs]);
+  return rows.map(({ request_id: _id, ...r }) => r as AdmitResult);
+}

@@ -13,6 +13,7 @@ import { StreamRouter } from './stream-router.ts';
 import { ChatCompletion, newRequestId } from './chat/handler.ts';
 import { creditsBody, keyBody, modelsBody } from './account.ts';
 import { createGatewayMetrics } from './metrics.ts';
+import { AdmissionBatcher } from '../billing/admission-batcher.ts';
 import { registerMonitoring, renderPrometheus } from '../bus/monitoring.ts';
 
 const log = createLogger('gateway');
@@ -75,6 +76,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
 
   const chatDeps = {
     config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl,
+    admission: new AdmissionBatcher(db),
     metrics: gm,
     onFinish: (status: number, ttfbMs: number | null, startedAt: number) => {
       track(status, startedAt, ttfbMs);

@@ -79,7 +79,7 @@ function env(): { natsUrl: string; databaseUrl: string } {
   return { natsUrl, databaseUrl };
 }
 
-export function spawnProcess(name: string, entry: string, extraEnv: Record<string, string>, ready: RegExp, timeoutMs = 20000): Promise<Proc> {
+export function spawnProcess(name: string, entry: string, extraEnv: Record<string, string>, ready: RegExp, timeoutMs = 45000): Promise<Proc> {
   const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, entry)], {
     cwd: ROOT,
     env: { ...process.env, LOG_LEVEL: 'info', ...extraEnv },

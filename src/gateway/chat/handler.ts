@@ -4,7 +4,8 @@ import type { Config } from '../../config.ts';
 import type { Db } from '../../db/pool.ts';
 import type { ApiKeyRecord } from '../../db/keys.ts';
 import type { ModelRecord } from '../../db/models.ts';
-import { admit, releaseHold } from '../../billing/ledger.ts';
+import { releaseHold } from '../../billing/ledger.ts';
+import type { AdmissionBatcher } from '../../billing/admission-batcher.ts';
 import { affordableOutputTokens, brlNumber, costMicros, formatBrl, type Prices } from '../../billing/money.ts';
 import { inputTokensUpperBound } from '../../billing/estimate.ts';
 import { decodeJson, encode, JobAckSchema, type Frame, type Job } from '../../bus/messages.ts';
@@ -33,6 +34,7 @@ export interface ChatDeps {
   router: StreamRouter;
   portalUrl?: string;
   metrics?: GatewayMetrics;
+  admission: AdmissionBatcher;
   /** Called once per request with its final HTTP status (metrics). */
   onFinish?: (status: number, ttfbMs: number | null, startedAt: number) => void;
 }
@@ -127,7 +129,7 @@ export class ChatCompletion {
     const max = costMicros(inputTokens, wanted, this.prices);
     const min = requested !== null ? max : costMicros(inputTokens, 1, this.prices);
     const admitStarted = performance.now();
-    const result = await admit(this.deps.db, {
+    const result = await this.deps.admission.admit({
       requestId: this.s.requestId,
       tenantId: key.tenant_id,
       keyId: key.id,
