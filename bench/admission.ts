@@ -1,6 +1,8 @@
 // Admission alone: requests/s of the hold (catraca_admit) and of hold + settlement
 // (catraca_settle), against the PostgreSQL at DATABASE_URL (default: the local one), with one
-// hot tenant and with many tenants. Each operation is one round trip to one PL/pgSQL function.
+// hot tenant and with many tenants, each directly (one round trip per admission) and through the
+// front door's per-tenant AdmissionBatcher. Run it with PGOPTIONS='-c synchronous_commit=off' to
+// measure what the front door does (its pool commits holds asynchronously).
 //
 //   npx tsx bench/admission.ts [--seconds 5] [--concurrency 32] [--tenants 1,1000]
 import { parseArgs } from 'node:util';
@@ -9,6 +11,7 @@ import { createPool } from '../src/db/pool.ts';
 import { createTenant } from '../src/db/tenants.ts';
 import { createApiKey } from '../src/db/keys.ts';
 import { admit, credit, settle } from '../src/billing/ledger.ts';
+import { AdmissionBatcher } from '../src/billing/admission-batcher.ts';
 
 const { values } = parseArgs({
   options: {
@@ -40,7 +43,8 @@ function pct(sorted: number[], q: number) {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 }
 
-async function measure(label: string, pool: { tenantId: string; keyId: string }[], withSettle: boolean) {
+async function measure(label: string, pool: { tenantId: string; keyId: string }[], withSettle: boolean, batched = false) {
+  const batcher = new AdmissionBatcher(db);
   let seq = 0;
   const lat: number[] = [];
   const until = performance.now() + seconds * 1000;
@@ -49,7 +53,8 @@ async function measure(label: string, pool: { tenantId: string; keyId: string }[
       const who = pool[seq % pool.length];
       const requestId = `bench-${process.pid}-${label}-${seq++}`;
       const t0 = performance.now();
-      const r = await admit(db, { requestId, tenantId: who.tenantId, keyId: who.keyId, min: 100n, max: 5000n, ttlMs: 600000 });
+      const request = { requestId, tenantId: who.tenantId, keyId: who.keyId, min: 100n, max: 5000n, ttlMs: 600000 };
+      const r = batched ? await batcher.admit(request) : await admit(db, request);
       if (r.status !== 'ok') throw new Error(`admission refused: ${r.status}`);
       if (withSettle) {
         await settle(db, { requestId, tenantId: who.tenantId, keyId: who.keyId, costMicros: 1234n, model: 'bench', inputTokens: 10, outputTokens: 10, estimated: false, outcome: 'completed', at: new Date() });
@@ -67,6 +72,8 @@ for (const n of values.tenants!.split(',').map(Number)) {
   const pool = await tenants(n);
   rows.push(await measure(`admit, ${n} tenant${n > 1 ? 's' : ''}`, pool, false));
   rows.push(await measure(`admit+settle, ${n} tenant${n > 1 ? 's' : ''}`, pool, true));
+  rows.push(await measure(`batched admit, ${n} tenant${n > 1 ? 's' : ''}`, pool, false, true));
+  rows.push(await measure(`batched admit+settle, ${n} tenant${n > 1 ? 's' : ''}`, pool, true, true));
 }
 console.table(rows);
 console.log(JSON.stringify({ concurrency, seconds, rows }));

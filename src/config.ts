@@ -32,7 +32,8 @@ export const ConfigSchema = z.object({
   UPSTREAM_CONNECT_TIMEOUT_MS: int(10000),
   SIM_FIRST_TOKEN_MS: int(0),
   SIM_TOKENS_PER_SECOND: int(0),
-  METERING_BATCH: int(256),
+  /** Usage messages settled per PostgreSQL transaction, at most (batches form under load). */
+  METERING_BATCH: int(128),
   /** Unacked usage (its metering process died) is redelivered after this long. */
   METERING_ACK_WAIT_MS: int(10000),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),

@@ -79,3 +79,15 @@ export async function admitBatch(db: DbClient, items: AdmitRequest[]): Promise<A
   const { rows } = await db.query('select * from catraca_admit_batch($1::jsonb, $2)', [JSON.stringify(payload), items[0].ttlMs]);
   return rows.map(({ request_id: _id, ...r }) => r as AdmitResult);
 }
+
+export type SettleResult = { status: 'settled' | 'duplicate' | 'unknown_tenant'; debited: bigint; balance: bigint };
+
+/** Settles many requests in one transaction (catraca_settle_batch); results in order. */
+export async function settleBatch(db: DbClient, items: Settlement[]): Promise<SettleResult[]> {
+  const payload = items.map((s) => ({
+    request_id: s.requestId, tenant_id: s.tenantId, key_id: s.keyId, cost: s.costMicros.toString(), model: s.model,
+    input: s.inputTokens, output: s.outputTokens, estimated: s.estimated, outcome: s.outcome, at: s.at.toISOString(),
+  }));
+  const { rows } = await db.query('select * from catraca_settle_batch($1::jsonb)', [JSON.stringify(payload)]);
+  return rows.map(({ request_id: _id, ...r }) => r as SettleResult);
+}

@@ -1,8 +1,8 @@
 import { AckPolicy, DeliverPolicy, type JsMsg, type NatsConnection, type ConsumerMessages } from 'nats';
 import type { Db } from '../db/pool.ts';
-import { settle, sweepExpiredHolds } from '../billing/ledger.ts';
+import { settle, settleBatch, sweepExpiredHolds, type Settlement, type SettleResult } from '../billing/ledger.ts';
 import { costMicros } from '../billing/money.ts';
-import { decodeJson, UsageMessageSchema } from '../bus/messages.ts';
+import { decodeJson, UsageMessageSchema, type UsageMessage } from '../bus/messages.ts';
 import { ensureUsageStream } from '../bus/connect.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
 import { createLogger } from '../log.ts';
@@ -13,9 +13,9 @@ const log = createLogger('metering');
 export interface MeteringOptions {
   nc: NatsConnection;
   db: Db;
-  /** Messages fetched per pull. */
+  /** Usage messages settled per PostgreSQL transaction (at most). */
   batch?: number;
-  /** Settlements running at once (each is one PostgreSQL transaction). */
+  /** Settlement transactions running at once. */
   concurrency?: number;
   sweepIntervalMs?: number;
   ackWaitMs?: number;
@@ -73,13 +73,15 @@ export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 100
  */
 export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const { nc, db } = opts;
-  const concurrency = opts.concurrency ?? 16;
+  // Batches in flight at once, and messages per batch (one PostgreSQL transaction each).
+  const concurrency = opts.concurrency ?? 2;
+  const batchSize = opts.batch ?? 128;
   await ensureMeteringConsumer(nc, opts.ackWaitMs);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
   const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0 };
   const metrics = createMetrics();
-  metrics.gauge(HEADLINE.inflight, 'Usage messages being settled', {}, () => running.size);
+  metrics.gauge(HEADLINE.inflight, 'Usage messages being settled', {}, () => buffer.length + flushing);
   metrics.gauge('catraca_open_holds', 'Holds not yet settled or swept', {}, () => stats.openHolds);
   const mx = {
     jobs: metrics.counter(HEADLINE.jobs, 'Usage messages settled (acked)'),
@@ -94,74 +96,104 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   let messages: ConsumerMessages | undefined;
   const running = new Set<Promise<void>>();
 
-  const handle = async (msg: JsMsg): Promise<void> => {
-    let usage;
+  /** Parses a message; an unreadable one is terminated (it can never settle). */
+  const parse = (msg: JsMsg): { msg: JsMsg; usage: UsageMessage; settlement: Settlement } | null => {
     try {
-      usage = UsageMessageSchema.parse(decodeJson(msg.data));
+      const usage = UsageMessageSchema.parse(decodeJson(msg.data));
+      const costMicros_ = costMicros(usage.prompt_tokens, usage.completion_tokens, { input: BigInt(usage.input_price), output: BigInt(usage.output_price) });
+      return {
+        msg,
+        usage,
+        settlement: {
+          requestId: usage.request_id, tenantId: usage.tenant_id, keyId: usage.key_id, costMicros: costMicros_, model: usage.model,
+          inputTokens: usage.prompt_tokens, outputTokens: usage.completion_tokens, estimated: usage.estimated, outcome: usage.outcome,
+          at: new Date(usage.ended_at),
+        },
+      };
     } catch (err) {
       stats.poison++;
       mx.errors.inc();
       log.error('unreadable usage message: terminated', { seq: msg.seq, err: err as Error });
       msg.term();
+      return null;
+    }
+  };
+
+  /** Acks (after the commit) or terminates one message according to its settlement result. */
+  const conclude = async (item: { msg: JsMsg; usage: UsageMessage; settlement: Settlement }, result: SettleResult): Promise<void> => {
+    const { msg, usage, settlement } = item;
+    if (result.status === 'duplicate') {
+      stats.duplicates++;
+      mx.duplicates.inc();
+    } else if (result.status === 'settled') {
+      stats.settled++;
+      mx.settled.inc();
+      stats.lastLagMs = Date.now() - usage.ended_at;
+      mx.lag.observe(stats.lastLagMs);
+      mx.lagNamed.observe(stats.lastLagMs);
+      if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
+      if (result.debited < settlement.costMicros) log.warn('shortfall: cost exceeded available balance', { request_id: usage.request_id, cost: settlement.costMicros.toString(), debited: result.debited.toString() });
+    } else {
+      stats.poison++;
+      mx.errors.inc();
+      log.error('usage for unknown tenant: terminated', { request_id: usage.request_id, tenant_id: usage.tenant_id });
+      msg.term();
       return;
     }
+    mx.jobs.inc();
+    await msg.ackAck().catch((err) => log.warn('ack failed; the message will be redelivered (a no-op)', { request_id: usage.request_id, err: err as Error }));
+  };
+
+  /**
+   * Settles a batch in one transaction (one WAL flush). If the batch fails as a whole, each
+   * message is retried alone so one bad message cannot hold the others back.
+   */
+  const settleMessages = async (msgs: JsMsg[]): Promise<void> => {
+    const items = msgs.map(parse).filter((x) => x !== null);
+    if (items.length === 0) return;
     try {
-      const cost = costMicros(usage.prompt_tokens, usage.completion_tokens, {
-        input: BigInt(usage.input_price),
-        output: BigInt(usage.output_price),
-      });
-      const result = await settle(db, {
-        requestId: usage.request_id,
-        tenantId: usage.tenant_id,
-        keyId: usage.key_id,
-        costMicros: cost,
-        model: usage.model,
-        inputTokens: usage.prompt_tokens,
-        outputTokens: usage.completion_tokens,
-        estimated: usage.estimated,
-        outcome: usage.outcome,
-        at: new Date(usage.ended_at),
-      });
-      if (result.status === 'duplicate') {
-        stats.duplicates++;
-        mx.duplicates.inc();
-      } else if (result.status === 'settled') {
-        stats.settled++;
-        mx.settled.inc();
-        stats.lastLagMs = Date.now() - usage.ended_at;
-        mx.lag.observe(stats.lastLagMs);
-        mx.lagNamed.observe(stats.lastLagMs);
-        if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
-        if (result.debited < cost) log.warn('shortfall: cost exceeded available balance', { request_id: usage.request_id, cost: cost.toString(), debited: result.debited.toString() });
-      } else {
-        stats.poison++;
+      const results = items.length === 1 ? [await settle(db, items[0].settlement)] : await settleBatch(db, items.map((i) => i.settlement));
+      await Promise.all(items.map((item, i) => conclude(item, results[i])));
+      return;
+    } catch (err) {
+      if (items.length === 1) {
+        stats.failures++;
         mx.errors.inc();
-        log.error('usage for unknown tenant: terminated', { request_id: usage.request_id, tenant_id: usage.tenant_id });
-        msg.term();
+        log.warn('settlement failed; will be redelivered', { request_id: items[0].usage.request_id, err: err as Error });
+        items[0].msg.nak(1000);
         return;
       }
-      mx.jobs.inc();
-      await msg.ackAck();
-    } catch (err) {
-      stats.failures++;
-      mx.errors.inc();
-      log.warn('settlement failed; will be redelivered', { request_id: usage.request_id, err: err as Error });
-      msg.nak(1000);
+      log.warn('batch settlement failed; settling one by one', { size: items.length, err: err as Error });
     }
+    for (const item of items) await settleMessages([item.msg]);
+  };
+
+  const buffer: JsMsg[] = [];
+  let flushing = 0;
+  /** Starts settlement batches while fewer than `concurrency` run; what arrives meanwhile waits and goes together. */
+  const kick = () => {
+    while (flushing < concurrency && buffer.length > 0) {
+      const batch = buffer.splice(0, batchSize);
+      flushing++;
+      const p: Promise<void> = settleMessages(batch).finally(() => {
+        flushing--;
+        running.delete(p);
+        stats.inFlight = buffer.length + flushing;
+        kick();
+      });
+      running.add(p);
+    }
+    stats.inFlight = buffer.length + flushing;
   };
 
   const loop = async () => {
     while (!stopping) {
       try {
-        messages = await consumer.consume({ max_messages: opts.batch ?? 256 });
+        messages = await consumer.consume({ max_messages: batchSize * 2 });
         for await (const msg of messages) {
-          while (running.size >= concurrency) await Promise.race(running);
-          stats.inFlight = running.size + 1;
-          const p = handle(msg).finally(() => {
-            running.delete(p);
-            stats.inFlight = running.size;
-          });
-          running.add(p);
+          buffer.push(msg);
+          kick();
+          while (buffer.length >= batchSize * 4) await Promise.race(running);
           if (stopping) break;
         }
       } catch (err) {
@@ -200,7 +232,8 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
       clearInterval(sweeper);
       await monitoring.stop().catch(() => {});
       await messages?.close().catch(() => {});
-      await Promise.allSettled([...running]);
+      // settle what was already pulled rather than leave it to redelivery
+      while (running.size > 0) await Promise.allSettled([...running]);
       await Promise.race([looping, new Promise((r) => setTimeout(r, 2000))]);
     },
   };
