@@ -22,6 +22,7 @@ Usage: catraca <command> [options] [--json]
             [--max-output-tokens N] [--context-length N]    → {id, pool, upstream_model, …}
   ledger check [--tenant ID]                                 → {ok, tenants_checked, mismatches}
   status                                                     (health of a running stack)
+  pix pay --txid TXID [--valor 12.34]                         (dev: pay a charge at the Pix simulator)
 
 Amounts are BRL decimal strings with at most 6 decimals ("12.34"); balances and prices are
 printed the same way, exact. --api-key-env takes the NAME of an environment variable that holds
@@ -42,6 +43,8 @@ const COMMANDS: Record<string, Command> = {
   'model set': modelSet,
   'ledger check': ledgerCheckCommand,
   status: runStatusCommand,
+  // Development only: pays a charge at the portal's built-in Pix simulator (src/cli/pix.ts).
+  'pix pay': async (ctx, args) => (await import('./pix.ts')).pixPay(ctx, args),
 };
 
 /** `catraca status` lives in src/cli/status.ts (monitoring); its runStatus takes {natsUrl, json, args}. */
