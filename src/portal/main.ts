@@ -3,6 +3,7 @@ import { connectBus } from '../bus/connect.ts';
 import { createPool } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
 import { startPortal } from './server.ts';
+import { createMetrics, HEADLINE, registerMonitoring } from '../bus/monitoring.ts';
 
 // Portal process: web UI for tenants (sign-up, Pix top-ups, keys, usage) and the Pix webhook.
 const log = createLogger('portal');
@@ -11,6 +12,10 @@ const db = createPool(config.DATABASE_URL);
 const nc = await connectBus(config.NATS_URL, `portal-${process.pid}`);
 const portal = await startPortal({ db, nc, host: config.PORTAL_HOST, port: config.PORTAL_PORT });
 log.info('portal ready', { url: portal.url });
+// Presence and process figures in `catraca status` / $SRV.STATS (the portal is not on the hot path).
+const metrics = createMetrics();
+metrics.gauge(HEADLINE.inflight, 'Open portal requests', {}, () => 0);
+const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', version: '0.1.0', instanceId: config.CATRACA_INSTANCE ?? `portal-${process.pid}`, metrics });
 
 let stopping = false;
 async function shutdown(signal: string) {
@@ -21,6 +26,7 @@ async function shutdown(signal: string) {
   force.unref();
   try {
     await portal.close();
+    await monitoring.stop().catch(() => {});
     await nc.drain();
     await db.end();
   } finally {
