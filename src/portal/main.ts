@@ -3,7 +3,7 @@ import { connectBus } from '../bus/connect.ts';
 import { createPool } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
 import { startPortal } from './server.ts';
-import { createMetrics, HEADLINE, registerMonitoring } from '../bus/monitoring.ts';
+import { createMetrics, registerMonitoring } from '../bus/monitoring.ts';
 
 // Portal process: web UI for tenants (sign-up, Pix top-ups, keys, usage) and the Pix webhook.
 const log = createLogger('portal');
@@ -14,7 +14,6 @@ const portal = await startPortal({ db, nc, host: config.PORTAL_HOST, port: confi
 log.info('portal ready', { url: portal.url });
 // Presence and process figures in `catraca status` / $SRV.STATS (the portal is not on the hot path).
 const metrics = createMetrics();
-metrics.gauge(HEADLINE.inflight, 'Open portal requests', {}, () => 0);
 const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', version: '0.1.0', instanceId: config.CATRACA_INSTANCE ?? `portal-${process.pid}`, metrics });
 
 let stopping = false;
