@@ -45,6 +45,8 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
   --database-url URL   default: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/catraca_bench
   --gateway-port P     default: a free port
   --lag-poll-ms MS     ledger poll interval for the metering lag (default 10)
+  --tenants N          N tenants with one key each; gateway requests rotate over the keys (default 1:
+                       every request holds and debits the same tenant row, the hardest case)
 `;
 
 interface StackHandle {
@@ -54,6 +56,9 @@ interface StackHandle {
   gatewayUrl: string;
   key: string;
   tenantId: string;
+  /** one key per tenant (--tenants N); keys[0] = key */
+  keys: string[];
+  tenantIds: string[];
   procs: Proc[];
   stop(): Promise<Record<string, number | null>>;
 }
@@ -88,6 +93,7 @@ export async function startStack(opts: {
   workerConcurrency?: number;
   gatewayPort?: number;
   cpuProfDir?: string;
+  tenants?: number;
   mock: Scenario['mock'];
 }): Promise<StackHandle> {
   const procs: Proc[] = [];
@@ -118,9 +124,15 @@ export async function startStack(opts: {
     procs.push(mock.proc);
 
     const db = createPool(databaseUrl, 2);
-    const tenant = await createTenant(db, `bench ${new Date().toISOString()}`);
-    await credit(db, { tenantId: tenant.id, amountMicros: 1_000_000_000n * 1_000_000n, source: 'grant', note: 'benchmark balance (1e9 BRL)' });
-    const { key } = await createApiKey(db, { tenantId: tenant.id, label: 'bench', models: null });
+    const keys: string[] = [];
+    const tenantIds: string[] = [];
+    for (let i = 0; i < Math.max(1, opts.tenants ?? 1); i++) {
+      const tenant = await createTenant(db, `bench ${i + 1} ${new Date().toISOString()}`);
+      await credit(db, { tenantId: tenant.id, amountMicros: 1_000_000_000n * 1_000_000n, source: 'grant', note: 'benchmark balance (1e9 BRL)' });
+      const { key } = await createApiKey(db, { tenantId: tenant.id, label: 'bench', models: null });
+      keys.push(key);
+      tenantIds.push(tenant.id);
+    }
     await upsertModel(db, {
       id: 'bench/mock',
       pool: 'openai',
@@ -155,7 +167,7 @@ export async function startStack(opts: {
     const gw = spawnEntry('gateway', 'src/gateway/main.ts', { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: 'bench-gateway' }, nodeArgs);
     procs.push(gw);
     await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
-    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: `http://127.0.0.1:${gatewayPort}/v1`, key, tenantId: tenant.id, procs, stop: stopAll };
+    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: `http://127.0.0.1:${gatewayPort}/v1`, key: keys[0]!, tenantId: tenantIds[0]!, keys, tenantIds, procs, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;
@@ -163,7 +175,7 @@ export async function startStack(opts: {
 }
 
 /** Polls new ledger debits of a tenant and stamps each with the epoch ms it was first seen. */
-function ledgerPoller(databaseUrl: string, tenantId: string, intervalMs: number) {
+function ledgerPoller(databaseUrl: string, tenantIds: string[], intervalMs: number) {
   const db = createPool(databaseUrl, 1);
   const seen = new Map<string, number>();
   let lastId = 0n;
@@ -174,7 +186,7 @@ function ledgerPoller(databaseUrl: string, tenantId: string, intervalMs: number)
     lastId = BigInt(first.rows[0].id);
     while (!stopped) {
       const t0 = Date.now();
-      const { rows } = await db.query("select id, request_id from ledger where id > $1 and tenant_id = $2 and kind = 'debit' order by id limit 10000", [lastId, tenantId]);
+      const { rows } = await db.query("select id, request_id from ledger where id > $1 and tenant_id = any($2) and kind = 'debit' order by id limit 10000", [lastId, tenantIds]);
       const t1 = Date.now();
       queryMs.record(t1 - t0);
       for (const r of rows) {
@@ -246,6 +258,7 @@ async function main(argv: string[]): Promise<number> {
       'database-url': { type: 'string' },
       'gateway-port': { type: 'string' },
       'lag-poll-ms': { type: 'string' },
+      tenants: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -264,6 +277,7 @@ async function main(argv: string[]): Promise<number> {
     workerConcurrency: v['worker-concurrency'] ? Number(v['worker-concurrency']) : undefined,
     gatewayPort: v['gateway-port'] ? Number(v['gateway-port']) : undefined,
     cpuProfDir: profDir,
+    tenants: v.tenants ? Number(v.tenants) : 1,
     mock: sc.mock,
   });
   log(`stack up: gateway ${stack.gatewayUrl}, mock ${stack.mockUrl}, NATS ${stack.natsUrl}, DB ${stack.databaseUrl.replace(/\/\/[^@/]*@/, '//***@')}`);
@@ -276,7 +290,7 @@ async function main(argv: string[]): Promise<number> {
     process.once('SIGTERM', abort);
   }
   if (v.serve) {
-    process.stdout.write(JSON.stringify({ gateway_url: stack.gatewayUrl, mock_url: stack.mockUrl, key: stack.key, model: 'bench/mock', nats_url: stack.natsUrl, tenant: stack.tenantId }) + '\n');
+    process.stdout.write(JSON.stringify({ gateway_url: stack.gatewayUrl, mock_url: stack.mockUrl, key: stack.key, keys: stack.keys, model: 'bench/mock', nats_url: stack.natsUrl, tenant: stack.tenantId }) + '\n');
     await new Promise<void>((r) => {
       process.once('SIGINT', () => r());
       process.once('SIGTERM', () => r());
@@ -315,13 +329,13 @@ async function main(argv: string[]): Promise<number> {
     log(formatResults(results.slice(-1)));
 
     const pollMs = v['lag-poll-ms'] ? Number(v['lag-poll-ms']) : 10;
-    const poller = ledgerPoller(stack.databaseUrl, stack.tenantId, pollMs);
+    const poller = ledgerPoller(stack.databaseUrl, stack.tenantIds, pollMs);
     const ends = new Map<string, number>();
     const cpu0 = new Map(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)]));
     const wall0 = Date.now();
     log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
     results.push(
-      await runTarget({ name: 'gateway', url: stack.gatewayUrl, key: stack.key, model: 'bench/mock' }, {
+      await runTarget({ name: 'gateway', url: stack.gatewayUrl, keys: stack.keys, model: 'bench/mock' }, {
         ...base,
         onResult: (r) => {
           if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
@@ -354,12 +368,12 @@ async function main(argv: string[]): Promise<number> {
 
     const db = createPool(stack.databaseUrl, 1);
     const { rows } = await db.query(
-      `select t.balance_micros::text as balance, t.held_micros::text as held,
-              (select count(*) from holds where tenant_id = t.id)::int as open_holds,
-              (select count(*) from ledger where tenant_id = t.id and kind = 'debit')::int as debits,
-              (select coalesce(sum(case when kind = 'credit' then amount_micros else -amount_micros end), 0) from ledger where tenant_id = t.id)::text as ledger_balance
-         from tenants t where t.id = $1`,
-      [stack.tenantId],
+      `select sum(t.balance_micros)::text as balance, sum(t.held_micros)::text as held,
+              (select count(*) from holds where tenant_id = any($1))::int as open_holds,
+              (select count(*) from ledger where tenant_id = any($1) and kind = 'debit')::int as debits,
+              (select coalesce(sum(case when kind = 'credit' then amount_micros else -amount_micros end), 0) from ledger where tenant_id = any($1))::text as ledger_balance
+         from tenants t where t.id = any($1)`,
+      [stack.tenantIds],
     );
     await db.end();
     ledgerCheck = { ...rows[0], balance_matches_ledger: rows[0].balance === rows[0].ledger_balance };
@@ -383,7 +397,7 @@ async function main(argv: string[]): Promise<number> {
   const doc = {
     scenario: v.scenario,
     started_at: startedAt.toISOString(),
-    stack: { workers: v.workers ? Number(v.workers) : 1, nats: stack.natsUrl, mock: sc.mock },
+    stack: { workers: v.workers ? Number(v.workers) : 1, tenants: stack.tenantIds.length, nats: stack.natsUrl, mock: sc.mock },
     options: base,
     host: { cpus: os.cpus().length, cpu_model: os.cpus()[0]?.model ?? '', node: process.version },
     results,

@@ -25,6 +25,8 @@ export interface Target {
   /** base URL ending in /v1 */
   url: string;
   key?: string;
+  /** several keys (e.g. one per tenant): requests rotate over them; overrides `key` */
+  keys?: string[];
   model: string;
 }
 
@@ -194,10 +196,19 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
     'content-length': Buffer.byteLength(body),
     accept: opts.stream ? 'text/event-stream' : 'application/json',
   };
-  if (target.key) headers.authorization = `Bearer ${target.key}`;
-  const reqOpts: http.RequestOptions = { agent, host: u.hostname, port: u.port || (u.protocol === 'https:' ? 443 : 80), path: u.pathname + u.search, method: 'POST', headers };
+  const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [undefined];
+  const reqOptsByKey: http.RequestOptions[] = keys.map((k) => ({
+    agent,
+    host: u.hostname,
+    port: u.port || (u.protocol === 'https:' ? 443 : 80),
+    path: u.pathname + u.search,
+    method: 'POST',
+    headers: k ? { ...headers, authorization: `Bearer ${k}` } : headers,
+  }));
+  let next = 0;
   return {
     send(r) {
+      const reqOpts = reqOptsByKey[next++ % reqOptsByKey.length]!;
       let timedOut = false;
       let started = false;
       const hr = mod.request(reqOpts, (res) => {
@@ -251,9 +262,11 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
 function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
   const url = target.url.replace(/\/$/, '') + '/chat/completions';
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: opts.stream ? 'text/event-stream' : 'application/json' };
-  if (target.key) headers.authorization = `Bearer ${target.key}`;
+  const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [];
+  let next = 0;
   return {
     send(r) {
+      const h = keys.length ? { ...headers, authorization: `Bearer ${keys[next++ % keys.length]}` } : headers;
       const ac = new AbortController();
       let timedOut = false;
       let started = false;
@@ -262,7 +275,7 @@ function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
         ac.abort();
       }, opts.timeoutMs);
       (async () => {
-        const res = await fetch(url, { method: 'POST', headers, body, signal: ac.signal });
+        const res = await fetch(url, { method: 'POST', headers: h, body, signal: ac.signal });
         started = true;
         r.requestId = res.headers.get('x-request-id');
         if (res.status !== 200) {
