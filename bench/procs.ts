@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import net from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -53,6 +53,30 @@ export function readCpuSeconds(pid: number): number | null {
   } catch {
     return null;
   }
+}
+
+/** Machine-wide CPU jiffies from /proc/stat: busy and total (all cores). */
+export function readMachineCpu(): { busy: number; total: number } {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
+  const v = line.trim().split(/\s+/).slice(1).map(Number);
+  const total = v.reduce((a, b) => a + b, 0);
+  const idle = (v[3] ?? 0) + (v[4] ?? 0); // idle + iowait
+  return { busy: total - idle, total };
+}
+
+/** Summed utime+stime (s) of every process whose command name is `comm` (e.g. the postgres server and its backends). */
+export function readCpuSecondsByComm(comm: string): number {
+  let sum = 0;
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      if (readFileSync(`/proc/${d}/comm`, 'utf8').trim() !== comm) continue;
+      sum += readCpuSeconds(Number(d)) ?? 0;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return sum;
 }
 
 export function spawnEntry(name: string, entry: string, env: Record<string, string | undefined>, nodeArgs: string[] = []): Proc {

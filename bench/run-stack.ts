@@ -13,7 +13,7 @@ import { credit } from '../src/billing/ledger.ts';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
 import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
 import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
-import { freePort, LOG_DIR, readCpuSeconds, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
+import { freePort, LOG_DIR, readCpuSeconds, readCpuSecondsByComm, readMachineCpu, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
 
 // Starts a whole stack for a benchmark as real processes and (optionally) runs a scenario
@@ -333,6 +333,9 @@ async function main(argv: string[]): Promise<number> {
     const ends = new Map<string, number>();
     const cpu0 = new Map(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)]));
     const wall0 = Date.now();
+    const pg0 = readCpuSecondsByComm('postgres');
+    const m0 = readMachineCpu();
+    const runner0 = process.cpuUsage();
     log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
     results.push(
       await runTarget({ name: 'gateway', url: stack.gatewayUrl, keys: stack.keys, model: 'bench/mock' }, {
@@ -344,6 +347,11 @@ async function main(argv: string[]): Promise<number> {
     );
     log(formatResults(results.slice(-1)));
     const wallS = (Date.now() - wall0) / 1000;
+    const m1 = readMachineCpu();
+    const r = process.cpuUsage(runner0);
+    cpuPct['postgres (all backends)'] = Math.round(((readCpuSecondsByComm('postgres') - pg0) / wallS) * 1000) / 10;
+    cpuPct['load runner + ledger poller'] = Math.round(((r.user + r.system) / 1e6 / wallS) * 1000) / 10;
+    cpuPct['machine busy (all cores)'] = Math.round(((m1.busy - m0.busy) / Math.max(1, m1.total - m0.total)) * 1000) / 10;
     for (const p of stack.procs) {
       const a = cpu0.get(p.name);
       const b = readCpuSeconds(p.pid);
@@ -417,7 +425,12 @@ async function main(argv: string[]): Promise<number> {
   out.push('ledger: ' + JSON.stringify(ledgerCheck));
   out.push(
     'peak RSS (VmHWM) and CPU during the gateway phase (% of one core, warm-up included):\n' +
-      table([['process', 'MiB', 'cpu%'], ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10, cpuPct[k] ?? 'n/a'])]),
+      table([
+        ['process', 'MiB', 'cpu%'],
+        ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10, cpuPct[k] ?? 'n/a']),
+        ...Object.entries(cpuPct).filter(([k]) => !(k in peaks)).map(([k, v]) => [k, '', v ?? 'n/a']),
+      ]) +
+      `\n(machine busy: % of all ${os.cpus().length} cores together)`,
   );
   if (profile) out.push(`gateway CPU profile top self time (${profileFile}):\n` + table([['self %', 'frame'], ...profile.map((p) => [p.self_pct, p.frame])]));
   out.push(`results: ${file}`);
