@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -40,7 +40,7 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
   --workers N          worker processes (default 1)
   --worker-concurrency N (default 2048)
   --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario
-  --cpu-prof           profile the gateway (node --cpu-prof); prints its top self-time frames
+  --cpu-prof           profile the gateway and the first worker (node --cpu-prof); prints their top self-time frames
   --nats-url URL       default: NATS_URL, else a private nats-server
   --database-url URL   default: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/catraca_bench
   --gateway-port P     default: a free port
@@ -151,6 +151,7 @@ export async function startStack(opts: {
     await waitForLog(metering, /metering consumer running/);
     const workers = opts.workers ?? 1;
     for (let i = 0; i < workers; i++) {
+      const wArgs = opts.cpuProfDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'worker')] : [];
       const w = spawnEntry(`worker-${i + 1}`, 'workers/main.ts', {
         ...common,
         LOG_LEVEL: 'info',
@@ -158,12 +159,12 @@ export async function startStack(opts: {
         WORKER_CONCURRENCY: String(opts.workerConcurrency ?? 2048),
         MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench',
         CATRACA_INSTANCE: `bench-worker-${i + 1}`,
-      });
+      }, wArgs);
       procs.push(w);
       await waitForLog(w, /worker ready/);
     }
     const gatewayPort = opts.gatewayPort ?? (await freePort());
-    const nodeArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
+    const nodeArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'gateway')] : [];
     const gw = spawnEntry('gateway', 'src/gateway/main.ts', { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: 'bench-gateway' }, nodeArgs);
     procs.push(gw);
     await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
@@ -219,8 +220,8 @@ interface CpuProfileNode {
   hitCount?: number;
 }
 
-/** Top self-time frames of a .cpuprofile, as shares of all samples. */
-export function topFrames(file: string, n = 15): Array<{ frame: string; self_pct: number }> {
+/** Top self-time frames of a .cpuprofile, as shares of all samples. `byFile` groups by script instead. */
+export function topFrames(file: string, n = 15, byFile = false): Array<{ frame: string; self_pct: number }> {
   const prof = JSON.parse(readFileSync(file, 'utf8')) as { nodes: CpuProfileNode[]; samples: number[] };
   const byId = new Map(prof.nodes.map((x) => [x.id, x]));
   const counts = new Map<string, number>();
@@ -229,7 +230,7 @@ export function topFrames(file: string, n = 15): Array<{ frame: string; self_pct
     if (!node) continue;
     const cf = node.callFrame;
     const where = cf.url ? `${cf.url.replace(pathToFileURL(ROOT).href + '/', '').replace(/^.*node_modules\//, 'node_modules/')}:${cf.lineNumber + 1}` : '';
-    const key = `${cf.functionName || '(anonymous)'}${where ? ' ' + where : ''}`;
+    const key = byFile ? (where ? where.replace(/:\d+$/, '') : cf.functionName || '(native)') : `${cf.functionName || '(anonymous)'}${where ? ' ' + where : ''}`;
     counts.set(key, (counts.get(key) ?? 0) + 1);
   }
   const total = prof.samples.length || 1;
@@ -391,14 +392,15 @@ async function main(argv: string[]): Promise<number> {
 
   const ov = overheads(results);
   const goals = checkGoals(results, ov, sc.goals);
-  let profile: Array<{ frame: string; self_pct: number }> | null = null;
-  let profileFile: string | null = null;
+  const profiles: Record<string, { file: string; top: Array<{ frame: string; self_pct: number }>; files: Array<{ frame: string; self_pct: number }> }> = {};
   if (profDir) {
-    const f = readdirSync(profDir).find((x) => x.endsWith('.cpuprofile'));
-    if (f) {
-      profileFile = join(ROOT, 'bench', 'results', `gateway-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`);
-      writeFileSync(profileFile, readFileSync(join(profDir, f)));
-      profile = topFrames(profileFile, 20);
+    for (const who of ['gateway', 'worker']) {
+      const dir = join(profDir, who);
+      const f = existsSync(dir) ? readdirSync(dir).find((x) => x.endsWith('.cpuprofile')) : undefined;
+      if (!f) continue;
+      const file = join(ROOT, 'bench', 'results', `${who}-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.cpuprofile`);
+      writeFileSync(file, readFileSync(join(dir, f)));
+      profiles[who] = { file, top: topFrames(file, 20), files: topFrames(file, 12, true) };
     }
     rmSync(profDir, { recursive: true, force: true });
   }
@@ -415,8 +417,7 @@ async function main(argv: string[]): Promise<number> {
     ledger_check: ledgerCheck,
     peak_rss_kib: peaks,
     cpu_pct_gateway_phase: cpuPct,
-    gateway_profile_top: profile,
-    gateway_profile_file: profileFile,
+    cpu_profiles: profiles,
   };
   const file = join(ROOT, 'bench', 'results', `stack-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, JSON.stringify(doc, null, 2) + '\n');
@@ -432,7 +433,7 @@ async function main(argv: string[]): Promise<number> {
       ]) +
       `\n(machine busy: % of all ${os.cpus().length} cores together)`,
   );
-  if (profile) out.push(`gateway CPU profile top self time (${profileFile}):\n` + table([['self %', 'frame'], ...profile.map((p) => [p.self_pct, p.frame])]));
+  for (const [who, p] of Object.entries(profiles)) out.push(`${who} CPU profile, top self time (${p.file}):\n` + table([['self %', 'frame'], ...p.top.map((t) => [t.self_pct, t.frame])]) + '\nby script:\n' + table([['self %', 'script'], ...p.files.map((t) => [t.self_pct, t.frame])]));
   out.push(`results: ${file}`);
   process.stdout.write(out.join('\n\n') + '\n');
   return 0;
