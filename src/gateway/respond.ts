@@ -10,6 +10,13 @@ const STATUS_TEXT: Record<number, string> = {
 };
 export const statusLine = (status: number) => STATUS_TEXT[status] ?? `${status} Error`;
 
+/**
+ * uWS closes an idle keep-alive connection after 10 s without saying so; a client reusing the
+ * socket at that instant gets ECONNRESET. Announcing a shorter timeout (as Node's own servers do)
+ * makes node:http and undici clients retire idle sockets first.
+ */
+export const KEEP_ALIVE_HINT = 'timeout=5';
+
 /** State every handler keeps for its response; `done` guards against writing after abort or end. */
 export interface ResponseState {
   res: HttpResponse;
@@ -27,6 +34,7 @@ export function sendJson(s: ResponseState, status: number, body: unknown, header
     s.res.writeStatus(statusLine(status));
     s.res.writeHeader('content-type', 'application/json');
     s.res.writeHeader('x-request-id', s.requestId);
+    if (!s.closeConnection) s.res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
     for (const k in headers) s.res.writeHeader(k, headers[k]);
     s.res.end(payload, s.closeConnection);
   });

@@ -15,7 +15,7 @@ import { createLogger } from '../../log.ts';
 import type { KeyCache } from '../key-cache.ts';
 import type { Catalog } from '../catalog.ts';
 import type { StreamRouter } from '../stream-router.ts';
-import { sendJson, statusLine, type ResponseState } from '../respond.ts';
+import { KEEP_ALIVE_HINT, sendJson, statusLine, type ResponseState } from '../respond.ts';
 import { ChatRequestSchema, describeIssue, type ChatRequest } from './schema.ts';
 import { ChunkEncoder, completionBody, type UsageOut } from './openai-shapes.ts';
 import { SseWriter } from './sse-writer.ts';
@@ -290,6 +290,7 @@ export class ChatCompletion {
       res.writeHeader('cache-control', 'no-cache');
       res.writeHeader('x-request-id', this.s.requestId);
       res.writeHeader('x-accel-buffering', 'no');
+      res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
       for (const k in this.headers) res.writeHeader(k, this.headers[k]);
     });
     this.sse.write(this.encoder.role());
