@@ -14,13 +14,14 @@ export interface AdmitResult {
 }
 
 /** Reserves between min and max micros (see catraca_admit in the schema). */
+// The hot calls are named prepared statements: each connection parses them once.
 export async function admit(
   db: DbClient,
   a: { requestId: string; tenantId: string; keyId: string; min: bigint; max: bigint; ttlMs: number },
 ): Promise<AdmitResult> {
-  const { rows } = await db.query('select * from catraca_admit($1, $2, $3, $4, $5, $6)', [
+  const { rows } = await db.query({ name: 'catraca_admit', text: 'select * from catraca_admit($1, $2, $3, $4, $5, $6)', values: [
     a.requestId, a.tenantId, a.keyId, a.min, a.max, a.ttlMs,
-  ]);
+  ] });
   return rows[0];
 }
 
@@ -38,9 +39,9 @@ export interface Settlement {
 }
 
 export async function settle(db: DbClient, s: Settlement): Promise<{ status: 'settled' | 'duplicate' | 'unknown_tenant'; debited: bigint; balance: bigint }> {
-  const { rows } = await db.query('select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)', [
+  const { rows } = await db.query({ name: 'catraca_settle', text: 'select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)', values: [
     s.requestId, s.tenantId, s.keyId, s.costMicros, s.model, s.inputTokens, s.outputTokens, s.estimated, s.outcome, s.at,
-  ]);
+  ] });
   return rows[0];
 }
 
@@ -76,7 +77,7 @@ export interface AdmitRequest {
 /** Several admissions of one tenant in one transaction, results in order (catraca_admit_batch). */
 export async function admitBatch(db: DbClient, items: AdmitRequest[]): Promise<AdmitResult[]> {
   const payload = items.map((a) => ({ request_id: a.requestId, tenant_id: a.tenantId, key_id: a.keyId, min: a.min.toString(), max: a.max.toString() }));
-  const { rows } = await db.query('select * from catraca_admit_batch($1::jsonb, $2)', [JSON.stringify(payload), items[0].ttlMs]);
+  const { rows } = await db.query({ name: 'catraca_admit_batch', text: 'select * from catraca_admit_batch($1::jsonb, $2)', values: [JSON.stringify(payload), items[0].ttlMs] });
   return rows.map(({ request_id: _id, ...r }) => r as AdmitResult);
 }
 
@@ -88,6 +89,6 @@ export async function settleBatch(db: DbClient, items: Settlement[]): Promise<Se
     request_id: s.requestId, tenant_id: s.tenantId, key_id: s.keyId, cost: s.costMicros.toString(), model: s.model,
     input: s.inputTokens, output: s.outputTokens, estimated: s.estimated, outcome: s.outcome, at: s.at.toISOString(),
   }));
-  const { rows } = await db.query('select * from catraca_settle_batch($1::jsonb)', [JSON.stringify(payload)]);
+  const { rows } = await db.query({ name: 'catraca_settle_batch', text: 'select * from catraca_settle_batch($1::jsonb)', values: [JSON.stringify(payload)] });
   return rows.map(({ request_id: _id, ...r }) => r as SettleResult);
 }
