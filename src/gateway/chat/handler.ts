@@ -195,7 +195,7 @@ export class ChatCompletion {
       },
     });
     const payload = encode(job);
-    let refusal: CatracaError = errors.overloaded();
+    let refusal: CatracaError | null = null; // built only when needed: an Error captures a stack
     for (let attempt = 0; attempt < DISPATCH_ATTEMPTS; attempt++) {
       let reply;
       try {
@@ -226,7 +226,7 @@ export class ChatCompletion {
     }
     this.deps.router.unregister(this.s.requestId);
     await releaseHold(this.deps.db, this.s.requestId);
-    throw refusal;
+    throw refusal ?? errors.overloaded();
   }
 
   private onFrame(frame: Frame): void {
