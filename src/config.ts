@@ -24,6 +24,10 @@ export const ConfigSchema = z.object({
   REQUEST_TIMEOUT_MS: int(10 * 60 * 1000),
   HOLD_GRACE_MS: int(5 * 60 * 1000),
   HOLD_SWEEP_INTERVAL_MS: int(10000),
+  /** SIGTERM: how long the front door waits for in-flight streams before exiting. */
+  DRAIN_TIMEOUT_MS: int(30000),
+  /** Portal address the front door names in 402 messages ("Top up at …"). */
+  PORTAL_PUBLIC_URL: z.string().url().optional(),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */
   KEY_CACHE_TTL_MS: int(30000),
   WORKER_POOLS: z.string().default('sim'),

@@ -9,14 +9,14 @@ const config = loadConfig();
 // The front door writes only holds (reservations) and reads; see PoolOptions.asyncCommit.
 const db = createPool(config.DATABASE_URL, 20, { asyncCommit: true });
 const nc = await connectBus(config.NATS_URL, `catraca-gateway ${config.CATRACA_INSTANCE ?? process.pid}`);
-const gateway = await startGateway({ config, db, nc, doorId: config.CATRACA_INSTANCE, portalUrl: process.env.PORTAL_PUBLIC_URL });
+const gateway = await startGateway({ config, db, nc, doorId: config.CATRACA_INSTANCE, portalUrl: config.PORTAL_PUBLIC_URL });
 
 let stopping = false;
 async function shutdown(signal: string) {
   if (stopping) return;
   stopping = true;
   log.info('shutting down: draining in-flight requests', { signal, in_flight: gateway.stats().inFlight });
-  await gateway.close(Number(process.env.DRAIN_TIMEOUT_MS ?? 30000));
+  await gateway.close(config.DRAIN_TIMEOUT_MS);
   await nc.drain().catch(() => {});
   await db.end().catch(() => {});
   log.info('stopped');
