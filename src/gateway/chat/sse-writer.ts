@@ -14,6 +14,11 @@ export class SseWriter {
 
   constructor(private res: HttpResponse, private limit: number, private onOverflow: () => void) {}
 
+  /** Bytes waiting in JS for the socket to drain. */
+  get queued(): number {
+    return this.queuedBytes;
+  }
+
   get isClosed(): boolean {
     return this.closed;
   }
