@@ -301,3 +301,28 @@ describe('monitoring', () => {
     expect([...names].sort()).toEqual(expect.arrayContaining(['catraca-gateway', 'catraca-metering', 'catraca-worker']));
   });
 });
+
+describe('shutdown', () => {
+  it('a front door on SIGTERM finishes its in-flight stream, then exits 0 and takes no new connection', async () => {
+    const t = await stack.tenant('1.00');
+    const door = await stack.spawnGateway();
+    const url = stack.urlOf(door);
+    const res = await fetch(`${url}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'sim/lorem', stream: true, max_tokens: 20, sim: { tokens_per_second: 20 }, messages: [{ role: 'user', content: 'go' }] }),
+    });
+    expect(res.status).toBe(200);
+    const body = res.text();
+    await new Promise((r) => setTimeout(r, 200));
+    door.child.kill('SIGTERM');
+    const text = await body;
+    const events = text.split('\n\n').filter((e) => e.startsWith('data: '));
+    expect(events[events.length - 1]).toBe('data: [DONE]');
+    expect(JSON.parse(events[events.length - 2].slice(6)).choices[0].finish_reason).toBe('length');
+    expect(await door.exited).toBe(0);
+    stack.gateways.splice(stack.gateways.indexOf(door), 1);
+    await expect(fetch(`${url}/models`)).rejects.toThrow();
+    await stack.waitSettled([res.headers.get('x-request-id')!]);
+  });
+});
