@@ -38,6 +38,7 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
   --scenario NAME      run it direct (mock) then through the gateway; results in bench/results/
   --serve              start the stack, print URLs and the key, run until Ctrl-C (for k6 or the runner)
   --workers N          worker processes (default 1)
+  --gateways N         front door processes (default 1); gateway requests rotate over them
   --worker-concurrency N (default 2048)
   --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario
   --cpu-prof           profile the gateway and the first worker (node --cpu-prof); prints their top self-time frames
@@ -54,6 +55,8 @@ interface StackHandle {
   databaseUrl: string;
   mockUrl: string;
   gatewayUrl: string;
+  /** every front door (--gateways N); the runner rotates over them like a round-robin balancer */
+  gatewayUrls: string[];
   key: string;
   tenantId: string;
   /** one key per tenant (--tenants N); keys[0] = key */
@@ -90,6 +93,7 @@ export async function startStack(opts: {
   natsUrl?: string;
   databaseUrl?: string;
   workers?: number;
+  gateways?: number;
   workerConcurrency?: number;
   gatewayPort?: number;
   cpuProfDir?: string;
@@ -163,12 +167,17 @@ export async function startStack(opts: {
       procs.push(w);
       await waitForLog(w, /worker ready/);
     }
-    const gatewayPort = opts.gatewayPort ?? (await freePort());
-    const nodeArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'gateway')] : [];
-    const gw = spawnEntry('gateway', 'src/gateway/main.ts', { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: 'bench-gateway' }, nodeArgs);
-    procs.push(gw);
-    await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
-    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: `http://127.0.0.1:${gatewayPort}/v1`, key: keys[0]!, tenantId: tenantIds[0]!, keys, tenantIds, procs, stop: stopAll };
+    const gatewayUrls: string[] = [];
+    for (let i = 0; i < (opts.gateways ?? 1); i++) {
+      const gatewayPort = i === 0 && opts.gatewayPort ? opts.gatewayPort : await freePort();
+      const nodeArgs = opts.cpuProfDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'gateway')] : [];
+      const name = i === 0 ? 'gateway' : `gateway-${i + 1}`;
+      const gw = spawnEntry(name, 'src/gateway/main.ts', { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: `bench-${name}` }, nodeArgs);
+      procs.push(gw);
+      await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
+      gatewayUrls.push(`http://127.0.0.1:${gatewayPort}/v1`);
+    }
+    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: gatewayUrls[0]!, gatewayUrls, key: keys[0]!, tenantId: tenantIds[0]!, keys, tenantIds, procs, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;
@@ -247,6 +256,7 @@ async function main(argv: string[]): Promise<number> {
       scenario: { type: 'string' },
       serve: { type: 'boolean' },
       workers: { type: 'string' },
+      gateways: { type: 'string' },
       'worker-concurrency': { type: 'string' },
       duration: { type: 'string' },
       warmup: { type: 'string' },
@@ -275,6 +285,7 @@ async function main(argv: string[]): Promise<number> {
     natsUrl: v['nats-url'] ?? process.env.NATS_URL,
     databaseUrl: v['database-url'] ?? process.env.DATABASE_URL,
     workers: v.workers ? Number(v.workers) : 1,
+    gateways: v.gateways ? Number(v.gateways) : 1,
     workerConcurrency: v['worker-concurrency'] ? Number(v['worker-concurrency']) : undefined,
     gatewayPort: v['gateway-port'] ? Number(v['gateway-port']) : undefined,
     cpuProfDir: profDir,
@@ -339,7 +350,7 @@ async function main(argv: string[]): Promise<number> {
     const runner0 = process.cpuUsage();
     log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
     results.push(
-      await runTarget({ name: 'gateway', url: stack.gatewayUrl, keys: stack.keys, model: 'bench/mock' }, {
+      await runTarget({ name: 'gateway', url: stack.gatewayUrl, urls: stack.gatewayUrls, keys: stack.keys, model: 'bench/mock' }, {
         ...base,
         onResult: (r) => {
           if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
@@ -407,7 +418,7 @@ async function main(argv: string[]): Promise<number> {
   const doc = {
     scenario: v.scenario,
     started_at: startedAt.toISOString(),
-    stack: { workers: v.workers ? Number(v.workers) : 1, tenants: stack.tenantIds.length, nats: stack.natsUrl, mock: sc.mock },
+    stack: { workers: v.workers ? Number(v.workers) : 1, gateways: stack.gatewayUrls.length, tenants: stack.tenantIds.length, nats: stack.natsUrl, mock: sc.mock },
     options: base,
     host: { cpus: os.cpus().length, cpu_model: os.cpus()[0]?.model ?? '', node: process.version },
     results,

@@ -24,6 +24,8 @@ export interface Target {
   name: string;
   /** base URL ending in /v1 */
   url: string;
+  /** several base URLs (e.g. two front doors): requests rotate over them like a round-robin balancer */
+  urls?: string[];
   key?: string;
   /** several keys (e.g. one per tenant): requests rotate over them; overrides `key` */
   keys?: string[];
@@ -197,14 +199,22 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
     accept: opts.stream ? 'text/event-stream' : 'application/json',
   };
   const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [undefined];
-  const reqOptsByKey: http.RequestOptions[] = keys.map((k) => ({
-    agent,
-    host: u.hostname,
-    port: u.port || (u.protocol === 'https:' ? 443 : 80),
-    path: u.pathname + u.search,
-    method: 'POST',
-    headers: k ? { ...headers, authorization: `Bearer ${k}` } : headers,
-  }));
+  const bases = (target.urls?.length ? target.urls : [target.url]).map((b) => new URL(b.replace(/\/$/, '') + '/chat/completions'));
+  // keys × bases, interleaved so that consecutive requests change base URL (and key)
+  const reqOptsByKey: http.RequestOptions[] = [];
+  for (let i = 0; i < keys.length * bases.length; i++) {
+    const k = keys[i % keys.length];
+    const b = bases[i % bases.length]!;
+    reqOptsByKey.push({
+      agent,
+      host: b.hostname,
+      port: b.port || (b.protocol === 'https:' ? 443 : 80),
+      path: b.pathname + b.search,
+      method: 'POST',
+      headers: k ? { ...headers, authorization: `Bearer ${k}` } : headers,
+    });
+  }
+  void u;
   let next = 0;
   return {
     send(r) {
