@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { startStack, type TestStack } from './helpers/stack.ts';
-import { startMockUpstream, mockText, type MockUpstream } from '../bench/mock-upstream/server.ts';
+import { startMockUpstream, mockText, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, type MockUpstream } from '../bench/mock-upstream/server.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { costMicros } from '../src/billing/money.ts';
 
@@ -16,7 +16,7 @@ let mock: MockUpstream;
 beforeAll(async () => {
   mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
   stack = await startStack({ gateways: 1, workers: 1, pools: 'openai', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY } });
-  const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401' };
+  const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401', tools: 'mock-tools' };
   for (const [id, upstream] of Object.entries(models)) {
     await upsertModel(stack.db, { id: `mockvendor/${id}`, pool: 'openai', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
   }
@@ -156,6 +156,52 @@ describe('OpenAI-compatible vendor through the gateway', () => {
     expect(row.output_tokens).toBeGreaterThanOrEqual(2);
     expect(row.output_tokens).toBeLessThan(8);
     await stack.waitNoHolds(t.tenantId);
+  });
+
+  const tools = [{ type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }];
+
+  it('relays streamed tool calls piece by piece, as the vendor sent them', async () => {
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+    const stream = await client.chat.completions.create({
+      model: 'mockvendor/tools', stream: true, stream_options: { include_usage: true }, tools,
+      messages: [{ role: 'user', content: 'weather in SP?' }],
+    });
+    let args = '';
+    let name = '';
+    let id = '';
+    let finish = '';
+    let usage;
+    for await (const chunk of stream) {
+      const d = chunk.choices[0]?.delta;
+      for (const c of d?.tool_calls ?? []) {
+        expect(c.index).toBe(0);
+        if (c.id) id = c.id;
+        if (c.function?.name) name = c.function.name;
+        args += c.function?.arguments ?? '';
+      }
+      if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+      if (chunk.usage) usage = chunk.usage;
+    }
+    expect({ id, name, args, finish }).toEqual({ id: MOCK_TOOL_CALL.id, name: MOCK_TOOL_CALL.name, args: MOCK_TOOL_CALL.arguments, finish: 'tool_calls' });
+    expect(usage!.completion_tokens).toBe(MOCK_TOOL_COMPLETION_TOKENS);
+    expect(mock.stats.lastBody).toMatchObject({ tools });
+  });
+
+  it('assembles tool calls into the non-streamed message and bills the vendor usage', async () => {
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+    const res = await client.chat.completions.create({ model: 'mockvendor/tools', tools, messages: [{ role: 'user', content: 'weather in SP?' }] }).withResponse();
+    const choice = res.data.choices[0];
+    expect(choice.finish_reason).toBe('tool_calls');
+    expect(choice.message.content).toBeNull();
+    expect(choice.message.tool_calls).toEqual([{ id: MOCK_TOOL_CALL.id, type: 'function', function: { name: MOCK_TOOL_CALL.name, arguments: MOCK_TOOL_CALL.arguments } }]);
+    expect(JSON.parse((choice.message.tool_calls![0] as { function: { arguments: string } }).function.arguments)).toEqual({ city: 'São Paulo', unit: 'celsius' });
+    const requestId = res.response.headers.get('x-request-id')!;
+    await stack.waitSettled([requestId]);
+    const row = await ledgerRow(requestId);
+    expect(row.output_tokens).toBe(MOCK_TOOL_COMPLETION_TOKENS);
+    expect(row.amount_micros).toBe(costMicros(row.input_tokens, MOCK_TOOL_COMPLETION_TOKENS, PRICES));
   });
 
   it('never logs the upstream key or a client key', () => {

@@ -184,6 +184,11 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
           output += ev.content;
           send({ t: 'delta', content: ev.content });
+        } else if (ev.type === 'tool_calls') {
+          if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
+          // generated output too: counted in the estimate when the upstream gives no usage
+          for (const c of ev.tool_calls) output += (c.function?.name ?? '') + (c.function?.arguments ?? '');
+          send({ t: 'delta', content: '', tool_calls: ev.tool_calls });
         } else if (ev.type === 'usage') {
           usage = { prompt_tokens: ev.prompt_tokens, completion_tokens: ev.completion_tokens };
           estimated = ev.estimated ?? false;

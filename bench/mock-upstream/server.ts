@@ -17,6 +17,7 @@ import { promptTokens } from '../../workers/adapters/sim/tokens.ts';
 //   mock-400 → 400 invalid_request_error (param max_tokens)
 //   mock-fail-midstream → 3 content chunks, then the socket is destroyed
 //   mock-no-usage → never sends usage                      mock-slow → 500 ms first token, 20 tokens/s
+//   mock-tools → one tool call (MOCK_TOOL_CALL), finish_reason "tool_calls", 12 completion tokens
 // Any other model streams normally. Missing `Authorization: Bearer …` → 401.
 // Per-request override (an unknown parameter, so it passes through a gateway untouched):
 //   "mock": { "output_tokens"?: n, "first_token_ms"?: n, "tokens_per_second"?: n }
@@ -105,6 +106,32 @@ function maskKey(key: string): string {
 
 let seqId = 0;
 
+/** What `mock-tools` answers: one call of a weather function, streamed in three argument pieces. */
+export const MOCK_TOOL_CALL = { id: 'call_mock_weather_1', name: 'get_weather', arguments: '{"city":"São Paulo","unit":"celsius"}' };
+export const MOCK_TOOL_COMPLETION_TOKENS = 12;
+
+function sendToolCall(res: http.ServerResponse, body: Record<string, unknown>, id: string, created: number, modelJson: string, prompt: number): void {
+  const n = MOCK_TOOL_COMPLETION_TOKENS;
+  const usage = `{"prompt_tokens":${prompt},"completion_tokens":${n},"total_tokens":${prompt + n}}`;
+  const { id: callId, name, arguments: args } = MOCK_TOOL_CALL;
+  if (body.stream !== true) {
+    return sendJson(res, 200,
+      `{"id":"${id}","object":"chat.completion","created":${created},"model":${modelJson},"choices":[{"index":0,"message":{"role":"assistant","content":null,` +
+      `"tool_calls":[{"id":"${callId}","type":"function","function":{"name":"${name}","arguments":${JSON.stringify(args)}}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}],"usage":${usage}}`);
+  }
+  const includeUsage = !!(body.stream_options && (body.stream_options as { include_usage?: unknown }).include_usage === true);
+  const head = `data: {"id":"${id}","object":"chat.completion.chunk","created":${created},"model":${modelJson},"system_fingerprint":"fp_catraca_mock","choices":[`;
+  const tail = includeUsage ? ',"usage":null}\n\n' : '}\n\n';
+  const third = Math.ceil(args.length / 3);
+  const pieces = [args.slice(0, third), args.slice(third, 2 * third), args.slice(2 * third)];
+  let out = `${head}{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"${callId}","type":"function","function":{"name":"${name}","arguments":""}}],"refusal":null},"logprobs":null,"finish_reason":null}]${tail}`;
+  for (const p of pieces) out += `${head}{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":${JSON.stringify(p)}}}]},"logprobs":null,"finish_reason":null}]${tail}`;
+  out += `${head}{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]${tail}`;
+  if (includeUsage) out += `${head}],"usage":${usage}}\n\n`;
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+  res.end(out + 'data: [DONE]\n\n');
+}
+
 export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise<MockUpstream> {
   const defaults = { firstTokenMs: opts.firstTokenMs ?? 0, tokensPerSecond: opts.tokensPerSecond ?? 0, outputTokens: opts.outputTokens ?? 16 };
   const stats: MockStats = { requests: 0, completed: 0, aborted: 0, inFlight: 0, lastAuthorization: null, lastBody: null };
@@ -192,6 +219,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       const created = Math.floor(Date.now() / 1000);
       const modelJson = JSON.stringify(model);
       const wantUsage = model !== 'mock-no-usage';
+      if (model === 'mock-tools') return sendToolCall(res, body, id, created, modelJson, prompt);
 
       if (body.stream !== true) {
         let content = '';

@@ -42,8 +42,17 @@ export const UsageCountSchema = z.object({
   completion_tokens: z.number().int().nonnegative(),
 });
 
+/** One piece of a streamed tool call, in OpenAI's delta shape (pieces merge by `index`). */
+export const ToolCallDeltaSchema = z.object({
+  index: z.number().int().nonnegative(),
+  id: z.string().optional(),
+  type: z.literal('function').optional(),
+  function: z.object({ name: z.string().optional(), arguments: z.string().optional() }).optional(),
+});
+export type ToolCallDelta = z.infer<typeof ToolCallDeltaSchema>;
+
 export const FrameSchema = z.discriminatedUnion('t', [
-  z.object({ t: z.literal('delta'), seq: z.number().int(), content: z.string() }),
+  z.object({ t: z.literal('delta'), seq: z.number().int(), content: z.string(), tool_calls: z.array(ToolCallDeltaSchema).optional() }),
   z.object({ t: z.literal('keepalive'), seq: z.number().int() }),
   z.object({
     t: z.literal('done'),

@@ -1,4 +1,4 @@
-import type { Job } from '../../src/bus/messages.ts';
+import type { Job, ToolCallDelta } from '../../src/bus/messages.ts';
 
 // The contract between the worker loop and one upstream vendor (Portkey style: one folder per
 // provider under workers/adapters/<provider>/, each exporting an `Adapter`).
@@ -11,6 +11,8 @@ export interface TokenUsage {
 export type AdapterEvent =
   /** A piece of the assistant's text, in order; concatenating every delta gives the output. */
   | { type: 'delta'; content: string }
+  /** Pieces of tool calls (OpenAI delta shape, merged by index by whoever assembles them). */
+  | { type: 'tool_calls'; tool_calls: ToolCallDelta[] }
   /** Usage for the whole request. `estimated` when the adapter counted tokens itself. */
   | { type: 'usage'; prompt_tokens: number; completion_tokens: number; estimated?: boolean }
   /** The upstream's finish_reason ('stop', 'length', 'content_filter', 'tool_calls', …). */

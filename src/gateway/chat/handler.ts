@@ -17,7 +17,7 @@ import type { Catalog } from '../catalog.ts';
 import type { StreamRouter } from '../stream-router.ts';
 import { KEEP_ALIVE_HINT, sendJson, statusLine, type ResponseState } from '../respond.ts';
 import { ChatRequestSchema, describeIssue, type ChatRequest } from './schema.ts';
-import { ChunkEncoder, completionBody, type UsageOut } from './openai-shapes.ts';
+import { ChunkEncoder, completionBody, mergeToolCalls, type ToolCall, type UsageOut } from './openai-shapes.ts';
 import { SseWriter } from './sse-writer.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 
@@ -52,6 +52,7 @@ export class ChatCompletion {
   private sse?: SseWriter;
   private encoder!: ChunkEncoder;
   private content: string[] = [];
+  private toolCalls: ToolCall[] = [];
   private started = false; // SSE headers sent
   private finished = false;
   private upstreamDone = false; // terminal frame received
@@ -242,9 +243,14 @@ export class ChatCompletion {
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
         if (this.streaming) {
           this.startStream();
-          this.sse?.write(this.encoder.content(frame.content));
+          this.sse?.write(
+            frame.tool_calls
+              ? this.encoder.delta(frame.content ? { content: frame.content, tool_calls: frame.tool_calls } : { tool_calls: frame.tool_calls })
+              : this.encoder.content(frame.content),
+          );
         } else {
-          this.content.push(frame.content);
+          if (frame.content) this.content.push(frame.content);
+          if (frame.tool_calls) mergeToolCalls(this.toolCalls, frame.tool_calls);
         }
         return;
       case 'done':
@@ -304,7 +310,7 @@ export class ChatCompletion {
       this.sse?.end(tail);
       this.s.done = true;
     } else {
-      sendJson(this.s, 200, completionBody(this.s.requestId, this.model.id, this.encoder.created, this.content.join(''), finishReason, usage), this.headers);
+      sendJson(this.s, 200, completionBody(this.s.requestId, this.model.id, this.encoder.created, this.content.join(''), finishReason, usage, this.toolCalls), this.headers);
     }
     this.finish(200);
   }

@@ -1,3 +1,5 @@
+import type { ToolCallDelta } from '../../bus/messages.ts';
+
 // OpenAI chat-completion wire objects, built as strings on the streaming hot path.
 
 export interface UsageOut {
@@ -27,6 +29,11 @@ export class ChunkEncoder {
     return `${this.contentPrefix}${JSON.stringify(text)}${ChunkEncoder.contentSuffix}`;
   }
 
+  /** A chunk with any delta object (tool-call pieces, possibly with content). */
+  delta(delta: Record<string, unknown>): string {
+    return `${this.head}"choices":[{"index":0,"delta":${JSON.stringify(delta)},"logprobs":null,"finish_reason":null}]}\n\n`;
+  }
+
   finish(reason: string): string {
     return `${this.head}"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":${JSON.stringify(reason)}}]}\n\n`;
   }
@@ -44,14 +51,33 @@ export class ChunkEncoder {
   static readonly keepalive = ': processing\n\n';
 }
 
-export function completionBody(id: string, model: string, created: number, content: string, finishReason: string, usage: UsageOut) {
+export interface ToolCall {
+  id: string;
+  type: 'function';
+  function: { name: string; arguments: string };
+}
+
+/** Merges streamed tool-call pieces by index: id and name as given, arguments concatenated. */
+export function mergeToolCalls(into: ToolCall[], deltas: ToolCallDelta[]): void {
+  for (const d of deltas) {
+    const call = (into[d.index] ??= { id: '', type: 'function', function: { name: '', arguments: '' } });
+    if (d.id) call.id = d.id;
+    if (d.function?.name) call.function.name = d.function.name;
+    if (d.function?.arguments) call.function.arguments += d.function.arguments;
+  }
+}
+
+export function completionBody(id: string, model: string, created: number, content: string, finishReason: string, usage: UsageOut, toolCalls: ToolCall[] = []) {
+  const calls = toolCalls.filter(Boolean);
+  const message: Record<string, unknown> = { role: 'assistant', content: calls.length && !content ? null : content, refusal: null };
+  if (calls.length) message.tool_calls = calls;
   return {
     id,
     object: 'chat.completion',
     created,
     model,
     system_fingerprint: null,
-    choices: [{ index: 0, message: { role: 'assistant', content, refusal: null }, logprobs: null, finish_reason: finishReason }],
+    choices: [{ index: 0, message, logprobs: null, finish_reason: finishReason }],
     usage,
   };
 }

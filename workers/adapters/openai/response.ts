@@ -1,11 +1,12 @@
 import type { AdapterEvent } from '../types.ts';
+import type { ToolCallDelta } from '../../../src/bus/messages.ts';
 import { UpstreamError } from '../types.ts';
 import { redact } from './errors.ts';
 
 // Response transform: one chat.completion.chunk (or a whole chat.completion) → adapter events.
 
 interface ChunkLike {
-  choices?: Array<{ delta?: { content?: unknown }; message?: { content?: unknown }; finish_reason?: unknown }> | null;
+  choices?: Array<{ delta?: { content?: unknown; tool_calls?: unknown }; message?: { content?: unknown; tool_calls?: unknown }; finish_reason?: unknown }> | null;
   usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } | null;
   error?: { message?: unknown } | string;
 }
@@ -16,6 +17,26 @@ function usageEvent(u: ChunkLike['usage']): AdapterEvent | undefined {
   const c = u.completion_tokens;
   if (typeof p !== 'number' || typeof c !== 'number' || p < 0 || c < 0) return undefined;
   return { type: 'usage', prompt_tokens: Math.round(p), completion_tokens: Math.round(c) };
+}
+
+/** Upstream tool_calls (streamed pieces, or whole calls of a non-streamed message) → our delta shape. */
+function toolCallDeltas(raw: unknown): ToolCallDelta[] | undefined {
+  if (!Array.isArray(raw) || raw.length === 0) return undefined;
+  const out: ToolCallDelta[] = [];
+  raw.forEach((c, i) => {
+    if (!c || typeof c !== 'object') return;
+    const call = c as { index?: unknown; id?: unknown; type?: unknown; function?: { name?: unknown; arguments?: unknown } };
+    const d: ToolCallDelta = { index: typeof call.index === 'number' ? call.index : i };
+    if (typeof call.id === 'string') d.id = call.id;
+    if (call.type === 'function') d.type = 'function';
+    if (call.function && typeof call.function === 'object') {
+      d.function = {};
+      if (typeof call.function.name === 'string') d.function.name = call.function.name;
+      if (typeof call.function.arguments === 'string') d.function.arguments = call.function.arguments;
+    }
+    out.push(d);
+  });
+  return out.length ? out : undefined;
 }
 
 /** Events of one streamed chunk, pushed onto `out` (no allocation of a result array per chunk). */
@@ -29,6 +50,8 @@ export function chunkEvents(chunk: ChunkLike, out: AdapterEvent[], secret: strin
   if (choice) {
     const content = choice.delta?.content;
     if (typeof content === 'string' && content.length > 0) out.push({ type: 'delta', content });
+    const calls = toolCallDeltas(choice.delta?.tool_calls);
+    if (calls) out.push({ type: 'tool_calls', tool_calls: calls });
     if (typeof choice.finish_reason === 'string') out.push({ type: 'finish', reason: choice.finish_reason });
   }
   const u = usageEvent(chunk.usage);
@@ -41,6 +64,8 @@ export function completionEvents(body: ChunkLike, out: AdapterEvent[], secret: s
   const choice = body.choices?.[0];
   const content = choice?.message?.content;
   if (typeof content === 'string' && content.length > 0) out.push({ type: 'delta', content });
+  const calls = toolCallDeltas(choice?.message?.tool_calls);
+  if (calls) out.push({ type: 'tool_calls', tool_calls: calls });
   out.push({ type: 'finish', reason: typeof choice?.finish_reason === 'string' ? choice.finish_reason : 'stop' });
   const u = usageEvent(body.usage);
   if (u) out.push(u);

@@ -84,3 +84,17 @@ describe('error mapping', () => {
     expect(parseRetryAfter({})).toBeUndefined();
   });
 });
+
+describe('tool calls', () => {
+  it('turns streamed tool_calls pieces into tool_calls events, index and id kept', () => {
+    const out: AdapterEvent[] = [];
+    chunkEvents({ choices: [{ delta: { content: null, tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] } as never }] }, out, null);
+    chunkEvents({ choices: [{ delta: { tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] } as never }] }, out, null);
+    chunkEvents({ choices: [{ delta: {}, finish_reason: 'tool_calls' }] }, out, null);
+    expect(out).toEqual([
+      { type: 'tool_calls', tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] },
+      { type: 'tool_calls', tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] },
+      { type: 'finish', reason: 'tool_calls' },
+    ]);
+  });
+});
