@@ -24,6 +24,8 @@ create table api_keys (
   window_usage_micros   bigint not null default 0,
   rate_limit_requests   integer,
   rate_limit_interval_s integer,
+  rl_window_start       timestamptz,          -- current fixed rate-limit window
+  rl_count              integer not null default 0,
   is_demo               boolean not null default false,
   created_at            timestamptz not null default now(),
   last_used_at          timestamptz,
@@ -96,10 +98,11 @@ language sql immutable as $$
 $$;
 
 -- Admission: reserve between p_min and p_max micros against the tenant's available balance
--- (balance - holds) and the key's remaining limit, atomically. Rows are locked key first, then
--- tenant; settlement and the sweeper use the same order, so they cannot deadlock.
+-- (balance - holds), the key's remaining limit and the key's request rate limit (fixed windows
+-- aligned to multiples of the interval since the epoch), atomically. Rows are locked key first,
+-- then tenant; see the lock-order note below.
 create function catraca_admit(p_request_id text, p_tenant text, p_key text, p_min bigint, p_max bigint, p_ttl_ms bigint)
-returns table (status text, held bigint, available bigint)
+returns table (status text, held bigint, available bigint, rl_limit integer, rl_remaining integer, rl_reset_ms bigint)
 language plpgsql as $$
 declare
   k api_keys%rowtype;
@@ -107,11 +110,26 @@ declare
   v_key_avail bigint;
   v_win timestamptz;
   v_amount bigint;
+  v_rl_start timestamptz;
+  v_rl_count integer;
+  v_rl_reset bigint;
 begin
   select * into k from api_keys where id = p_key for update;
   if not found or k.revoked_at is not null then
-    return query select 'key_revoked'::text, 0::bigint, 0::bigint; return;
+    return query select 'key_revoked'::text, 0::bigint, 0::bigint, null::integer, null::integer, null::bigint; return;
   end if;
+
+  if k.rate_limit_requests is not null and k.rate_limit_interval_s is not null then
+    v_rl_start := to_timestamp(floor(extract(epoch from clock_timestamp()) / k.rate_limit_interval_s) * k.rate_limit_interval_s);
+    v_rl_count := case when k.rl_window_start = v_rl_start then k.rl_count else 0 end;
+    v_rl_reset := ceil(extract(epoch from (v_rl_start + make_interval(secs => k.rate_limit_interval_s) - clock_timestamp())) * 1000)::bigint;
+    if v_rl_count >= k.rate_limit_requests then
+      return query select 'rate_limited'::text, 0::bigint, 0::bigint, k.rate_limit_requests, 0, v_rl_reset; return;
+    end if;
+    v_rl_count := v_rl_count + 1;
+    update api_keys set rl_window_start = v_rl_start, rl_count = v_rl_count where id = p_key;
+  end if;
+
   select t.balance_micros - t.held_micros into v_balance_avail from tenants t where t.id = p_tenant for update;
   if k.limit_micros is not null then
     v_win := catraca_window_start(k.limit_reset, now());
@@ -120,18 +138,19 @@ begin
       when k.window_start = v_win then k.window_usage_micros
       else 0 end;
     if v_key_avail < p_min and v_key_avail < v_balance_avail then
-      return query select 'key_limit'::text, 0::bigint, greatest(v_key_avail, 0); return;
+      return query select 'key_limit'::text, 0::bigint, greatest(v_key_avail, 0), k.rate_limit_requests, k.rate_limit_requests - v_rl_count, v_rl_reset; return;
     end if;
   end if;
   if v_balance_avail < p_min then
-    return query select 'insufficient_balance'::text, 0::bigint, v_balance_avail; return;
+    return query select 'insufficient_balance'::text, 0::bigint, v_balance_avail, k.rate_limit_requests, k.rate_limit_requests - v_rl_count, v_rl_reset; return;
   end if;
   v_amount := least(p_max, v_balance_avail, coalesce(v_key_avail, p_max));
   update tenants set held_micros = held_micros + v_amount where id = p_tenant;
   update api_keys set held_micros = held_micros + v_amount, last_used_at = now() where id = p_key;
   insert into holds (request_id, tenant_id, key_id, amount_micros, expires_at)
     values (p_request_id, p_tenant, p_key, v_amount, now() + make_interval(secs => p_ttl_ms / 1000.0));
-  return query select 'ok'::text, v_amount, least(v_balance_avail, coalesce(v_key_avail, v_balance_avail));
+  return query select 'ok'::text, v_amount, least(v_balance_avail, coalesce(v_key_avail, v_balance_avail)),
+    k.rate_limit_requests, k.rate_limit_requests - v_rl_count, v_rl_reset;
 end $$;
 
 -- Settlement: exactly once per request id. Debits the cost (never below zero: a cost above what
@@ -183,16 +202,16 @@ language plpgsql as $$
 declare
   h holds%rowtype;
   n integer := 0;
+  v_ids text[];
 begin
-  for h in select * from holds where expires_at < now() order by expires_at limit p_limit loop
-    perform 1 from api_keys where id = h.key_id for update;
-    perform 1 from tenants where id = h.tenant_id for update;
-    delete from holds where request_id = h.request_id;
-    if found then
-      update tenants set held_micros = held_micros - h.amount_micros where id = h.tenant_id;
-      update api_keys set held_micros = held_micros - h.amount_micros where id = h.key_id;
-      n := n + 1;
-    end if;
+  select array_agg(request_id) into v_ids from (select request_id from holds where expires_at < now() order by expires_at limit p_limit) e;
+  if v_ids is null then return 0; end if;
+  perform 1 from api_keys where id in (select key_id from holds where request_id = any(v_ids)) order by id for update;
+  perform 1 from tenants where id in (select tenant_id from holds where request_id = any(v_ids)) order by id for update;
+  for h in delete from holds where request_id = any(v_ids) and expires_at < now() returning * loop
+    update tenants set held_micros = held_micros - h.amount_micros where id = h.tenant_id;
+    update api_keys set held_micros = held_micros - h.amount_micros where id = h.key_id;
+    n := n + 1;
   end loop;
   return n;
 end $$;
@@ -231,4 +250,53 @@ begin
   update tenants set held_micros = held_micros - h.amount_micros where id = h.tenant_id;
   update api_keys set held_micros = held_micros - h.amount_micros where id = h.key_id;
   return h.amount_micros;
+end $$;
+
+-- Global lock order for every function that touches several accounts: all key rows (sorted by
+-- id), then all tenant rows (sorted by id). Single-row admissions/settlements (one key, then its
+-- tenant) follow it trivially, so no two catraca transactions can deadlock.
+
+-- Many admissions of one tenant in one transaction (the front door coalesces the requests of a
+-- hot tenant that arrive while its previous admission call is in flight). Lock order stays
+-- "keys before tenant": every key of the batch first, in sorted order, then catraca_admit per item
+-- re-enters locks this transaction already holds. Results come back in the items' order.
+create function catraca_admit_batch(p_items jsonb, p_ttl_ms bigint)
+returns table (request_id text, status text, held bigint, available bigint, rl_limit integer, rl_remaining integer, rl_reset_ms bigint)
+language plpgsql as $$
+declare
+  item record;
+begin
+  perform 1 from api_keys where id in (select distinct x.key_id from jsonb_to_recordset(p_items) as x(key_id text)) order by id for update;
+  for item in
+    select x.request_id, x.tenant_id, x.key_id, x.min::bigint as min, x.max::bigint as max, x.ord
+      from rows from (jsonb_to_recordset(p_items) as (request_id text, tenant_id text, key_id text, min text, max text))
+           with ordinality as x(request_id, tenant_id, key_id, min, max, ord)
+     order by x.ord
+  loop
+    return query select item.request_id, a.status, a.held, a.available, a.rl_limit, a.rl_remaining, a.rl_reset_ms
+      from catraca_admit(item.request_id, item.tenant_id, item.key_id, item.min, item.max, p_ttl_ms) a;
+  end loop;
+end $$;
+
+-- Settles many usage messages in one transaction: one WAL flush for the whole batch. Each item is
+-- still exactly-once on its own (catraca_settle's ledger check and unique request id).
+create function catraca_settle_batch(p_items jsonb)
+returns table (request_id text, status text, debited bigint, balance bigint)
+language plpgsql as $$
+declare
+  item record;
+begin
+  perform 1 from api_keys where id in (select distinct x.key_id from jsonb_to_recordset(p_items) as x(key_id text)) order by id for update;
+  perform 1 from tenants where id in (select distinct x.tenant_id from jsonb_to_recordset(p_items) as x(tenant_id text)) order by id for update;
+  for item in
+    select x.*
+      from rows from (jsonb_to_recordset(p_items) as (request_id text, tenant_id text, key_id text, cost text, model text,
+                      input integer, output integer, estimated boolean, outcome text, at timestamptz))
+           with ordinality as x(request_id, tenant_id, key_id, cost, model, input, output, estimated, outcome, at, ord)
+     order by x.ord
+  loop
+    return query select item.request_id, s.status, s.debited, s.balance
+      from catraca_settle(item.request_id, item.tenant_id, item.key_id, item.cost::bigint, item.model,
+                          item.input, item.output, item.estimated, item.outcome, item.at) s;
+  end loop;
 end $$;
