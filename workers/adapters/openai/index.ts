@@ -146,6 +146,7 @@ export function createOpenAIAdapter(opts: OpenAIAdapterOptions): Adapter {
         try {
           for await (const text of res as AsyncIterable<string>) {
             handle(parser.push(text));
+            coalesceDeltas(events);
             for (const ev of events) {
               if (ev.type === 'finish') finished = true;
               yield ev;
@@ -176,4 +177,20 @@ export function createOpenAIAdapter(opts: OpenAIAdapterOptions): Adapter {
     },
     warmup: warmupEstimator,
   };
+}
+
+/**
+ * Merges consecutive content deltas that arrived in the same socket read into one. They reached
+ * us together, so merging adds no latency; when the worker is behind it saves a frame, a NATS
+ * message and a client write per token.
+ */
+export function coalesceDeltas(events: AdapterEvent[]): void {
+  let w = 0;
+  for (let r = 0; r < events.length; r++) {
+    const ev = events[r]!;
+    const prev = w > 0 ? events[w - 1] : undefined;
+    if (ev.type === 'delta' && prev?.type === 'delta') events[w - 1] = { type: 'delta', content: prev.content + ev.content };
+    else events[w++] = ev;
+  }
+  events.length = w;
 }

@@ -98,3 +98,25 @@ describe('tool calls', () => {
     ]);
   });
 });
+
+describe('coalesceDeltas', () => {
+  it('merges consecutive content deltas of one read, keeps everything else in order', async () => {
+    const { coalesceDeltas } = await import('./index.ts');
+    const events: AdapterEvent[] = [
+      { type: 'delta', content: 'Hello' },
+      { type: 'delta', content: ' world' },
+      { type: 'tool_calls', tool_calls: [{ index: 0, function: { arguments: '{}' } }] },
+      { type: 'delta', content: '!' },
+      { type: 'finish', reason: 'stop' },
+      { type: 'usage', prompt_tokens: 3, completion_tokens: 3 },
+    ];
+    coalesceDeltas(events);
+    expect(events).toEqual([
+      { type: 'delta', content: 'Hello world' },
+      { type: 'tool_calls', tool_calls: [{ index: 0, function: { arguments: '{}' } }] },
+      { type: 'delta', content: '!' },
+      { type: 'finish', reason: 'stop' },
+      { type: 'usage', prompt_tokens: 3, completion_tokens: 3 },
+    ]);
+  });
+});
