@@ -8,6 +8,7 @@ import { createLogger, type Logger } from '../src/log.ts';
 import { type AdapterRegistry, createRegistry } from './adapters/registry.ts';
 import { isUpstreamError, type TokenUsage } from './adapters/types.ts';
 import { sleep } from './adapters/util.ts';
+import { createOutbox } from './outbox.ts';
 
 // One worker process: queue-group subscriber of each of its pools, bounded concurrency, frames
 // to the front door, exactly one usage message per accepted job to JetStream (msgID = request id).
@@ -140,6 +141,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     void p.finally(() => pendingUsage.delete(p));
   }
 
+  // The front door may be gone when a frame is published; the job still finishes and is billed.
+  const outbox = createOutbox(nc, (err, subject) => log.debug('frame publish failed', { subject, err: err as Error }));
+
   // ---- one job ----
   async function run(job: Job, pool: string, acceptedAt: number, entry: { why?: AbortWhy; ac: AbortController }): Promise<void> {
     const adapter = registry.forPool(pool);
@@ -148,12 +152,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const send = (frame: Record<string, unknown>) => {
       frame.seq = seq++;
       lastSent = Date.now();
-      try {
-        nc.publish(job.reply_to, encode(frame));
-      } catch (err) {
-        // The front door may be gone; the job still finishes and is billed.
-        log.debug('frame publish failed', { request_id: job.request_id, err: err as Error });
-      }
+      outbox.publish(job.reply_to, encode(frame));
     };
 
     // Keepalives whenever the stream has been quiet for keepaliveMs, before and after the first
@@ -347,6 +346,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         }
       }
       while (pendingUsage.size > 0) await Promise.all([...pendingUsage]);
+      outbox.flush(); // the last frames, before the connection drains
       await cancelSub.drain().catch(() => {});
       if (ownConnection) await nc.drain().catch(() => {});
       log.info('worker stopped', { worker: id });

@@ -1,0 +1,34 @@
+import type { NatsConnection } from 'nats';
+
+/**
+ * Frames published in one event-loop turn go out in one socket write. nats.js flushes once per
+ * microtask, and every token event arrives in its own I/O callback, so publishing directly costs a
+ * write syscall per token; queueing until `setImmediate` (the end of the current poll phase)
+ * lets every frame produced in that phase, across all streams, share one write. Order is kept.
+ */
+export function createOutbox(nc: NatsConnection, onError: (err: unknown, subject: string) => void) {
+  let pending: Array<[string, Uint8Array]> = [];
+  let scheduled = false;
+  const flush = () => {
+    scheduled = false;
+    const batch = pending;
+    pending = [];
+    for (const [subject, data] of batch) {
+      try {
+        nc.publish(subject, data);
+      } catch (err) {
+        onError(err, subject);
+      }
+    }
+  };
+  return {
+    publish(subject: string, data: Uint8Array): void {
+      pending.push([subject, data]);
+      if (!scheduled) {
+        scheduled = true;
+        setImmediate(flush);
+      }
+    },
+    flush,
+  };
+}
