@@ -138,6 +138,29 @@ describe('chat completions through the whole path', () => {
     expect(JSON.stringify(key)).not.toContain(t.key);
   });
 
+  it('reports what a request was billed on GET /generation, to its own tenant only', async () => {
+    const t = await stack.tenant('1.00');
+    const other = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+    const res = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'um dois três' }] }).withResponse();
+    const id = res.response.headers.get('x-request-id')!;
+    await stack.waitSettled([id]);
+    const prompt = simPrompt([{ content: 'um dois três' }]);
+    const cost = Number(costMicros(prompt, 3, SIM_PRICES.echo)) / 1e6;
+    const get = (key: string, q: string) => fetch(`${stack.baseUrl}/generation${q}`, { headers: { authorization: `Bearer ${key}` } });
+    const mine = await get(t.key, `?id=${id}`);
+    expect(mine.status).toBe(200);
+    expect((await mine.json()).data).toMatchObject({
+      id, model: 'sim/echo', total_cost: cost, usage: cost, tokens_prompt: prompt, tokens_completion: 3, estimated: false, cancelled: false, currency: 'BRL',
+    });
+    const theirs = await get(other.key, `?id=${id}`);
+    expect(theirs.status).toBe(404);
+    expect((await theirs.json()).error).toMatchObject({ type: 'not_found_error', code: 'generation_not_found', param: 'id' });
+    const missing = await get(t.key, '');
+    expect(missing.status).toBe(400);
+    expect((await missing.json()).error).toMatchObject({ code: 'invalid_request', param: 'id' });
+  });
+
   it('lists the catalog with BRL prices', async () => {
     const res = await fetch(`${stack.baseUrl}/models`);
     expect(res.status).toBe(200);

@@ -4,7 +4,7 @@ import { keyUsageWindows } from '../db/keys.ts';
 import { tenantTotals } from '../db/tenants.ts';
 import type { ModelRecord } from '../db/models.ts';
 import { brlNumber } from '../billing/money.ts';
-import { errors } from '../errors.ts';
+import { CatracaError, errors } from '../errors.ts';
 
 // GET /v1/credits, /v1/key and /v1/models in OpenRouter's shapes, amounts in BRL.
 
@@ -89,5 +89,40 @@ export function modelsBody(models: ModelRecord[]) {
       per_request_limits: null,
       supported_parameters: ['max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'stop', 'stream', 'stream_options', 'seed', 'presence_penalty', 'frequency_penalty', 'tools', 'tool_choice', 'response_format'],
     })),
+  };
+}
+
+/**
+ * GET /v1/generation?id=… (OpenRouter's generation stats): what a request was billed, from the
+ * ledger, for requests of the caller's tenant only. Not found until metering has settled it.
+ */
+export async function generationBody(db: Db, key: ApiKeyRecord, id: string) {
+  if (!id) throw errors.badRequest("Missing query parameter 'id'.", 'id');
+  const { rows } = await db.query(
+    `select request_id, model, input_tokens, output_tokens, amount_micros, cost_micros, estimated, outcome, key_id, created_at
+       from ledger where request_id = $1 and tenant_id = $2 and kind = 'debit'`,
+    [id, key.tenant_id],
+  );
+  const g = rows[0];
+  if (!g) throw new CatracaError(404, 'not_found_error', 'generation_not_found', `Generation "${id}" not found (it appears once metering has settled it, usually within milliseconds).`, 'id');
+  return {
+    data: {
+      id: g.request_id,
+      model: g.model,
+      total_cost: brlNumber(g.amount_micros),
+      usage: brlNumber(g.amount_micros),
+      cost_before_shortfall: brlNumber(g.cost_micros ?? g.amount_micros),
+      tokens_prompt: g.input_tokens,
+      tokens_completion: g.output_tokens,
+      native_tokens_prompt: g.input_tokens,
+      native_tokens_completion: g.output_tokens,
+      estimated: g.estimated,
+      cancelled: g.outcome === 'cancelled',
+      outcome: g.outcome,
+      key_id: g.key_id,
+      is_byok: false,
+      created_at: new Date(g.created_at).toISOString(),
+      currency: 'BRL',
+    },
   };
 }

@@ -11,7 +11,7 @@ import { KeyCache } from './key-cache.ts';
 import { Catalog } from './catalog.ts';
 import { StreamRouter } from './stream-router.ts';
 import { ChatCompletion, newRequestId } from './chat/handler.ts';
-import { creditsBody, keyBody, modelsBody } from './account.ts';
+import { creditsBody, generationBody, keyBody, modelsBody } from './account.ts';
 import { createGatewayMetrics } from './metrics.ts';
 import { AdmissionBatcher } from '../billing/admission-batcher.ts';
 import { registerMonitoring, renderPrometheus } from '../bus/monitoring.ts';
@@ -85,14 +85,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 
   /** Authenticated GET: runs `body` after auth, answers JSON, maps errors. */
-  const authedGet = (handler: (key: Awaited<ReturnType<KeyCache['authenticate']>>) => Promise<unknown>) =>
+  const authedGet = (handler: (key: Awaited<ReturnType<KeyCache['authenticate']>>, query: URLSearchParams) => Promise<unknown>) =>
     (res: HttpResponse, req: HttpRequest) => {
       const s = begin(res, req);
       const authorization = req.getHeader('authorization');
+      const query = new URLSearchParams(req.getQuery() ?? '');
       res.onAborted(() => (s.aborted = true));
       if (refuseIfDraining(s)) return;
       keys.authenticate(authorization)
-        .then(handler)
+        .then((key) => handler(key, query))
         .then((body) => {
           track(200);
           sendJson(s, 200, body);
@@ -129,6 +130,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     .get('/v1/credits', authedGet((key) => creditsBody(db, key)))
     .get('/v1/key', authedGet((key) => keyBody(db, key)))
     .get('/v1/auth/key', authedGet((key) => keyBody(db, key)))
+    .get('/v1/generation', authedGet((key, query) => generationBody(db, key, query.get('id') ?? '')))
     .get('/v1/models', (res, req) => {
       const s = begin(res, req);
       track(200);
@@ -149,7 +151,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const s = begin(res, req);
       const method = req.getMethod().toUpperCase();
       const url = req.getUrl();
-      const known = ['/v1/chat/completions', '/v1/credits', '/v1/key', '/v1/models'].includes(url);
+      const known = ['/v1/chat/completions', '/v1/credits', '/v1/key', '/v1/models', '/v1/generation'].includes(url);
       const err = known ? errors.methodNotAllowed(method, url) : errors.routeNotFound(method, url);
       track(err.status);
       sendError(s, err);
