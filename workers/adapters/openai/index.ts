@@ -1,196 +1,36 @@
-import http from 'node:http';
-import https from 'node:https';
 import type { Job } from '../../../src/bus/messages.ts';
-import { estimateUsage, warmupEstimator } from '../estimate.ts';
-import { type Adapter, type AdapterEvent, UpstreamError } from '../types.ts';
-import { abortError } from '../util.ts';
-import { agents, chatCompletionsUrl, requestHeaders } from './api.ts';
-import { mapConnectError, mapHttpError } from './errors.ts';
+import { createHttpStreamAdapter, type HttpStreamAdapterOptions, type VendorProtocol } from '../http-stream.ts';
+import type { Adapter } from '../types.ts';
+import { chatCompletionsUrl, requestHeaders } from './api.ts';
+import { mapHttpError } from './errors.ts';
 import { buildUpstreamBody } from './request.ts';
 import { chunkEvents, completionEvents } from './response.ts';
-import { SseParser } from './sse.ts';
 
-export interface OpenAIAdapterOptions {
-  /** From connection start to response headers' socket being connected. */
-  connectTimeoutMs: number;
-  /** Whole upstream call, first byte to last. */
-  timeoutMs: number;
-  /** Where api_key_env is looked up; process.env by default. */
-  env?: Record<string, string | undefined>;
-}
+export type OpenAIAdapterOptions = HttpStreamAdapterOptions;
+export { coalesceDeltas } from '../http-stream.ts';
 
-const MAX_ERROR_BODY = 64 * 1024;
+/** OpenAI's chat-completions wire format (OpenAI, OpenRouter, Groq, Together, vLLM, Ollama, …). */
+export const openaiProtocol: VendorProtocol = {
+  url: chatCompletionsUrl,
+  headers: requestHeaders,
+  body: (job: Job) => buildUpstreamBody(job),
+  streamDecoder: (key) => ({
+    data(payload, out) {
+      if (payload === '[DONE]') return 'done';
+      let chunk: unknown;
+      try {
+        chunk = JSON.parse(payload);
+      } catch {
+        return; // a vendor's stray non-JSON event: skip
+      }
+      if (chunk && typeof chunk === 'object') chunkEvents(chunk as object, out, key);
+    },
+  }),
+  completion: (body, out, key) => completionEvents(body, out, key),
+  httpError: mapHttpError,
+};
 
 /** Any vendor speaking OpenAI's chat-completions API: base_url + key from process.env[api_key_env]. */
 export function createOpenAIAdapter(opts: OpenAIAdapterOptions): Adapter {
-  const env = opts.env ?? process.env;
-  return {
-    name: 'openai',
-    async *stream(job: Job, signal: AbortSignal): AsyncIterable<AdapterEvent> {
-      const { base_url, api_key_env } = job.model;
-      if (!base_url) throw new UpstreamError(502, 'upstream_not_configured', `Model ${job.model.id} has no upstream base URL configured.`);
-      let key: string | null = null;
-      if (api_key_env) {
-        key = env[api_key_env] || null;
-        if (!key) throw new UpstreamError(502, 'upstream_not_configured', `The upstream API key for model ${job.model.id} is not configured on this worker.`);
-      }
-      if (signal.aborted) throw abortError(signal);
-
-      const url = chatCompletionsUrl(base_url);
-      const payload = Buffer.from(JSON.stringify(buildUpstreamBody(job)));
-      const ctl = new AbortController();
-      let why: 'cancel' | 'timeout' | 'connect_timeout' | undefined;
-      const abort = (w: typeof why) => {
-        if (!why) {
-          why = w;
-          ctl.abort(w === 'cancel' ? signal.reason : new Error(w));
-        }
-      };
-      const onCancel = () => abort('cancel');
-      signal.addEventListener('abort', onCancel, { once: true });
-      const overall = setTimeout(() => abort('timeout'), opts.timeoutMs);
-      let connectTimer: NodeJS.Timeout | undefined;
-      let complete = false;
-      const fail = (err: unknown, phase: 'connect' | 'stream'): Error => {
-        if (why === 'cancel') return abortError(signal);
-        if (why === 'timeout') return new UpstreamError(504, 'upstream_timeout', `The upstream provider did not finish within ${opts.timeoutMs} ms.`);
-        if (why === 'connect_timeout') return new UpstreamError(502, 'upstream_unreachable', `The upstream provider could not be reached (connect timeout after ${opts.connectTimeoutMs} ms).`);
-        if (err instanceof UpstreamError) return err;
-        return phase === 'connect'
-          ? mapConnectError(err)
-          : new UpstreamError(502, 'upstream_stream_interrupted', 'The upstream stream was interrupted before it finished.');
-      };
-
-      try {
-        let res: http.IncomingMessage;
-        try {
-          res = await new Promise<http.IncomingMessage>((resolve, reject) => {
-            const mod = url.protocol === 'https:' ? https : http;
-            const req = mod.request(url, {
-              method: 'POST',
-              headers: requestHeaders(key, payload.length),
-              agent: url.protocol === 'https:' ? agents.https : agents.http,
-              signal: ctl.signal,
-            });
-            req.once('socket', (sock) => {
-              if ((sock as { connecting?: boolean }).connecting) {
-                connectTimer = setTimeout(() => abort('connect_timeout'), opts.connectTimeoutMs);
-                sock.once('connect', () => clearTimeout(connectTimer));
-                sock.once('secureConnect', () => clearTimeout(connectTimer));
-              }
-            });
-            req.once('response', resolve);
-            req.once('error', reject);
-            req.end(payload);
-          });
-        } catch (err) {
-          throw fail(err, 'connect');
-        } finally {
-          clearTimeout(connectTimer);
-        }
-
-        const status = res.statusCode ?? 0;
-        if (status < 200 || status >= 300) {
-          let text = '';
-          try {
-            for await (const c of res) {
-              if (text.length < MAX_ERROR_BODY) text += c.toString('utf8');
-            }
-          } catch {
-            /* the status is what matters */
-          }
-          throw mapHttpError(status, text, res.headers, key);
-        }
-
-        const events: AdapterEvent[] = [];
-        const ctype = String(res.headers['content-type'] ?? '');
-        if (ctype.includes('application/json')) {
-          let text = '';
-          try {
-            for await (const c of res) text += c.toString('utf8');
-          } catch (err) {
-            throw fail(err, 'stream');
-          }
-          let parsed: unknown;
-          try {
-            parsed = JSON.parse(text);
-          } catch {
-            throw new UpstreamError(502, 'upstream_error', 'The upstream provider sent an unreadable response.');
-          }
-          completionEvents(parsed as object, events, key);
-          complete = true;
-          yield* events;
-          return;
-        }
-
-        res.setEncoding('utf8');
-        const parser = new SseParser();
-        let finished = false;
-        let sawDone = false;
-        const handle = (payloads: string[]) => {
-          for (const p of payloads) {
-            if (sawDone) continue;
-            if (p === '[DONE]') {
-              sawDone = true;
-              continue;
-            }
-            let chunk: unknown;
-            try {
-              chunk = JSON.parse(p);
-            } catch {
-              continue; // a vendor's stray non-JSON event: skip
-            }
-            if (chunk && typeof chunk === 'object') chunkEvents(chunk as object, events, key);
-          }
-        };
-        try {
-          for await (const text of res as AsyncIterable<string>) {
-            handle(parser.push(text));
-            coalesceDeltas(events);
-            for (const ev of events) {
-              if (ev.type === 'finish') finished = true;
-              yield ev;
-            }
-            events.length = 0;
-          }
-          handle(parser.end());
-          complete = true;
-        } catch (err) {
-          throw fail(err, 'stream');
-        }
-        for (const ev of events) {
-          if (ev.type === 'finish') finished = true;
-          yield ev;
-        }
-        if (!finished && !sawDone) {
-          throw new UpstreamError(502, 'upstream_stream_interrupted', 'The upstream stream ended before it finished.');
-        }
-      } finally {
-        clearTimeout(overall);
-        signal.removeEventListener('abort', onCancel);
-        // Leaving early (cancel, consumer stopped): drop the upstream connection.
-        if (!complete && !ctl.signal.aborted) ctl.abort(new Error('done'));
-      }
-    },
-    async countUsage(job, output) {
-      return { usage: await estimateUsage(job.body.messages, output), estimated: true };
-    },
-    warmup: warmupEstimator,
-  };
-}
-
-/**
- * Merges consecutive content deltas that arrived in the same socket read into one. They reached
- * us together, so merging adds no latency; when the worker is behind it saves a frame, a NATS
- * message and a client write per token.
- */
-export function coalesceDeltas(events: AdapterEvent[]): void {
-  let w = 0;
-  for (let r = 0; r < events.length; r++) {
-    const ev = events[r]!;
-    const prev = w > 0 ? events[w - 1] : undefined;
-    if (ev.type === 'delta' && prev?.type === 'delta') events[w - 1] = { type: 'delta', content: prev.content + ev.content };
-    else events[w++] = ev;
-  }
-  events.length = w;
+  return createHttpStreamAdapter('openai', openaiProtocol, opts);
 }

@@ -3,7 +3,7 @@ import type { AdapterEvent } from '../types.ts';
 import { mapHttpError, parseRetryAfter, redact } from './errors.ts';
 import { buildUpstreamBody } from './request.ts';
 import { chunkEvents } from './response.ts';
-import { SseParser } from './sse.ts';
+import { SseParser } from '../sse.ts';
 import { makeJob } from '../../testing.ts';
 
 describe('SseParser', () => {
