@@ -4,6 +4,7 @@ import { startStack, type TestStack } from './helpers/stack.ts';
 import { startMockUpstream, mockText, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, type MockUpstream } from '../bench/mock-upstream/server.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { costMicros } from '../src/billing/money.ts';
+import { countTokens, promptTokens } from '../workers/adapters/sim/tokens.ts';
 
 // A real OpenAI-compatible vendor registered with `model set --pool openai`, reached through the
 // whole path: client → front door → NATS → worker (openai adapter) → mock vendor and back.
@@ -15,10 +16,13 @@ let mock: MockUpstream;
 
 beforeAll(async () => {
   mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({ gateways: 1, workers: 1, pools: 'openai', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY } });
+  stack = await startStack({ gateways: 1, workers: 1, pools: 'openai,anthropic', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY } });
   const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401', tools: 'mock-tools' };
   for (const [id, upstream] of Object.entries(models)) {
     await upsertModel(stack.db, { id: `mockvendor/${id}`, pool: 'openai', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
+  }
+  for (const [id, upstream] of Object.entries({ ok: 'mock-claude', overloaded: 'mock-claude-overloaded', midstream: 'mock-claude-midstream-error' })) {
+    await upsertModel(stack.db, { id: `mockclaude/${id}`, pool: 'anthropic', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
   }
 }, 60000);
 
@@ -202,6 +206,75 @@ describe('OpenAI-compatible vendor through the gateway', () => {
     const row = await ledgerRow(requestId);
     expect(row.output_tokens).toBe(MOCK_TOOL_COMPLETION_TOKENS);
     expect(row.amount_micros).toBe(costMicros(row.input_tokens, MOCK_TOOL_COMPLETION_TOKENS, PRICES));
+  });
+
+  describe('Anthropic Messages vendor (pool anthropic)', () => {
+    const post = (key: string, body: Record<string, unknown>) =>
+      fetch(`${stack.baseUrl}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }),
+      });
+
+    it('translates the request, streams the answer in OpenAI chunks and bills Anthropic usage', async () => {
+      const t = await stack.tenant('1.00');
+      const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+      const messages = [{ role: 'system' as const, content: 'Be brief.' }, { role: 'user' as const, content: 'hello there' }];
+      const res = await client.chat.completions
+        .create({ model: 'mockclaude/ok', messages, stream: true, stream_options: { include_usage: true }, max_tokens: 6, temperature: 1.5, seed: 3 })
+        .withResponse();
+      let text = '';
+      let finish = '';
+      let usage;
+      for await (const chunk of res.data) {
+        text += chunk.choices[0]?.delta?.content ?? '';
+        if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+        if (chunk.usage) usage = chunk.usage;
+      }
+      expect(text).toBe(mockText(6));
+      expect(finish).toBe('length');
+      expect(mock.stats.lastAuthorization).toBe(`x-api-key ${UPSTREAM_KEY}`);
+      expect(mock.stats.lastBody).toEqual({
+        model: 'mock-claude', max_tokens: 6, stream: true, system: 'Be brief.', temperature: 1,
+        messages: [{ role: 'user', content: 'hello there' }],
+      });
+      const prompt = promptTokens([{ content: 'hello there' }]) + countTokens('Be brief.');
+      expect(usage).toMatchObject({ prompt_tokens: prompt, completion_tokens: 6 });
+      const requestId = res.response.headers.get('x-request-id')!;
+      await stack.waitSettled([requestId]);
+      const row = await ledgerRow(requestId);
+      expect(row).toMatchObject({ input_tokens: prompt, output_tokens: 6, estimated: false, outcome: 'completed' });
+      expect(row.amount_micros).toBe(costMicros(prompt, 6, PRICES));
+    });
+
+    it('maps Anthropic 529 overloaded to 503, charging nothing', async () => {
+      const t = await stack.tenant('1.00');
+      const res = await post(t.key, { model: 'mockclaude/overloaded' });
+      expect(res.status).toBe(503);
+      expect((await res.json()).error).toMatchObject({ type: 'service_unavailable', code: 'upstream_overloaded' });
+      await stack.waitNoHolds(t.tenantId);
+    });
+
+    it('an Anthropic error event mid-stream ends the SSE with finish_reason "error", partial output billed once', async () => {
+      const t = await stack.tenant('1.00');
+      const res = await post(t.key, { model: 'mockclaude/midstream', stream: true });
+      expect(res.status).toBe(200);
+      const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: '));
+      const last = JSON.parse(events[events.length - 2].slice(6));
+      expect(last.choices[0].finish_reason).toBe('error');
+      expect(last.error).toMatchObject({ code: 'upstream_overloaded', status: 503 });
+      expect(events.slice(1, -2).map((e) => JSON.parse(e.slice(6)).choices[0].delta.content).join('')).toBe(mockText(3));
+      const requestId = res.headers.get('x-request-id')!;
+      await stack.waitSettled([requestId]);
+      expect(await ledgerRow(requestId)).toMatchObject({ outcome: 'error', output_tokens: 3, estimated: true });
+    });
+
+    it('refuses tool calls for this vendor with a clear 400 instead of dropping them', async () => {
+      const t = await stack.tenant('1.00');
+      const res = await post(t.key, { model: 'mockclaude/ok', tools });
+      expect(res.status).toBe(400);
+      expect((await res.json()).error).toMatchObject({ code: 'unsupported_parameter', message: 'Tool calling is not supported for this model yet.' });
+    });
   });
 
   it('never logs the upstream key or a client key', () => {

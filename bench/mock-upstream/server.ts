@@ -1,6 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { promptTokens } from '../../workers/adapters/sim/tokens.ts';
+import { handleAnthropic } from './anthropic.ts';
 
 // An OpenAI-compatible mock vendor for tests and benchmarks. Speaks OpenAI's wire format exactly
 // (chat.completion / chat.completion.chunk, usage chunk with choices [] when
@@ -17,6 +18,7 @@ import { promptTokens } from '../../workers/adapters/sim/tokens.ts';
 //   mock-400 → 400 invalid_request_error (param max_tokens)
 //   mock-fail-midstream → 3 content chunks, then the socket is destroyed
 //   mock-no-usage → never sends usage                      mock-slow → 500 ms first token, 20 tokens/s
+//   POST /v1/messages → Anthropic's Messages API (see anthropic.ts)
 //   mock-tools → one tool call (MOCK_TOOL_CALL), finish_reason "tool_calls", 12 completion tokens
 // Any other model streams normally. Missing `Authorization: Bearer …` → 401.
 // Per-request override (an unknown parameter, so it passes through a gateway untouched):
@@ -151,6 +153,21 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       else stats.aborted++;
     });
 
+    if (req.method === 'POST' && path === '/v1/messages') {
+      stats.lastAuthorization = typeof req.headers['x-api-key'] === 'string' ? `x-api-key ${req.headers['x-api-key']}` : null;
+      const parts: Buffer[] = [];
+      req.on('data', (c: Buffer) => parts.push(c));
+      req.on('end', () => {
+        const raw = Buffer.concat(parts).toString('utf8');
+        try {
+          stats.lastBody = JSON.parse(raw);
+        } catch {
+          stats.lastBody = null;
+        }
+        handleAnthropic(req, res, raw, defaults.outputTokens);
+      });
+      return;
+    }
     const auth = req.headers.authorization;
     stats.lastAuthorization = auth ?? null;
     const key = auth && /^Bearer\s+\S+/i.test(auth) ? auth.replace(/^Bearer\s+/i, '') : null;

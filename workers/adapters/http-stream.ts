@@ -148,10 +148,17 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
         const decoder = protocol.streamDecoder(key);
         let finished = false;
         let sawDone = false;
+        // A vendor error event ends the stream, but what the vendor sent before it (possibly in the
+        // same read) is still delivered first.
+        let vendorError: unknown;
         const handle = (payloads: string[]) => {
           for (const p of payloads) {
-            if (sawDone) continue;
-            if (decoder.data(p, events) === 'done') sawDone = true;
+            if (sawDone || vendorError) continue;
+            try {
+              if (decoder.data(p, events) === 'done') sawDone = true;
+            } catch (err) {
+              vendorError = err;
+            }
           }
         };
         try {
@@ -163,8 +170,14 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
               yield ev;
             }
             events.length = 0;
+            if (vendorError) throw vendorError;
           }
           handle(parser.end());
+          if (vendorError) {
+            for (const ev of events) yield ev;
+            events.length = 0;
+            throw vendorError;
+          }
           complete = true;
         } catch (err) {
           throw fail(err, 'stream');

@@ -1,0 +1,77 @@
+import { redact } from '../openai/errors.ts';
+import { type AdapterEvent, UpstreamError } from '../types.ts';
+
+// Response transform: Anthropic's stream events (message_start, content_block_delta,
+// message_delta, message_stop, ping, error) → adapter events. Input tokens arrive in
+// message_start, output tokens (cumulative) in message_delta; usage is emitted at message_stop.
+
+const FINISH: Record<string, string> = {
+  end_turn: 'stop',
+  stop_sequence: 'stop',
+  pause_turn: 'stop',
+  max_tokens: 'length',
+  tool_use: 'tool_calls',
+  refusal: 'content_filter',
+};
+export const finishReason = (stop: unknown) => (typeof stop === 'string' ? FINISH[stop] ?? stop : 'stop');
+
+interface Usage {
+  input_tokens?: number;
+  output_tokens?: number;
+  cache_creation_input_tokens?: number | null;
+  cache_read_input_tokens?: number | null;
+}
+/** Cached input is still input the tenant pays for at the catalog's input price. */
+const inputOf = (u: Usage) => (u.input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0) + (u.cache_read_input_tokens ?? 0);
+
+function streamError(err: { type?: unknown; message?: unknown } | undefined, secret: string | null): UpstreamError {
+  if (err?.type === 'overloaded_error') return new UpstreamError(503, 'upstream_overloaded', 'The upstream provider is overloaded; retry shortly.');
+  const m = typeof err?.message === 'string' ? redact(err.message, secret).slice(0, 500) : 'unknown error';
+  return new UpstreamError(502, 'upstream_error', `The upstream provider failed mid-stream: ${m}`);
+}
+
+export function createStreamDecoder(secret: string | null) {
+  let input = 0;
+  let output = 0;
+  return {
+    data(payload: string, out: AdapterEvent[]): 'done' | void {
+      let ev: { type?: string; message?: { usage?: Usage }; delta?: { type?: string; text?: string; stop_reason?: unknown }; usage?: Usage; error?: { type?: unknown; message?: unknown } };
+      try {
+        ev = JSON.parse(payload);
+      } catch {
+        return;
+      }
+      switch (ev.type) {
+        case 'message_start':
+          if (ev.message?.usage) {
+            input = inputOf(ev.message.usage);
+            output = ev.message.usage.output_tokens ?? 0;
+          }
+          return;
+        case 'content_block_delta':
+          if (ev.delta?.type === 'text_delta' && typeof ev.delta.text === 'string' && ev.delta.text.length > 0) out.push({ type: 'delta', content: ev.delta.text });
+          return;
+        case 'message_delta':
+          if (typeof ev.usage?.output_tokens === 'number') output = ev.usage.output_tokens;
+          if (ev.delta?.stop_reason != null) out.push({ type: 'finish', reason: finishReason(ev.delta.stop_reason) });
+          return;
+        case 'message_stop':
+          out.push({ type: 'usage', prompt_tokens: input, completion_tokens: output });
+          return 'done';
+        case 'error':
+          throw streamError(ev.error, secret);
+        default:
+          return; // ping, content_block_start/stop, and event types added later
+      }
+    },
+  };
+}
+
+/** A whole (non-streamed) Messages response. */
+export function completionEvents(body: { content?: Array<{ type?: string; text?: string }>; stop_reason?: unknown; usage?: Usage; error?: { type?: unknown; message?: unknown } }, out: AdapterEvent[], secret: string | null): void {
+  if (body.error) throw streamError(body.error, secret);
+  const text = (body.content ?? []).filter((c) => c.type === 'text' && typeof c.text === 'string').map((c) => c.text).join('');
+  if (text) out.push({ type: 'delta', content: text });
+  out.push({ type: 'finish', reason: finishReason(body.stop_reason) });
+  if (body.usage) out.push({ type: 'usage', prompt_tokens: inputOf(body.usage), completion_tokens: body.usage.output_tokens ?? 0 });
+}

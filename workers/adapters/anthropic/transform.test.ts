@@ -1,0 +1,58 @@
+import { describe, expect, it } from 'vitest';
+import type { AdapterEvent } from '../types.ts';
+import { buildAnthropicBody } from './request.ts';
+import { createStreamDecoder } from './response.ts';
+import { makeJob } from '../../testing.ts';
+
+describe('anthropic request transform', () => {
+  it('moves system/developer text to `system`, maps the parameters Anthropic has, drops the rest', () => {
+    const base = makeJob('anthropic');
+    const job = makeJob('anthropic', {
+      model: { ...base.model, upstream_model: 'claude-x' },
+      max_tokens: 77,
+      body: {
+        messages: [
+          { role: 'system', content: 'A' },
+          { role: 'developer', content: [{ type: 'text', text: 'B' }] },
+          { role: 'user', content: 'hi' },
+          { role: 'assistant', content: 'hello' },
+          { role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'text', text: 'y' }] },
+        ],
+        temperature: 1.7, top_p: 0.9, stop: 'END', user: 'u1', seed: 5, logit_bias: {},
+      },
+    });
+    expect(buildAnthropicBody(job)).toEqual({
+      model: 'claude-x', max_tokens: 77, stream: true, system: 'A\n\nB', temperature: 1, top_p: 0.9, stop_sequences: ['END'], metadata: { user_id: 'u1' },
+      messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }, { role: 'user', content: 'x\ny' }],
+    });
+  });
+
+  it('refuses what it cannot translate, with 400s', () => {
+    const bad = (body: Record<string, unknown>) => () => buildAnthropicBody(makeJob('anthropic', { body }));
+    expect(bad({ messages: [{ role: 'user', content: 'x' }], tools: [{}] })).toThrow('Tool calling is not supported for this model yet.');
+    expect(bad({ messages: [{ role: 'tool', content: 'x' }] })).toThrow('role "tool" is not supported');
+    expect(bad({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })).toThrow('only text content parts');
+  });
+});
+
+describe('anthropic stream decoder', () => {
+  it('turns Anthropic events into deltas, finish and usage (cached input counted as input)', () => {
+    const d = createStreamDecoder(null);
+    const out: AdapterEvent[] = [];
+    const ev = (x: unknown) => d.data(JSON.stringify(x), out);
+    ev({ type: 'message_start', message: { usage: { input_tokens: 10, cache_read_input_tokens: 5, output_tokens: 1 } } });
+    ev({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+    ev({ type: 'ping' });
+    ev({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Olá' } });
+    ev({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: ' mundo' } });
+    ev({ type: 'message_delta', delta: { stop_reason: 'max_tokens' }, usage: { output_tokens: 2 } });
+    expect(ev({ type: 'message_stop' })).toBe('done');
+    expect(out).toEqual([
+      { type: 'delta', content: 'Olá' },
+      { type: 'delta', content: ' mundo' },
+      { type: 'finish', reason: 'length' },
+      { type: 'usage', prompt_tokens: 15, completion_tokens: 2 },
+    ]);
+    expect(() => ev({ type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } })).toThrow('overloaded');
+  });
+});
