@@ -3,7 +3,7 @@ import { createLogger } from '../src/log.ts';
 import { startWorker } from './worker.ts';
 import { monitorWorker } from './monitoring.ts';
 
-// Entry point: `tsx workers/main.ts`. WORKER_POOLS=sim,openai … WORKER_CONCURRENCY, NATS_URL.
+// Entry point: `tsx workers/main.ts`. WORKER_POOLS=sim,openai,anthropic … WORKER_CONCURRENCY, NATS_URL.
 const log = createLogger('worker');
 const config = loadConfig();
 const pools = config.WORKER_POOLS.split(',').map((p) => p.trim()).filter(Boolean);

