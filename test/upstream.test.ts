@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { startStack, type TestStack } from './helpers/stack.ts';
-import { startMockUpstream, mockText, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, type MockUpstream } from '../bench/mock-upstream/server.ts';
+import { startMockUpstream, mockText, MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, type MockUpstream } from '../bench/mock-upstream/server.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { costMicros } from '../src/billing/money.ts';
 import { countTokens, promptTokens } from '../workers/adapters/sim/tokens.ts';
@@ -17,7 +17,7 @@ let mock: MockUpstream;
 beforeAll(async () => {
   mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
   stack = await startStack({ gateways: 1, workers: 1, pools: 'openai,anthropic', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY } });
-  const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401', tools: 'mock-tools' };
+  const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401', tools: 'mock-tools', reasoning: 'mock-reasoning' };
   for (const [id, upstream] of Object.entries(models)) {
     await upsertModel(stack.db, { id: `mockvendor/${id}`, pool: 'openai', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
   }
@@ -206,6 +206,26 @@ describe('OpenAI-compatible vendor through the gateway', () => {
     const row = await ledgerRow(requestId);
     expect(row.output_tokens).toBe(MOCK_TOOL_COMPLETION_TOKENS);
     expect(row.amount_micros).toBe(costMicros(row.input_tokens, MOCK_TOOL_COMPLETION_TOKENS, PRICES));
+  });
+
+  it('relays reasoning as OpenRouter does (delta.reasoning, message.reasoning) and bills it as output', async () => {
+    const t = await stack.tenant('1.00');
+    const post = (stream: boolean) =>
+      fetch(`${stack.baseUrl}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mockvendor/reasoning', stream, max_tokens: 4, messages: [{ role: 'user', content: 'why?' }] }),
+      });
+    const streamed = (await (await post(true)).text()).split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)));
+    const reasoning = streamed.map((c) => c.choices[0]?.delta?.reasoning).filter(Boolean);
+    expect(reasoning).toEqual(MOCK_REASONING);
+    expect(streamed.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe(mockText(4));
+    const res = await post(false);
+    const body = await res.json();
+    expect(body.choices[0].message).toMatchObject({ content: mockText(4), reasoning: MOCK_REASONING.join('') });
+    expect(body.usage.completion_tokens).toBe(4 + MOCK_REASONING.length);
+    await stack.waitSettled([res.headers.get('x-request-id')!]);
+    expect((await ledgerRow(res.headers.get('x-request-id')!)).output_tokens).toBe(4 + MOCK_REASONING.length);
   });
 
   describe('Anthropic Messages vendor (pool anthropic)', () => {

@@ -183,6 +183,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
           output += ev.content;
           send({ t: 'delta', content: ev.content });
+        } else if (ev.type === 'reasoning') {
+          if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
+          output += ev.content;
+          send({ t: 'delta', content: '', reasoning: ev.content });
         } else if (ev.type === 'tool_calls') {
           if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
           // generated output too: counted in the estimate when the upstream gives no usage

@@ -19,6 +19,7 @@ import { handleAnthropic } from './anthropic.ts';
 //   mock-fail-midstream → 3 content chunks, then the socket is destroyed
 //   mock-no-usage → never sends usage                      mock-slow → 500 ms first token, 20 tokens/s
 //   POST /v1/messages → Anthropic's Messages API (see anthropic.ts)
+//   mock-reasoning → reasoning pieces (MOCK_REASONING) before the answer
 //   mock-tools → one tool call (MOCK_TOOL_CALL), finish_reason "tool_calls", 12 completion tokens
 // Any other model streams normally. Missing `Authorization: Bearer …` → 401.
 // Per-request override (an unknown parameter, so it passes through a gateway untouched):
@@ -107,6 +108,9 @@ function maskKey(key: string): string {
 }
 
 let seqId = 0;
+
+/** What `mock-reasoning` streams as reasoning before its answer. */
+export const MOCK_REASONING = ['Let', ' me', ' think'];
 
 /** What `mock-tools` answers: one call of a weather function, streamed in three argument pieces. */
 export const MOCK_TOOL_CALL = { id: 'call_mock_weather_1', name: 'get_weather', arguments: '{"city":"São Paulo","unit":"celsius"}' };
@@ -231,7 +235,11 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       const n = Math.max(0, Math.min(natural, cap));
       const finish = n < natural ? 'length' : 'stop';
       const prompt = promptTokens(body.messages);
-      const usageObj = `{"prompt_tokens":${prompt},"completion_tokens":${n},"total_tokens":${prompt + n},"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`;
+      // mock-reasoning: three reasoning pieces (OpenRouter's delta.reasoning) before the answer;
+      // vendors count reasoning in completion_tokens
+      const reasoning = model === 'mock-reasoning' ? MOCK_REASONING : [];
+      const completion = n + reasoning.length;
+      const usageObj = `{"prompt_tokens":${prompt},"completion_tokens":${completion},"total_tokens":${prompt + completion},"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`;
       const id = `chatcmpl-mock${(++seqId).toString(36).padStart(8, '0')}`;
       const created = Math.floor(Date.now() / 1000);
       const modelJson = JSON.stringify(model);
@@ -242,7 +250,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
         let content = '';
         for (let i = 0; i < n; i++) content += mockToken(i);
         const out =
-          `{"id":"${id}","object":"chat.completion","created":${created},"model":${modelJson},"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(content)},"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"${finish}"}]` +
+          `{"id":"${id}","object":"chat.completion","created":${created},"model":${modelJson},"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(content)},${reasoning.length ? `"reasoning":${JSON.stringify(reasoning.join(''))},` : ''}"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"${finish}"}]` +
           (wantUsage ? `,"usage":${usageObj}` : '') +
           `,"service_tier":"default","system_fingerprint":"fp_catraca_mock"}`;
         return sendJson(res, 200, out);
@@ -251,7 +259,9 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       const includeUsage = wantUsage && !!(body.stream_options && (body.stream_options as { include_usage?: unknown }).include_usage === true);
       const usageTail = includeUsage ? ',"usage":null}\n\n' : '}\n\n';
       const head = `data: {"id":"${id}","object":"chat.completion.chunk","created":${created},"model":${modelJson},"service_tier":"default","system_fingerprint":"fp_catraca_mock","choices":[`;
-      const first = `${head}{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]${usageTail}`;
+      const first =
+        `${head}{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]${usageTail}` +
+        reasoning.map((r) => `${head}{"index":0,"delta":{"reasoning":${JSON.stringify(r)}},"logprobs":null,"finish_reason":null}]${usageTail}`).join('');
       const tok = (i: number) => `${head}{"index":0,"delta":{"content":${tokenJson(i)}},"logprobs":null,"finish_reason":null}]${usageTail}`;
       const last =
         `${head}{"index":0,"delta":{},"logprobs":null,"finish_reason":"${finish}"}]${usageTail}` +

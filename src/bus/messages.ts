@@ -52,7 +52,14 @@ export const ToolCallDeltaSchema = z.object({
 export type ToolCallDelta = z.infer<typeof ToolCallDeltaSchema>;
 
 export const FrameSchema = z.discriminatedUnion('t', [
-  z.object({ t: z.literal('delta'), seq: z.number().int(), content: z.string(), tool_calls: z.array(ToolCallDeltaSchema).optional() }),
+  z.object({
+    t: z.literal('delta'),
+    seq: z.number().int(),
+    content: z.string(),
+    tool_calls: z.array(ToolCallDeltaSchema).optional(),
+    /** reasoning text, for models that stream it (OpenRouter `reasoning`, DeepSeek `reasoning_content`) */
+    reasoning: z.string().optional(),
+  }),
   z.object({ t: z.literal('keepalive'), seq: z.number().int() }),
   z.object({
     t: z.literal('done'),

@@ -13,6 +13,8 @@ export type AdapterEvent =
   | { type: 'delta'; content: string }
   /** Pieces of tool calls (OpenAI delta shape, merged by index by whoever assembles them). */
   | { type: 'tool_calls'; tool_calls: ToolCallDelta[] }
+  /** Reasoning text streamed before or beside the answer (billed as output by the vendor's usage). */
+  | { type: 'reasoning'; content: string }
   /** Usage for the whole request. `estimated` when the adapter counted tokens itself. */
   | { type: 'usage'; prompt_tokens: number; completion_tokens: number; estimated?: boolean }
   /** The upstream's finish_reason ('stop', 'length', 'content_filter', 'tool_calls', …). */

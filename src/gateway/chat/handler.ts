@@ -53,6 +53,7 @@ export class ChatCompletion {
   private encoder!: ChunkEncoder;
   private content: string[] = [];
   private toolCalls: ToolCall[] = [];
+  private reasoning: string[] = [];
   private started = false; // SSE headers sent
   private finished = false;
   private upstreamDone = false; // terminal frame received
@@ -243,13 +244,10 @@ export class ChatCompletion {
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
         if (this.streaming) {
           this.startStream();
-          this.sse?.write(
-            frame.tool_calls
-              ? this.encoder.delta(frame.content ? { content: frame.content, tool_calls: frame.tool_calls } : { tool_calls: frame.tool_calls })
-              : this.encoder.content(frame.content),
-          );
+          this.sse?.write(frame.tool_calls || frame.reasoning ? this.encoder.delta(extendedDelta(frame)) : this.encoder.content(frame.content));
         } else {
           if (frame.content) this.content.push(frame.content);
+          if (frame.reasoning) this.reasoning.push(frame.reasoning);
           if (frame.tool_calls) mergeToolCalls(this.toolCalls, frame.tool_calls);
         }
         return;
@@ -310,7 +308,7 @@ export class ChatCompletion {
       this.sse?.end(tail);
       this.s.done = true;
     } else {
-      sendJson(this.s, 200, completionBody(this.s.requestId, this.model.id, this.encoder.created, this.content.join(''), finishReason, usage, this.toolCalls), this.headers);
+      sendJson(this.s, 200, completionBody(this.s.requestId, this.model.id, this.encoder.created, this.content.join(''), finishReason, usage, this.toolCalls, this.reasoning.join('')), this.headers);
     }
     this.finish(200);
   }
@@ -344,6 +342,15 @@ export class ChatCompletion {
       this.deps.nc.publish(subjects.cancel(this.workerId, this.s.requestId));
     }
   }
+}
+
+/** The delta object of a frame that carries more than text (OpenRouter's `reasoning`, OpenAI's `tool_calls`). */
+function extendedDelta(frame: Extract<Frame, { t: 'delta' }>): Record<string, unknown> {
+  const d: Record<string, unknown> = {};
+  if (frame.content) d.content = frame.content;
+  if (frame.reasoning) d.reasoning = frame.reasoning;
+  if (frame.tool_calls) d.tool_calls = frame.tool_calls;
+  return d;
 }
 
 function errorTypeFor(status: number) {

@@ -67,9 +67,10 @@ export function mergeToolCalls(into: ToolCall[], deltas: ToolCallDelta[]): void 
   }
 }
 
-export function completionBody(id: string, model: string, created: number, content: string, finishReason: string, usage: UsageOut, toolCalls: ToolCall[] = []) {
+export function completionBody(id: string, model: string, created: number, content: string, finishReason: string, usage: UsageOut, toolCalls: ToolCall[] = [], reasoning = '') {
   const calls = toolCalls.filter(Boolean);
   const message: Record<string, unknown> = { role: 'assistant', content: calls.length && !content ? null : content, refusal: null };
+  if (reasoning) message.reasoning = reasoning;
   if (calls.length) message.tool_calls = calls;
   return {
     id,

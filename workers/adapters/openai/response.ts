@@ -6,7 +6,11 @@ import { redact } from './errors.ts';
 // Response transform: one chat.completion.chunk (or a whole chat.completion) → adapter events.
 
 interface ChunkLike {
-  choices?: Array<{ delta?: { content?: unknown; tool_calls?: unknown }; message?: { content?: unknown; tool_calls?: unknown }; finish_reason?: unknown }> | null;
+  choices?: Array<{
+    delta?: { content?: unknown; tool_calls?: unknown; reasoning?: unknown; reasoning_content?: unknown };
+    message?: { content?: unknown; tool_calls?: unknown; reasoning?: unknown; reasoning_content?: unknown };
+    finish_reason?: unknown;
+  }> | null;
   usage?: { prompt_tokens?: unknown; completion_tokens?: unknown } | null;
   error?: { message?: unknown } | string;
 }
@@ -48,6 +52,8 @@ export function chunkEvents(chunk: ChunkLike, out: AdapterEvent[], secret: strin
   }
   const choice = chunk.choices?.[0];
   if (choice) {
+    const reasoning = choice.delta?.reasoning ?? choice.delta?.reasoning_content;
+    if (typeof reasoning === 'string' && reasoning.length > 0) out.push({ type: 'reasoning', content: reasoning });
     const content = choice.delta?.content;
     if (typeof content === 'string' && content.length > 0) out.push({ type: 'delta', content });
     const calls = toolCallDeltas(choice.delta?.tool_calls);
@@ -62,6 +68,8 @@ export function chunkEvents(chunk: ChunkLike, out: AdapterEvent[], secret: strin
 export function completionEvents(body: ChunkLike, out: AdapterEvent[], secret: string | null): void {
   if (body.error !== undefined) return chunkEvents(body, out, secret);
   const choice = body.choices?.[0];
+  const reasoning = choice?.message?.reasoning ?? choice?.message?.reasoning_content;
+  if (typeof reasoning === 'string' && reasoning.length > 0) out.push({ type: 'reasoning', content: reasoning });
   const content = choice?.message?.content;
   if (typeof content === 'string' && content.length > 0) out.push({ type: 'delta', content });
   const calls = toolCallDeltas(choice?.message?.tool_calls);
