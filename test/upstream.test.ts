@@ -21,7 +21,7 @@ beforeAll(async () => {
   for (const [id, upstream] of Object.entries(models)) {
     await upsertModel(stack.db, { id: `mockvendor/${id}`, pool: 'openai', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
   }
-  for (const [id, upstream] of Object.entries({ ok: 'mock-claude', overloaded: 'mock-claude-overloaded', midstream: 'mock-claude-midstream-error' })) {
+  for (const [id, upstream] of Object.entries({ ok: 'mock-claude', overloaded: 'mock-claude-overloaded', midstream: 'mock-claude-midstream-error', tools: 'mock-claude-tools' })) {
     await upsertModel(stack.db, { id: `mockclaude/${id}`, pool: 'anthropic', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
   }
 }, 60000);
@@ -289,11 +289,62 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       expect(await ledgerRow(requestId)).toMatchObject({ outcome: 'error', output_tokens: 3, estimated: true });
     });
 
-    it('refuses tool calls for this vendor with a clear 400 instead of dropping them', async () => {
+    it('translates tools and streams tool_use back as OpenAI tool_calls', async () => {
       const t = await stack.tenant('1.00');
-      const res = await post(t.key, { model: 'mockclaude/ok', tools });
+      const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+      const stream = await client.chat.completions.create({
+        model: 'mockclaude/tools', stream: true, tools, tool_choice: 'required', messages: [{ role: 'user', content: 'weather in SP?' }],
+      });
+      let content = '';
+      let args = '';
+      let name = '';
+      let id = '';
+      let finish = '';
+      for await (const chunk of stream) {
+        const d = chunk.choices[0]?.delta;
+        content += d?.content ?? '';
+        for (const c of d?.tool_calls ?? []) {
+          expect(c.index).toBe(0);
+          if (c.id) id = c.id;
+          if (c.function?.name) name = c.function.name;
+          args += c.function?.arguments ?? '';
+        }
+        if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+      }
+      expect({ content, id, name, args, finish }).toEqual({ content: 'Checking.', id: 'toolu_mock_weather_1', name: 'get_weather', args: MOCK_TOOL_CALL.arguments, finish: 'tool_calls' });
+      expect(mock.stats.lastBody).toMatchObject({
+        tools: [{ name: 'get_weather', input_schema: tools[0].function.parameters }],
+        tool_choice: { type: 'any' },
+      });
+    });
+
+    it('sends assistant tool calls and tool results back as tool_use / tool_result blocks', async () => {
+      const t = await stack.tenant('1.00');
+      const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+      const res = await client.chat.completions.create({
+        model: 'mockclaude/tools',
+        tools,
+        messages: [
+          { role: 'user', content: 'weather in SP?' },
+          { role: 'assistant', content: null, tool_calls: [{ id: 'toolu_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"SP"}' } }] },
+          { role: 'tool', tool_call_id: 'toolu_1', content: '25 C' },
+        ],
+      });
+      expect(mock.stats.lastBody!.messages).toEqual([
+        { role: 'user', content: 'weather in SP?' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'SP' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '25 C' }] },
+      ]);
+      expect(res.choices[0].finish_reason).toBe('tool_calls');
+      expect(res.choices[0].message.content).toBe('Checking.');
+      expect(res.choices[0].message.tool_calls).toEqual([{ id: 'toolu_mock_weather_1', type: 'function', function: { name: 'get_weather', arguments: MOCK_TOOL_CALL.arguments } }]);
+    });
+
+    it('refuses what it cannot translate with a clear 400 (images for this vendor)', async () => {
+      const t = await stack.tenant('1.00');
+      const res = await post(t.key, { model: 'mockclaude/ok', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }] });
       expect(res.status).toBe(400);
-      expect((await res.json()).error).toMatchObject({ code: 'unsupported_parameter', message: 'Tool calling is not supported for this model yet.' });
+      expect((await res.json()).error).toMatchObject({ code: 'unsupported_content', message: 'messages[0]: only text content parts can be sent to this model.' });
     });
   });
 

@@ -1,6 +1,6 @@
 import type http from 'node:http';
 import { countTokens, promptTokens } from '../../workers/adapters/sim/tokens.ts';
-import { mockToken } from './server.ts';
+import { MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, mockToken } from './server.ts';
 
 // Anthropic's Messages API, as the mock vendor speaks it: POST /v1/messages with x-api-key and
 // anthropic-version, SSE events message_start / content_block_start / ping / content_block_delta
@@ -9,6 +9,8 @@ import { mockToken } from './server.ts';
 //   mock-claude → normal answer (16 tokens, cut at max_tokens → stop_reason max_tokens)
 //   mock-claude-overloaded → HTTP 529 overloaded_error
 //   mock-claude-midstream-error → 3 text deltas, then an `event: error` overloaded_error
+//   mock-claude-tools → a text block "Checking." then a tool_use block (MOCK_TOOL_CALL's name and
+//     input, streamed as input_json_delta pieces), stop_reason tool_use
 
 const err = (type: string, message: string) => JSON.stringify({ type: 'error', error: { type, message } });
 const sse = (event: string, data: unknown) => `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
@@ -30,6 +32,7 @@ export function handleAnthropic(req: http.IncomingMessage, res: http.ServerRespo
   }
   if (typeof body.max_tokens !== 'number') return send(400, err('invalid_request_error', 'max_tokens: Field required'));
   if (body.model === 'mock-claude-overloaded') return send(529, err('overloaded_error', 'Overloaded'));
+  if (body.model === 'mock-claude-tools') return toolUse(res, body, send);
   const natural = body.model === 'mock-claude-midstream-error' ? 1000 : outputTokens;
   const n = Math.min(natural, body.max_tokens);
   const stop = n < natural ? 'max_tokens' : 'end_turn';
@@ -60,4 +63,32 @@ export function handleAnthropic(req: http.IncomingMessage, res: http.ServerRespo
   out += sse('message_delta', { type: 'message_delta', delta: { stop_reason: stop, stop_sequence: null }, usage: { output_tokens: n } });
   out += sse('message_stop', { type: 'message_stop' });
   res.end(out);
+}
+
+const TOOL_USE_ID = 'toolu_mock_weather_1';
+
+function toolUse(res: http.ServerResponse, body: { model?: string; messages?: Array<{ content: unknown }>; stream?: boolean }, send: (status: number, body: string) => void): void {
+  const input = JSON.parse(MOCK_TOOL_CALL.arguments) as Record<string, unknown>;
+  const id = `msg_mock${(++seq).toString(36).padStart(8, '0')}`;
+  const usage = { input_tokens: 20, output_tokens: MOCK_TOOL_COMPLETION_TOKENS };
+  if (body.stream !== true) {
+    return send(200, JSON.stringify({
+      id, type: 'message', role: 'assistant', model: body.model, stop_reason: 'tool_use', stop_sequence: null, usage,
+      content: [{ type: 'text', text: 'Checking.' }, { type: 'tool_use', id: TOOL_USE_ID, name: MOCK_TOOL_CALL.name, input }],
+    }));
+  }
+  const args = MOCK_TOOL_CALL.arguments;
+  const third = Math.ceil(args.length / 3);
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+  let out = sse('message_start', { type: 'message_start', message: { id, type: 'message', role: 'assistant', model: body.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 20, output_tokens: 1 } } });
+  out += sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+  out += sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Checking.' } });
+  out += sse('content_block_stop', { type: 'content_block_stop', index: 0 });
+  out += sse('content_block_start', { type: 'content_block_start', index: 1, content_block: { type: 'tool_use', id: TOOL_USE_ID, name: MOCK_TOOL_CALL.name, input: {} } });
+  for (const piece of [args.slice(0, third), args.slice(third, 2 * third), args.slice(2 * third)]) {
+    out += sse('content_block_delta', { type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: piece } });
+  }
+  out += sse('content_block_stop', { type: 'content_block_stop', index: 1 });
+  out += sse('message_delta', { type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { output_tokens: MOCK_TOOL_COMPLETION_TOKENS } });
+  res.end(out + sse('message_stop', { type: 'message_stop' }));
 }

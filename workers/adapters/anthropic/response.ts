@@ -33,9 +33,19 @@ function streamError(err: { type?: unknown; message?: unknown } | undefined, sec
 export function createStreamDecoder(secret: string | null) {
   let input = 0;
   let output = 0;
+  // Anthropic numbers content blocks (text and tool_use together); OpenAI numbers tool calls.
+  const toolIndexOfBlock = new Map<number, number>();
   return {
     data(payload: string, out: AdapterEvent[]): 'done' | void {
-      let ev: { type?: string; message?: { usage?: Usage }; delta?: { type?: string; text?: string; stop_reason?: unknown }; usage?: Usage; error?: { type?: unknown; message?: unknown } };
+      let ev: {
+        type?: string;
+        index?: number;
+        message?: { usage?: Usage };
+        content_block?: { type?: string; id?: string; name?: string };
+        delta?: { type?: string; text?: string; partial_json?: string; stop_reason?: unknown };
+        usage?: Usage;
+        error?: { type?: unknown; message?: unknown };
+      };
       try {
         ev = JSON.parse(payload);
       } catch {
@@ -48,8 +58,19 @@ export function createStreamDecoder(secret: string | null) {
             output = ev.message.usage.output_tokens ?? 0;
           }
           return;
+        case 'content_block_start':
+          if (ev.content_block?.type === 'tool_use' && typeof ev.index === 'number') {
+            const index = toolIndexOfBlock.size;
+            toolIndexOfBlock.set(ev.index, index);
+            out.push({ type: 'tool_calls', tool_calls: [{ index, id: ev.content_block.id, type: 'function', function: { name: ev.content_block.name, arguments: '' } }] });
+          }
+          return;
         case 'content_block_delta':
           if (ev.delta?.type === 'text_delta' && typeof ev.delta.text === 'string' && ev.delta.text.length > 0) out.push({ type: 'delta', content: ev.delta.text });
+          else if (ev.delta?.type === 'input_json_delta' && typeof ev.delta.partial_json === 'string' && ev.delta.partial_json.length > 0) {
+            const index = toolIndexOfBlock.get(ev.index ?? -1);
+            if (index !== undefined) out.push({ type: 'tool_calls', tool_calls: [{ index, function: { arguments: ev.delta.partial_json } }] });
+          }
           return;
         case 'message_delta':
           if (typeof ev.usage?.output_tokens === 'number') output = ev.usage.output_tokens;
@@ -61,17 +82,28 @@ export function createStreamDecoder(secret: string | null) {
         case 'error':
           throw streamError(ev.error, secret);
         default:
-          return; // ping, content_block_start/stop, and event types added later
+          return; // ping, content_block_stop, and event types added later
       }
     },
   };
 }
 
 /** A whole (non-streamed) Messages response. */
-export function completionEvents(body: { content?: Array<{ type?: string; text?: string }>; stop_reason?: unknown; usage?: Usage; error?: { type?: unknown; message?: unknown } }, out: AdapterEvent[], secret: string | null): void {
+export function completionEvents(
+  body: { content?: Array<{ type?: string; text?: string; id?: string; name?: string; input?: unknown }>; stop_reason?: unknown; usage?: Usage; error?: { type?: unknown; message?: unknown } },
+  out: AdapterEvent[],
+  secret: string | null,
+): void {
   if (body.error) throw streamError(body.error, secret);
   const text = (body.content ?? []).filter((c) => c.type === 'text' && typeof c.text === 'string').map((c) => c.text).join('');
   if (text) out.push({ type: 'delta', content: text });
+  const uses = (body.content ?? []).filter((c) => c.type === 'tool_use');
+  if (uses.length) {
+    out.push({
+      type: 'tool_calls',
+      tool_calls: uses.map((c, index) => ({ index, id: c.id, type: 'function' as const, function: { name: c.name, arguments: JSON.stringify(c.input ?? {}) } })),
+    });
+  }
   out.push({ type: 'finish', reason: finishReason(body.stop_reason) });
   if (body.usage) out.push({ type: 'usage', prompt_tokens: inputOf(body.usage), completion_tokens: body.usage.output_tokens ?? 0 });
 }

@@ -29,8 +29,9 @@ describe('anthropic request transform', () => {
 
   it('refuses what it cannot translate, with 400s', () => {
     const bad = (body: Record<string, unknown>) => () => buildAnthropicBody(makeJob('anthropic', { body }));
-    expect(bad({ messages: [{ role: 'user', content: 'x' }], tools: [{}] })).toThrow('Tool calling is not supported for this model yet.');
-    expect(bad({ messages: [{ role: 'tool', content: 'x' }] })).toThrow('role "tool" is not supported');
+    expect(bad({ messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'retrieval' }] })).toThrow('only function tools are supported');
+    expect(bad({ messages: [{ role: 'function', content: 'x' }] })).toThrow('role "function" is not supported');
+    expect(bad({ messages: [{ role: 'assistant', tool_calls: [{ id: 'a', function: { name: 'f', arguments: '{oops' } }] }] })).toThrow('is not valid JSON');
     expect(bad({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })).toThrow('only text content parts');
   });
 });
@@ -54,5 +55,24 @@ describe('anthropic stream decoder', () => {
       { type: 'usage', prompt_tokens: 15, completion_tokens: 2 },
     ]);
     expect(() => ev({ type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } })).toThrow('overloaded');
+  });
+});
+
+describe('anthropic tool_use', () => {
+  it('numbers tool calls by tool, not by content block, and streams their JSON input as arguments', () => {
+    const d = createStreamDecoder(null);
+    const out: AdapterEvent[] = [];
+    const ev = (x: unknown) => d.data(JSON.stringify(x), out);
+    ev({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+    ev({ type: 'content_block_start', index: 1, content_block: { type: 'tool_use', id: 'tu_1', name: 'f', input: {} } });
+    ev({ type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '{"a":' } });
+    ev({ type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: '1}' } });
+    ev({ type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 9 } });
+    expect(out).toEqual([
+      { type: 'tool_calls', tool_calls: [{ index: 0, id: 'tu_1', type: 'function', function: { name: 'f', arguments: '' } }] },
+      { type: 'tool_calls', tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] },
+      { type: 'tool_calls', tool_calls: [{ index: 0, function: { arguments: '1}' } }] },
+      { type: 'finish', reason: 'tool_calls' },
+    ]);
   });
 });
