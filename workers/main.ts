@@ -8,8 +8,10 @@ const log = createLogger('worker');
 const config = loadConfig();
 const pools = config.WORKER_POOLS.split(',').map((p) => p.trim()).filter(Boolean);
 
-const worker = await startWorker({ config, pools, natsUrl: config.NATS_URL, id: config.CATRACA_INSTANCE });
+let onJobEnd: ((ms: number) => void) | undefined;
+const worker = await startWorker({ config, pools, natsUrl: config.NATS_URL, id: config.CATRACA_INSTANCE, onJobEnd: (ms) => onJobEnd?.(ms) });
 const monitoring = await monitorWorker(worker.nc, worker.id, () => worker.stats());
+onJobEnd = monitoring.jobEnded;
 log.info('worker ready', { worker: worker.id, pools, nats: config.NATS_URL.replace(/\/\/[^@/]*@/, '//***@') });
 
 let signals = 0;

@@ -8,6 +8,7 @@ import type { WorkerStats } from './worker.ts';
  */
 export async function monitorWorker(nc: NatsConnection, id: string, stats: () => WorkerStats) {
   const metrics = createMetrics();
+  const latency = metrics.histogram(HEADLINE.latency, 'Job total time at the worker (accepted to last frame), ms');
   metrics.gauge(HEADLINE.inflight, 'Jobs streaming upstream', {}, () => stats().inFlight);
   const jobs = metrics.counter(HEADLINE.jobs, 'Jobs finished (any outcome)');
   const errors = metrics.counter(HEADLINE.errors, 'Jobs ended in error');
@@ -28,6 +29,8 @@ export async function monitorWorker(nc: NatsConnection, id: string, stats: () =>
   timer.unref();
   const service = await registerMonitoring(nc, { name: 'catraca-worker', version: '0.1.0', instanceId: id, metrics, extra: () => ({ pools: stats().pools }) });
   return {
+    /** Pass as startWorker's onJobEnd. */
+    jobEnded: (ms: number) => latency.observe(ms),
     async stop() {
       clearInterval(timer);
       await service.stop();

@@ -28,6 +28,8 @@ export interface WorkerOptions {
   drainTimeoutMs?: number;
   registry?: AdapterRegistry;
   log?: Logger;
+  /** Called when a job ends: ms from acceptance to its last frame, and its outcome (monitoring). */
+  onJobEnd?: (ms: number, outcome: UsageMessage['outcome']) => void;
 }
 
 export interface LatencySummary {
@@ -253,6 +255,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       }
     }
 
+    options.onJobEnd?.(Date.now() - acceptedAt, outcome);
     publishUsage(pool, {
       v: 1,
       request_id: job.request_id,
