@@ -327,7 +327,7 @@ describe('monitoring', () => {
   it('$SRV.STATS carries each process figures: worker job latencies, metering settlements', async () => {
     const client = stack.nc.services.client();
     const data: Record<string, { histograms: Record<string, { count: number }>; counters: Record<string, number> }> = {};
-    for await (const s of await client.stats()) data[s.name] = s.endpoints[0].data as (typeof data)[string];
+    for await (const s of await client.stats()) data[s.name] = s.endpoints![0].data as (typeof data)[string];
     expect(data['catraca-worker'].histograms.catraca_latency_ms.count).toBeGreaterThan(0);
     expect(data['catraca-metering'].counters.catraca_jobs_total).toBeGreaterThan(0);
     expect(data['catraca-gateway'].counters.catraca_jobs_total).toBeGreaterThan(0);

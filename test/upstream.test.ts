@@ -31,6 +31,15 @@ afterAll(async () => {
   await mock?.close();
 });
 
+/** A raw chat request (status codes, headers and SSE bytes exactly as a client sees them). */
+const post = (key: string, body: Record<string, unknown>, signal?: AbortSignal) =>
+  fetch(`${stack.baseUrl}/chat/completions`, {
+    method: 'POST',
+    signal,
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }),
+  });
+
 const ledgerRow = async (requestId: string) =>
   (await stack.db.query('select * from ledger where request_id = $1', [requestId])).rows[0];
 
@@ -62,11 +71,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
 
   it('maps an upstream 429 to 429 with retry-after, charging nothing', async () => {
     const t = await stack.tenant('1.00');
-    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mockvendor/ratelimited', messages: [{ role: 'user', content: 'hi' }] }),
-    });
+    const res = await post(t.key, { model: 'mockvendor/ratelimited' });
     expect(res.status).toBe(429);
     expect(res.headers.get('retry-after')).toBe('1');
     const body = await res.json();
@@ -78,11 +83,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
 
   it('maps an upstream 401 to 502 without revealing the upstream key', async () => {
     const t = await stack.tenant('1.00');
-    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mockvendor/authfail', messages: [{ role: 'user', content: 'hi' }] }),
-    });
+    const res = await post(t.key, { model: 'mockvendor/authfail' });
     expect(res.status).toBe(502);
     const text = await res.text();
     expect(JSON.parse(text).error).toMatchObject({ type: 'upstream_error', code: 'upstream_auth_failed' });
@@ -91,11 +92,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
 
   it('a mid-stream vendor failure ends the stream with an error event and bills the delivered tokens once', async () => {
     const t = await stack.tenant('1.00');
-    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mockvendor/midstream', stream: true, messages: [{ role: 'user', content: 'hi' }] }),
-    });
+    const res = await post(t.key, { model: 'mockvendor/midstream', stream: true });
     expect(res.status).toBe(200);
     const events = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: '));
     expect(events[events.length - 1]).toBe('data: [DONE]');
@@ -140,12 +137,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
     const t = await stack.tenant('1.00');
     const abortedBefore = mock.stats.aborted;
     const controller = new AbortController();
-    const res = await fetch(`${stack.baseUrl}/chat/completions`, {
-      method: 'POST',
-      signal: controller.signal,
-      headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
-      body: JSON.stringify({ model: 'mockvendor/slow', stream: true, max_tokens: 200, messages: [{ role: 'user', content: 'hi' }] }),
-    });
+    const res = await post(t.key, { model: 'mockvendor/slow', stream: true, max_tokens: 200 }, controller.signal);
     const requestId = res.headers.get('x-request-id')!;
     const reader = res.body!.getReader();
     let received = '';
@@ -210,17 +202,12 @@ describe('OpenAI-compatible vendor through the gateway', () => {
 
   it('relays reasoning as OpenRouter does (delta.reasoning, message.reasoning) and bills it as output', async () => {
     const t = await stack.tenant('1.00');
-    const post = (stream: boolean) =>
-      fetch(`${stack.baseUrl}/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${t.key}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'mockvendor/reasoning', stream, max_tokens: 4, messages: [{ role: 'user', content: 'why?' }] }),
-      });
-    const streamed = (await (await post(true)).text()).split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)));
+    const ask = (stream: boolean) => post(t.key, { model: 'mockvendor/reasoning', stream, max_tokens: 4, messages: [{ role: 'user', content: 'why?' }] });
+    const streamed = (await (await ask(true)).text()).split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)));
     const reasoning = streamed.map((c) => c.choices[0]?.delta?.reasoning).filter(Boolean);
     expect(reasoning).toEqual(MOCK_REASONING);
     expect(streamed.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe(mockText(4));
-    const res = await post(false);
+    const res = await ask(false);
     const body = await res.json();
     expect(body.choices[0].message).toMatchObject({ content: mockText(4), reasoning: MOCK_REASONING.join('') });
     expect(body.usage.completion_tokens).toBe(4 + MOCK_REASONING.length);
@@ -229,13 +216,6 @@ describe('OpenAI-compatible vendor through the gateway', () => {
   });
 
   describe('Anthropic Messages vendor (pool anthropic)', () => {
-    const post = (key: string, body: Record<string, unknown>) =>
-      fetch(`${stack.baseUrl}/chat/completions`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }),
-      });
-
     it('translates the request, streams the answer in OpenAI chunks and bills Anthropic usage', async () => {
       const t = await stack.tenant('1.00');
       const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
