@@ -40,6 +40,24 @@ const post = (key: string, body: Record<string, unknown>, signal?: AbortSignal) 
     body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }),
   });
 
+/** Reads a streamed answer with one tool call: its text, the call's pieces joined, finish and usage. */
+async function collectToolCall(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>) {
+  const out = { content: '', id: '', name: '', args: '', finish: '', usage: undefined as OpenAI.Completions.CompletionUsage | undefined };
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta;
+    out.content += d?.content ?? '';
+    for (const c of d?.tool_calls ?? []) {
+      expect(c.index).toBe(0);
+      if (c.id) out.id = c.id;
+      if (c.function?.name) out.name = c.function.name;
+      out.args += c.function?.arguments ?? '';
+    }
+    if (chunk.choices[0]?.finish_reason) out.finish = chunk.choices[0].finish_reason;
+    if (chunk.usage) out.usage = chunk.usage;
+  }
+  return out;
+}
+
 const ledgerRow = async (requestId: string) =>
   (await stack.db.query('select * from ledger where request_id = $1', [requestId])).rows[0];
 
@@ -163,22 +181,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       model: 'mockvendor/tools', stream: true, stream_options: { include_usage: true }, tools,
       messages: [{ role: 'user', content: 'weather in SP?' }],
     });
-    let args = '';
-    let name = '';
-    let id = '';
-    let finish = '';
-    let usage;
-    for await (const chunk of stream) {
-      const d = chunk.choices[0]?.delta;
-      for (const c of d?.tool_calls ?? []) {
-        expect(c.index).toBe(0);
-        if (c.id) id = c.id;
-        if (c.function?.name) name = c.function.name;
-        args += c.function?.arguments ?? '';
-      }
-      if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
-      if (chunk.usage) usage = chunk.usage;
-    }
+    const { id, name, args, finish, usage } = await collectToolCall(stream);
     expect({ id, name, args, finish }).toEqual({ id: MOCK_TOOL_CALL.id, name: MOCK_TOOL_CALL.name, args: MOCK_TOOL_CALL.arguments, finish: 'tool_calls' });
     expect(usage!.completion_tokens).toBe(MOCK_TOOL_COMPLETION_TOKENS);
     expect(mock.stats.lastBody).toMatchObject({ tools });
@@ -275,22 +278,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       const stream = await client.chat.completions.create({
         model: 'mockclaude/tools', stream: true, tools, tool_choice: 'required', messages: [{ role: 'user', content: 'weather in SP?' }],
       });
-      let content = '';
-      let args = '';
-      let name = '';
-      let id = '';
-      let finish = '';
-      for await (const chunk of stream) {
-        const d = chunk.choices[0]?.delta;
-        content += d?.content ?? '';
-        for (const c of d?.tool_calls ?? []) {
-          expect(c.index).toBe(0);
-          if (c.id) id = c.id;
-          if (c.function?.name) name = c.function.name;
-          args += c.function?.arguments ?? '';
-        }
-        if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
-      }
+      const { content, id, name, args, finish } = await collectToolCall(stream);
       expect({ content, id, name, args, finish }).toEqual({ content: 'Checking.', id: 'toolu_mock_weather_1', name: 'get_weather', args: MOCK_TOOL_CALL.arguments, finish: 'tool_calls' });
       expect(mock.stats.lastBody).toMatchObject({
         tools: [{ name: 'get_weather', input_schema: tools[0].function.parameters }],
