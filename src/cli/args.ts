@@ -1,12 +1,17 @@
-// A small, strict flag parser: `--name value` or `--name=value`; boolean flags take no value.
-// Unknown flags, missing values and stray positionals are usage errors (exit code 2).
-import { parseBrl } from '../billing/money.ts';
+// Flags of one command, parsed with node:util parseArgs: `--name value` or `--name=value`; boolean
+// flags take no value. Unknown flags, missing values, repeated flags and stray positionals are
+// usage errors (exit code 2) with a message naming the flag.
+import { parseArgs } from 'node:util';
+import { AMOUNT_RULE, parseAmountInput } from '../billing/amount-input.ts';
+import { parseExpiry } from '../auth/key-options.ts';
 import { UsageError } from './context.ts';
+
+export { parseRateLimit } from '../auth/key-options.ts';
 
 export interface FlagSpec {
   /** Flags that take a value. */
   values: string[];
-  /** Flags that take none. */
+  /** Flags that take none (`--json` and `--help`/`-h` always exist). */
   booleans?: string[];
   required?: string[];
 }
@@ -14,28 +19,29 @@ export interface FlagSpec {
 export type Flags = Record<string, string | true | undefined>;
 
 export function parseFlags(args: string[], spec: FlagSpec, command: string): Flags {
-  const flags: Flags = {};
   const booleans = new Set(['json', 'help', ...(spec.booleans ?? [])]);
   const values = new Set(spec.values);
-  for (let i = 0; i < args.length; i++) {
-    const arg = args[i];
-    if (!arg.startsWith('--')) throw new UsageError(`${command}: unexpected argument ${JSON.stringify(arg)}`);
-    const eq = arg.indexOf('=');
-    const name = arg.slice(2, eq === -1 ? undefined : eq);
+  const options: Record<string, { type: 'string' | 'boolean'; short?: string }> = {};
+  for (const b of booleans) options[b] = { type: 'boolean' };
+  options.help.short = 'h';
+  for (const v of values) options[v] = { type: 'string' };
+  // Not strict: parseArgs only tokenizes; the checks below give messages that name the flag.
+  const { tokens } = parseArgs({ args, options, strict: false, allowPositionals: true, tokens: true });
+  const flags: Flags = {};
+  for (const token of tokens) {
+    if (token.kind === 'positional') throw new UsageError(`${command}: unexpected argument ${JSON.stringify(token.value)}`);
+    if (token.kind === 'option-terminator') throw new UsageError(`${command}: unexpected argument "--"`);
+    const name = token.name;
     if (booleans.has(name)) {
-      if (eq !== -1) throw new UsageError(`${command}: --${name} takes no value`);
+      if (token.value !== undefined) throw new UsageError(`${command}: --${name} takes no value`);
       flags[name] = true;
     } else if (values.has(name)) {
-      let value: string | undefined;
-      if (eq !== -1) value = arg.slice(eq + 1);
-      else {
-        value = args[++i];
-        if (value === undefined || (value.startsWith('--') && value.length > 2)) throw new UsageError(`${command}: --${name} needs a value`);
-      }
+      const value = token.value;
+      if (value === undefined || (!token.inlineValue && value.startsWith('--') && value.length > 2)) throw new UsageError(`${command}: --${name} needs a value`);
       if (flags[name] !== undefined) throw new UsageError(`${command}: --${name} given twice`);
       flags[name] = value;
     } else {
-      throw new UsageError(`${command}: unknown option --${name}`);
+      throw new UsageError(`${command}: unknown option ${token.rawName}`);
     }
   }
   if (!flags.help) {
@@ -51,15 +57,16 @@ export function str(flags: Flags, name: string): string | undefined {
   return typeof v === 'string' ? v : undefined;
 }
 
-/** A BRL amount with at most 6 decimals ("12.34", "0.000001"); anything else is a usage error. */
+/**
+ * A BRL amount with at most 6 decimals ("12.34", "12,34", "0.000001"); anything else is a usage
+ * error. No thousands separators, and "1.500" is refused as ambiguous (see src/billing/amount-input.ts).
+ */
 export function brlFlag(flags: Flags, name: string, command: string): bigint | undefined {
   const v = str(flags, name);
   if (v === undefined) return undefined;
-  try {
-    return parseBrl(v);
-  } catch {
-    throw new UsageError(`${command}: --${name} must be a BRL amount like 12.34 (digits, at most 6 decimals), got ${JSON.stringify(v)}`);
-  }
+  const r = parseAmountInput(v, { maxDecimals: 6 });
+  if (!r.ok) throw new UsageError(`${command}: --${name} must be a BRL amount like 12.34: ${r.message}. Amounts are ${AMOUNT_RULE}.`);
+  return r.micros;
 }
 
 export function intFlag(flags: Flags, name: string, command: string, min = 1): number | undefined {
@@ -71,16 +78,13 @@ export function intFlag(flags: Flags, name: string, command: string, min = 1): n
   return Number(v);
 }
 
-const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400 };
-
-/** "60/60s", "100/1m", "10/s", "1000/1h", "5000/1d" → requests per interval (seconds). */
-export function parseRateLimit(text: string): { requests: number; intervalS: number } | null {
-  const m = /^(\d+)\/(\d*)([smhd])$/.exec(text.trim());
-  if (!m) return null;
-  const requests = Number(m[1]);
-  const intervalS = Number(m[2] || '1') * UNIT_SECONDS[m[3]];
-  if (requests < 1 || intervalS < 1 || !Number.isSafeInteger(requests) || !Number.isSafeInteger(intervalS)) return null;
-  return { requests, intervalS };
+/** `--expires 30d` / `--expires 2026-12-31`: when the key stops working (see parseExpiry). */
+export function expiryFlag(flags: Flags, name: string, command: string, now = new Date()): Date | undefined {
+  const v = str(flags, name);
+  if (v === undefined) return undefined;
+  const r = parseExpiry(v, now);
+  if (!r.ok) throw new UsageError(`${command}: --${name} must be a duration like 30d, 12h, 2w or an ISO date like 2026-12-31: ${r.message}`);
+  return r.at;
 }
 
 /** Micro-BRL as a decimal string, exact, with trailing zeros trimmed to at least 2 decimals: "112.34", "0.000001". */

@@ -1,7 +1,7 @@
 // The real CLI as a child process (`node bin/catraca.js …`) against the run's PostgreSQL and NATS.
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -79,7 +79,8 @@ describe.concurrent('key create', () => {
     const tenant = await newTenant();
     const r = await cli(['key', 'create', '--tenant', tenant, '--label', 'agente-1', '--models', '*', '--json']);
     expect(r.code).toBe(0);
-    expect(Object.keys(r.json).sort()).toEqual(['id', 'key', 'label', 'models']);
+    expect(Object.keys(r.json).sort()).toEqual(['expires_at', 'id', 'key', 'label', 'models']);
+    expect(r.json.expires_at).toBeNull();
     expect(r.json.id).toMatch(/^key_[a-z0-9]+$/);
     expect(r.json.key).toMatch(/^sk-cat-v1-[0-9a-f]{64}$/);
     expect(r.json.label).toBe('agente-1');
@@ -105,7 +106,7 @@ describe.concurrent('key create', () => {
       '--rate-limit', '100/1m', '--json',
     ]);
     expect(r.code).toBe(0);
-    expect(r.json).toEqual({ id: expect.stringMatching(/^key_/), key: expect.stringMatching(/^sk-cat-v1-[0-9a-f]{64}$/), label: '', models: ['sim/echo', 'sim/lorem'] });
+    expect(r.json).toEqual({ id: expect.stringMatching(/^key_/), key: expect.stringMatching(/^sk-cat-v1-[0-9a-f]{64}$/), label: '', models: ['sim/echo', 'sim/lorem'], expires_at: null });
     const { rows } = await db.query(
       'select models, limit_micros, limit_reset, rate_limit_requests, rate_limit_interval_s, is_demo from api_keys where id = $1',
       [r.json.id],
@@ -123,6 +124,140 @@ describe.concurrent('key create', () => {
     expect(r.stderr).toContain('unknown model(s): acme/ghost');
     const { rows } = await db.query('select count(*)::int as n from api_keys where tenant_id = $1', [tenant]);
     expect(rows[0].n).toBe(0);
+  });
+});
+
+describe.concurrent('key create --expires, key list', () => {
+  test('--expires 30d and an ISO date are stored; a past, malformed or too distant expiry is exit 2', async () => {
+    const tenant = await newTenant();
+    const before = Date.now();
+    const r = await cli(['key', 'create', '--tenant', tenant, '--expires', '30d', '--json']);
+    expect(r.code).toBe(0);
+    const at = Date.parse(r.json.expires_at);
+    expect(at).toBeGreaterThanOrEqual(before + 30 * 86400_000);
+    expect(at).toBeLessThanOrEqual(Date.now() + 30 * 86400_000);
+    const { rows } = await db.query('select expires_at from api_keys where id = $1', [r.json.id]);
+    expect((rows[0].expires_at as Date).toISOString()).toBe(r.json.expires_at);
+
+    const year = new Date().getUTCFullYear() + 1;
+    const iso = await cli(['key', 'create', '--tenant', tenant, '--expires', `${year}-06-30`, '--json']);
+    expect(iso.json.expires_at).toBe(`${year}-06-30T00:00:00.000Z`);
+    const zoned = await cli(['key', 'create', '--tenant', tenant, '--expires', `${year}-06-30T20:00:00-03:00`]);
+    expect(zoned.stdout).toContain(`  expires: ${year}-06-30T23:00:00.000Z\n`);
+
+    const refused = [
+      ['2020-01-01', 'is not in the future'],
+      [`${year}-02-30`, 'is not a calendar date'],
+      [`${year}-06-30T20:00:00`, 'a time needs its zone'],
+      ['soon', 'is neither a duration like 30d'],
+      ['4000d', 'more than 10 years away'],
+    ];
+    const results = await Promise.all(refused.map(([value]) => cli(['key', 'create', '--tenant', tenant, '--expires', value, '--json'])));
+    results.forEach((bad, i) => {
+      expect([bad.code, bad.stdout]).toEqual([2, '']);
+      expect(bad.stderr).toContain(`key create: --expires must be a duration like 30d, 12h, 2w or an ISO date like 2026-12-31: `);
+      expect(bad.stderr).toContain(refused[i][1]);
+    });
+    const { rows: n } = await db.query('select count(*)::int as n from api_keys where tenant_id = $1', [tenant]);
+    expect(n[0].n).toBe(3);
+  }, 60000);
+
+  test('key list shows id, label, hint, models, limits, expiry and revocation, never the key', async () => {
+    const tenant = await newTenant();
+    const a = await cli(['key', 'create', '--tenant', tenant, '--label', 'bot', '--models', 'sim/echo', '--limit', '5', '--limit-reset', 'weekly', '--rate-limit', '100/1m', '--expires', '7d', '--json']);
+    const b = await cli(['key', 'create', '--tenant', tenant, '--label', 'old', '--json']);
+    await cli(['key', 'revoke', '--id', b.json.id, '--json']);
+    const r = await cli(['key', 'list', '--tenant', tenant, '--json']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim().split('\n')).toHaveLength(1);
+    expect(r.stdout).not.toContain(a.json.key);
+    expect(r.stdout).not.toContain(b.json.key);
+    expect(r.stdout).not.toContain(a.json.key.slice(14, 60)); // nor any long piece of it
+    expect(r.json.tenant).toBe(tenant);
+    const byId = Object.fromEntries(r.json.keys.map((k: { id: string }) => [k.id, k]));
+    expect(byId[a.json.id]).toEqual({
+      id: a.json.id,
+      label: 'bot',
+      hint: `${a.json.key.slice(0, 14)}…${a.json.key.slice(-4)}`,
+      models: ['sim/echo'],
+      limit: '5.00',
+      limit_reset: 'weekly',
+      rate_limit: '100/1m',
+      expires_at: a.json.expires_at,
+      expired: false,
+      revoked: false,
+      revoked_at: null,
+      usage: '0.00',
+      created_at: expect.any(String),
+      last_used_at: null,
+    });
+    expect(byId[b.json.id]).toMatchObject({ label: 'old', models: '*', limit: null, rate_limit: null, expires_at: null, revoked: true, revoked_at: expect.any(String) });
+
+    const human = await cli(['key', 'list', '--tenant', tenant]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/^ID +LABEL +HINT +MODELS +LIMIT +RATE +EXPIRES +STATUS\n/);
+    expect(human.stdout).toMatch(new RegExp(`${a.json.id} +bot +sk-cat-v1-.{4}….{4} +sim/echo +5\\.00/weekly +100/1m +\\d{4}-.+Z +active`));
+    expect(human.stdout).toMatch(new RegExp(`${b.json.id} +old .* revoked\n`));
+    expect(human.stdout).not.toContain(a.json.key);
+
+    const unknown = await cli(['key', 'list', '--tenant', 'ten_nobody', '--json']);
+    expect([unknown.code, unknown.stdout, unknown.stderr]).toEqual([1, '', 'catraca: no tenant with id "ten_nobody"\n']);
+    expect((await cli(['key', 'list', '--json'])).stderr).toContain('key list: --tenant is required');
+  }, 60000);
+});
+
+describe.concurrent('tenant list, model list', () => {
+  test('tenant list shows balances and live keys as one JSON object', async () => {
+    const tenant = await newTenant('Listada');
+    await cli(['credits', 'grant', '--tenant', tenant, '--amount', '2.5', '--json']);
+    await cli(['key', 'create', '--tenant', tenant, '--json']);
+    const r = await cli(['tenant', 'list', '--json']);
+    expect(r.code).toBe(0);
+    expect(r.stdout.trim().split('\n')).toHaveLength(1);
+    expect(r.json.tenants.find((t: { id: string }) => t.id === tenant)).toEqual({
+      id: tenant, name: 'Listada', balance: '2.50', held: '0.00', active_keys: 1, created_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/),
+    });
+    const human = await cli(['tenant', 'list']);
+    expect(human.stdout).toMatch(new RegExp(`${tenant} +Listada +2\\.50 +0\\.00 +1 `));
+  });
+
+  test('model list shows the catalog with exact prices', async () => {
+    const r = await cli(['model', 'list', '--json']);
+    expect(r.code).toBe(0);
+    expect(r.json.models.find((m: { id: string }) => m.id === 'sim/echo')).toEqual({
+      id: 'sim/echo', pool: 'sim', protocol: 'sim', upstream_model: 'echo', base_url: null, api_key_env: null,
+      input_price: '1.00', output_price: '2.00', max_output_tokens: 4096, context_length: expect.any(Number),
+      input_modalities: ['text'], image_input_tokens: null, extra_params: [],
+    });
+    const human = await cli(['model', 'list']);
+    expect(human.stdout).toMatch(/\nsim\/echo +sim +sim +echo +1\.00 +2\.00 +4096 /);
+  });
+});
+
+describe.concurrent('--version and --help', () => {
+  test('--version prints the version of package.json', async () => {
+    const { version } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
+    expect(await cli(['--version'])).toMatchObject({ code: 0, stdout: `${version}\n` });
+    expect((await cli(['--version', '--json'])).json).toEqual({ version });
+  });
+
+  test.each(['tenant create', 'tenant list', 'key create', 'key list', 'key revoke', 'credits grant', 'model set', 'model list', 'ledger check', 'status', 'pix pay'])(
+    '%s --help prints that command\'s usage (exit 0, no database needed)',
+    async (cmd) => {
+      for (const flag of ['--help', '-h']) {
+        const r = await cli([...cmd.split(' '), flag], { DATABASE_URL: undefined, NATS_URL: undefined }, tmpdir());
+        expect(r.code).toBe(0);
+        expect(r.stdout.startsWith(`Usage: catraca ${cmd} `)).toBe(true);
+        expect(r.stdout).toContain('Exit codes: 0 success, 1 failure, 2 usage error.');
+        expect(r.stderr).toBe('');
+      }
+    },
+  );
+
+  test('key create --help documents --expires and the amounts rule', async () => {
+    const r = await cli(['key', 'create', '--help']);
+    expect(r.stdout).toContain('[--expires 30d|12h|2w|2026-12-31|2026-12-31T23:59:59Z]');
+    expect(r.stdout).toContain('Thousands separators are refused');
   });
 });
 
@@ -156,6 +291,55 @@ describe.concurrent('credits grant', () => {
   });
 });
 
+describe.concurrent('amounts refuse thousands separators', () => {
+  test('--amount "1.000,00", "1,000.00", "1 000", "1.000", "1,500" → exit 2 with a message, nothing granted', async () => {
+    const tenant = await newTenant();
+    for (const [amount, message] of [
+      ['1.000,00', '"1.000,00" has more than one separator or a space; write amounts without thousands separators'],
+      ['1,000.00', '"1,000.00" has more than one separator or a space'],
+      ['1 000', '"1 000" has more than one separator or a space'],
+      ['1.000', '"1.000" is ambiguous: a dot followed by exactly three digits reads as a thousands separator in pt-BR and as a decimal separator in en-US; write 1000 for the thousands, or 1.0000 for the decimals'],
+      ['1,500', '"1,500" is ambiguous: a comma followed by exactly three digits'],
+    ]) {
+      const r = await cli(['credits', 'grant', '--tenant', tenant, '--amount', amount, '--json']);
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toContain(`credits grant: --amount must be a BRL amount like 12.34: ${message}`);
+    }
+    const { rows } = await db.query('select count(*)::int as n from ledger where tenant_id = $1', [tenant]);
+    expect(rows[0].n).toBe(0);
+    // Plain decimals, with a dot or a comma, are exact.
+    expect((await cli(['credits', 'grant', '--tenant', tenant, '--amount', '1,5', '--json'])).json).toEqual({ tenant, balance: '1.50' });
+    expect((await cli(['credits', 'grant', '--tenant', tenant, '--amount', '1000.0001', '--json'])).json).toEqual({ tenant, balance: '1001.5001' });
+    expect((await cli(['credits', 'grant', '--tenant', tenant, '--amount', '0.125', '--json'])).json).toEqual({ tenant, balance: '1001.6251' });
+  });
+
+  test('--limit and prices follow the same rule', async () => {
+    const tenant = await newTenant();
+    const limit = await cli(['key', 'create', '--tenant', tenant, '--limit', '1.000', '--json']);
+    expect(limit.code).toBe(2);
+    expect(limit.stderr).toContain('key create: --limit must be a BRL amount like 12.34: "1.000" is ambiguous');
+    expect((await db.query('select count(*)::int as n from api_keys where tenant_id = $1', [tenant])).rows[0].n).toBe(0);
+    const id = `acme/thousands-${randomBytes(3).toString('hex')}`;
+    const price = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1.250', '--output-price', '2', '--json']);
+    expect(price.code).toBe(2);
+    expect(price.stderr).toContain('model set: --input-price must be a BRL amount like 12.34: "1.250" is ambiguous');
+    const grouped = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '1.000,50', '--json']);
+    expect(grouped.code).toBe(2);
+    expect((await db.query('select count(*)::int as n from models where id = $1', [id])).rows[0].n).toBe(0);
+    const fine = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1,2500', '--output-price', '0.825', '--json']);
+    expect(fine.code).toBe(0);
+    expect(fine.json).toMatchObject({ input_price: '1.25', output_price: '0.825' });
+  });
+
+  test('--help states the rule', async () => {
+    const r = await cli(['--help']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('Thousands separators are refused ("1.000,00",');
+    expect(r.stdout).toContain('"1.500" is 1500 in pt-BR and 1.5 in en-US, so write 1500 or 1.5 / 1.5000');
+  });
+});
+
 describe.concurrent('model set', () => {
   test('creates and updates a model; prices are exact decimal strings', async () => {
     const id = `acme/m-${randomBytes(3).toString('hex')}`;
@@ -174,6 +358,10 @@ describe.concurrent('model set', () => {
       output_price: '3.30',
       max_output_tokens: 16384,
       context_length: 128000,
+      protocol: 'openai',
+      input_modalities: ['text'],
+      image_input_tokens: null,
+      extra_params: [],
     });
     const { rows } = await db.query('select input_price, output_price, max_output_tokens from models where id = $1', [id]);
     expect(rows).toEqual([{ input_price: 825_000n, output_price: 3_300_000n, max_output_tokens: 16384 }]);
@@ -181,6 +369,11 @@ describe.concurrent('model set', () => {
     // Update: options not given keep their values.
     const u = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '4', '--json']);
     expect(u.json).toEqual({ ...r.json, input_price: '1.00', output_price: '4.00' });
+    // What the model accepts and its worst case per image.
+    const v = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '4', '--modalities', 'text,image', '--image-tokens', '25600', '--extra-params', 'top_k', '--json']);
+    expect(v.json).toEqual({ ...u.json, input_modalities: ['text', 'image'], image_input_tokens: 25600, extra_params: ['top_k'] });
+    const bad = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '4', '--modalities', 'image', '--json']);
+    expect([bad.code, bad.stderr.trim()]).toEqual([2, 'catraca: model set: --modalities is a list of text, image, audio, file that includes text\nRun `catraca model set --help` for usage.']);
   });
 
   test('rejects more than 6 decimals, floats in exponent form and secrets in --api-key-env (exit 2)', async () => {
@@ -254,6 +447,12 @@ describe.concurrent('usage errors', () => {
     [['key', 'create', '--tenant', 'ten_x', '--limit-reset', 'hourly', '--limit', '1', '--json'], '--limit-reset must be daily, weekly or monthly'],
     [['tenant', 'create', '--name', 'x', '--colour', 'blue', '--json'], 'tenant create: unknown option --colour'],
     [['tenant', 'destroy', '--json'], 'unknown command "tenant destroy"'],
+    [['tenant', 'create', '--name', '--json'], 'tenant create: --name needs a value'],
+    [['tenant', 'create', '--name'], 'tenant create: --name needs a value'],
+    [['tenant', 'create', '--name', 'a', '--name', 'b'], 'tenant create: --name given twice'],
+    [['tenant', 'create', '--name', 'a', 'stray'], 'tenant create: unexpected argument "stray"'],
+    [['tenant', 'create', '--name', 'a', '--json=yes'], 'tenant create: --json takes no value'],
+    [['tenant', 'list', '-x'], 'tenant list: unknown option -x'],
   ])('%j → exit 2', async (args, message) => {
     const r = await cli(args);
     expect(r.code).toBe(2);
@@ -322,7 +521,7 @@ describe.concurrent('ledger check', () => {
     const t2 = (await cli(['tenant', 'create', '--name', 'two', '--json'], env)).json.id;
     await cli(['credits', 'grant', '--tenant', t1, '--amount', '10', '--json'], env);
     await cli(['credits', 'grant', '--tenant', t2, '--amount', '3.5', '--json'], env);
-    await ldb.query(`select * from catraca_settle('req-1', $1, null, 1234, 'sim/echo', 10, 20, false, 'completed', now())`, [t1]);
+    await ldb.query(`select * from catraca_settle('req-1', $1, null, 1234, 'sim/echo', 10, 20, false, 'completed', now(), null)`, [t1]);
 
     const ok = await cli(['ledger', 'check', '--json'], env);
     expect(ok.code).toBe(0);

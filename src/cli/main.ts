@@ -1,63 +1,145 @@
 // `catraca <command>`: the admin CLI. Exit codes: 0 ok, 1 failure, 2 usage error.
 // With --json every command prints exactly one JSON object on stdout; messages go to stderr.
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
-import { creditsGrant, keyCreate, keyRevoke, ledgerCheckCommand, modelSet, tenantCreate } from './commands.ts';
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { VERSION } from '../version.ts';
+import { creditsGrant, keyCreate, keyList, keyRevoke, ledgerCheckCommand, modelList, modelSet, tenantCreate, tenantList } from './commands.ts';
 import { CliError, createContext, UsageError, type CliContext } from './context.ts';
+import { runStatus } from './status.ts';
 
-export const USAGE = `catraca — admin CLI of the catraca gateway
+const AMOUNTS = `Amounts (--amount, --limit, prices) are BRL with at most 6 decimals and ONE decimal separator,
+a dot or a comma ("12.34", "12,34", "0.000012"). Thousands separators are refused ("1.000,00",
+"1,000.00", "1 000"), and so is a separator followed by exactly three digits unless the amount is
+below 1: "1.500" is 1500 in pt-BR and 1.5 in en-US, so write 1500 or 1.5 / 1.5000 ("0.825" is
+fine). Balances and prices are printed with a dot, exact.`;
 
-Usage: catraca <command> [options] [--json]
-
-  tenant create --name NAME                                  → {id, name}
-  key create --tenant ID [--label L] [--models '*'|a/b,c/d]
-             [--limit BRL] [--limit-reset daily|weekly|monthly]
-             [--rate-limit N/INTERVAL  e.g. 60/60s, 100/1m]   → {id, key, label, models}
-  key revoke --id KEY_ID                                     → {id, revoked: true}
-  credits grant --tenant ID --amount 12.34 [--note TEXT]
-                [--external-id ID  (grant at most once per id)] → {tenant, balance}
-  model set --id vendor/name --pool POOL [--upstream-model M]
-            [--base-url URL] [--api-key-env VAR]
-            --input-price BRL_PER_1M_TOKENS --output-price BRL_PER_1M_TOKENS
-            [--max-output-tokens N] [--context-length N]    → {id, pool, upstream_model, …}
-  ledger check [--tenant ID]                                 → {ok, tenants_checked, mismatches}
-  status                                                     (health of a running stack)
-  pix pay --txid TXID [--valor 12.34]                         (dev: pay a charge at the Pix simulator)
-
-Amounts are BRL decimal strings with at most 6 decimals ("12.34"); balances and prices are
-printed the same way, exact. --api-key-env takes the NAME of an environment variable that holds
-the upstream key, never the key.
-
-Connection: DATABASE_URL / NATS_URL when set; otherwise the stack started with \`npm start\` in
+const CONNECTION = `Connection: DATABASE_URL / NATS_URL when set; otherwise the stack started with \`npm start\` in
 this checkout (.catraca/stack.json).
-Exit codes: 0 success, 1 failure, 2 usage error.
-`;
+Exit codes: 0 success, 1 failure, 2 usage error.`;
 
 type Command = (ctx: CliContext, args: string[]) => Promise<number | void>;
 
-const COMMANDS: Record<string, Command> = {
-  'tenant create': tenantCreate,
-  'key create': keyCreate,
-  'key revoke': keyRevoke,
-  'credits grant': creditsGrant,
-  'model set': modelSet,
-  'ledger check': ledgerCheckCommand,
-  status: runStatusCommand,
-  // Development only: pays a charge at the portal's built-in Pix simulator (src/cli/pix.ts).
-  'pix pay': async (ctx, args) => (await import('./pix.ts')).pixPay(ctx, args),
+interface CommandDef {
+  run: Command;
+  /** The synopsis lines shown in `catraca --help` and first in `catraca <command> --help`. */
+  synopsis: string;
+  /** What `catraca <command> --help` adds below the synopsis. */
+  help: string;
+}
+
+const COMMANDS: Record<string, CommandDef> = {
+  'tenant create': {
+    run: tenantCreate,
+    synopsis: `tenant create --name NAME                                  → {id, name}`,
+    help: `Creates a tenant (an account with a prepaid BRL balance, initially 0).`,
+  },
+  'tenant list': {
+    run: tenantList,
+    synopsis: `tenant list                                                → {tenants: [{id, name, balance, held, active_keys, created_at}]}`,
+    help: `Lists every tenant with its balance, the part of it held by requests in flight, and its number of live keys.`,
+  },
+  'key create': {
+    run: keyCreate,
+    synopsis: `key create --tenant ID [--label L] [--models '*'|a/b,c/d]
+           [--limit BRL] [--limit-reset daily|weekly|monthly]
+           [--rate-limit N/INTERVAL  e.g. 60/60s, 100/1m]
+           [--expires 30d|12h|2w|2026-12-31|2026-12-31T23:59:59Z]
+                                                           → {id, key, label, models, expires_at}`,
+    help: `Creates an API key for a tenant and prints it once; only its SHA-256 is stored.
+  --models      allowlist of model ids (default '*': every model in the catalog)
+  --limit       BRL the key may spend (in total, or per --limit-reset window, UTC)
+  --rate-limit  requests per interval, counted across every front door (s, m, h, d)
+  --expires     the key stops working after this: a duration from now (m, h, d, w) or an ISO
+                date (00:00 UTC that day) or date-time with its zone; at most 10 years away
+
+${AMOUNTS}`,
+  },
+  'key list': {
+    run: keyList,
+    synopsis: `key list --tenant ID                                       → {tenant, keys: [{id, label, hint, models, limit, …}]}`,
+    help: `Lists a tenant's keys: id, label, hint (never the key itself), models, limit and reset, rate
+limit, expiry, revoked, usage, created and last used.`,
+  },
+  'key revoke': {
+    run: keyRevoke,
+    synopsis: `key revoke --id KEY_ID                                     → {id, revoked: true}`,
+    help: `Revokes a key in the database and tells every front door on NATS to drop it at once.`,
+  },
+  'credits grant': {
+    run: creditsGrant,
+    synopsis: `credits grant --tenant ID --amount 12.34 [--note TEXT]
+              [--external-id ID  (grant at most once per id)] → {tenant, balance}`,
+    help: `Credits a tenant's balance (a ledger row with source "grant").
+
+${AMOUNTS}`,
+  },
+  'model set': {
+    run: modelSet,
+    synopsis: `model set --id vendor/name --pool POOL [--protocol sim|openai|anthropic] [--upstream-model M]
+          [--base-url URL] [--api-key-env VAR]
+          --input-price BRL_PER_1M_TOKENS --output-price BRL_PER_1M_TOKENS
+          [--max-output-tokens N] [--context-length N]
+          [--modalities text,image,audio,file] [--image-tokens N|none]
+          [--extra-params top_k,min_p]                    → {id, pool, protocol, upstream_model, …}`,
+    help: `Creates or updates a catalog entry (options not given keep their values) and tells front doors
+and workers to reload the catalog.
+--api-key-env takes the NAME of an environment variable that holds the upstream key, never the key.
+
+${AMOUNTS}`,
+  },
+  'model list': {
+    run: modelList,
+    synopsis: `model list                                                 → {models: [{id, pool, protocol, input_price, …}]}`,
+    help: `Lists the catalog: pool, protocol, upstream model, BRL prices per 1M tokens, limits.`,
+  },
+  'ledger check': {
+    run: ledgerCheckCommand,
+    synopsis: `ledger check [--tenant ID]                                 → {ok, tenants_checked, mismatches}`,
+    help: `Proves every balance equals credits − debits, held equals the open holds, and no request is
+debited twice. Exit 1 when anything does not match.`,
+  },
+  status: {
+    run: runStatusCommand,
+    synopsis: `status [--watch] [--service gateway|worker|metering|portal] (health of a running stack)`,
+    help: `One row per running instance, from NATS ($SRV.STATS): in flight, jobs, errors, latency, memory.
+  --watch     refresh every second until Ctrl-C
+  --service   only that service
+  --wait-ms   how long to collect answers (default 1000)`,
+  },
+  'pix pay': {
+    // Development only: pays a charge at the portal's built-in Pix simulator (src/cli/pix.ts).
+    run: async (ctx, args) => (await import('./pix.ts')).pixPay(ctx, args),
+    synopsis: `pix pay --txid TXID [--valor 12.34]                         (dev: pay a charge at the Pix simulator)`,
+    help: `Development only: pays a charge at the built-in Pix simulator of the running portal, which then
+calls the portal's webhook like a real PSP.`,
+  },
 };
 
-/** `catraca status` lives in src/cli/status.ts (monitoring); its runStatus takes {natsUrl, json, args}. */
+export const USAGE = `catraca ${VERSION} — admin CLI of the catraca gateway
+
+Usage: catraca <command> [options] [--json]
+       catraca <command> --help      catraca --version
+
+${Object.values(COMMANDS)
+  .map((c) => '  ' + c.synopsis.split('\n').join('\n  '))
+  .join('\n')}
+
+${AMOUNTS}
+--api-key-env takes the NAME of an environment variable that holds the upstream key, never the key.
+
+${CONNECTION}
+`;
+
+function commandHelp(name: string): string {
+  const c = COMMANDS[name];
+  return `Usage: catraca ${c.synopsis.split('\n').join('\n' + ' '.repeat('Usage: catraca '.length))}\n\n${c.help}\n\nEvery command takes --json (exactly one JSON object on stdout) and --help.\n${CONNECTION}\n`;
+}
+
+/** `catraca status` (src/cli/status.ts) parses its own options and talks only to NATS. */
 async function runStatusCommand(ctx: CliContext, args: string[]): Promise<number | void> {
-  const file = fileURLToPath(new URL('./status.ts', import.meta.url));
-  if (!existsSync(file)) throw new CliError('status: not available in this checkout (src/cli/status.ts is missing)');
-  const mod = (await import(new URL('./status.ts', import.meta.url).href)) as {
-    runStatus?: (ctx: { natsUrl: string; json: boolean; args: string[] }, args: string[]) => Promise<number | void>;
-  };
-  if (typeof mod.runStatus !== 'function') throw new CliError('status: not available (src/cli/status.ts exports no runStatus)');
   const natsUrl = ctx.natsUrl();
   if (!natsUrl) throw new CliError('status: no NATS to ask: start the stack with `npm start` in this checkout, or set NATS_URL');
-  return mod.runStatus({ natsUrl, json: ctx.json, args: args.filter((a) => a !== '--json') }, args);
+  return runStatus({ natsUrl, json: ctx.json, args: args.filter((a) => a !== '--json') });
 }
 
 export interface RunOptions {
@@ -81,6 +163,10 @@ export async function run(argv: string[], opts: RunOptions = {}): Promise<number
     stdout(USAGE);
     return argv.length === 0 ? 2 : 0;
   }
+  if (argv[0] === '--version' || argv[0] === '-v' || argv[0] === 'version') {
+    stdout(json ? JSON.stringify({ version: VERSION }) + '\n' : `${VERSION}\n`);
+    return 0;
+  }
   const name = positionals.length >= 2 && COMMANDS[`${positionals[0]} ${positionals[1]}`] ? `${positionals[0]} ${positionals[1]}` : positionals[0];
   const command = name ? COMMANDS[name] : undefined;
   if (!command) {
@@ -89,17 +175,17 @@ export async function run(argv: string[], opts: RunOptions = {}): Promise<number
   }
   const rest = argv.slice(name.split(' ').length);
   if (rest.includes('--help') || rest.includes('-h')) {
-    stdout(USAGE);
+    stdout(commandHelp(name));
     return 0;
   }
   const ctx = createContext({ json, cwd: opts.cwd, env: opts.env, stdout, stderr });
   try {
-    const code = await command(ctx, rest);
+    const code = await command.run(ctx, rest);
     return typeof code === 'number' ? code : 0;
   } catch (err) {
     if (err instanceof CliError) {
       stderr(`catraca: ${err.message}\n`);
-      if (err instanceof UsageError) stderr(`Run \`catraca --help\` for usage.\n`);
+      if (err instanceof UsageError) stderr(`Run \`catraca ${name} --help\` for usage.\n`);
       return err.exitCode;
     }
     const e = err as Error & { code?: string };
@@ -112,4 +198,9 @@ export async function main(argv = process.argv.slice(2)): Promise<void> {
   const code = await run(argv);
   // Let stdout drain before leaving; pools and NATS connections are closed by the commands.
   process.exitCode = code;
+}
+
+// Run directly (`node dist/src/cli/main.js …`, as the image may): behave as bin/catraca.js.
+if (process.argv[1] && pathToFileURL(resolve(process.argv[1])).href === import.meta.url) {
+  await main();
 }

@@ -1,5 +1,6 @@
 import { connect, RequestStrategy, type NatsConnection, type ServiceStats } from 'nats';
 import { HEADLINE, type InstanceStatsData } from '../bus/monitoring.ts';
+import { natsOptions, redactNatsUrl } from '../bus/connect.ts';
 
 // `catraca status [--json] [--watch] [--service gateway|worker|metering|portal] [--wait-ms MS]`
 // Discovers every catraca instance through `$SRV.STATS` (nats.js micro services, see
@@ -154,9 +155,9 @@ export async function runStatus(ctx: { natsUrl: string; json: boolean; args: str
   }
   let nc: NatsConnection;
   try {
-    nc = await connect({ servers: ctx.natsUrl.split(','), name: 'catraca status', timeout: 3000 });
+    nc = await connect({ ...natsOptions(ctx.natsUrl), name: 'catraca status', timeout: 3000 });
   } catch (err) {
-    process.stderr.write(`cannot reach NATS at ${ctx.natsUrl.replace(/\/\/[^@/]*@/, '//***@')}: ${(err as Error).message}\n`);
+    process.stderr.write(`cannot reach NATS at ${redactNatsUrl(ctx.natsUrl)}: ${(err as Error).message}\n`);
     return 1;
   }
   try {

@@ -1,3 +1,4 @@
+import { parseAmountInput, type AmountInputResult } from '../billing/amount-input.ts';
 import { MICROS_PER_BRL, parseBrl } from '../billing/money.ts';
 import { CENTAVO_MICROS } from './limits.ts';
 
@@ -16,14 +17,20 @@ export function fromValor(valor: string): bigint {
   return parseBrl(valor);
 }
 
-/** User input ("50", "50,00", "1.234,56", "50.00") → micro-BRL; null if it is not whole centavos. */
+/**
+ * User input in the portal ("50", "50,00", "50.00", "R$ 5") → micro-BRL, whole centavos. The same
+ * rule as every CLI amount (src/billing/amount-input.ts): no thousands separators ("1.234,56" and
+ * "5.001" are refused, never read as thousands), at most 2 decimals.
+ */
+export function parseUserAmountInput(text: string): AmountInputResult {
+  const t = String(text ?? '').trim().replace(/^R\$\s*/i, '');
+  return parseAmountInput(t, { maxDecimals: 2, maxIntegerDigits: 10 });
+}
+
+/** As parseUserAmountInput; null when refused. */
 export function parseUserAmount(text: string): bigint | null {
-  let t = String(text ?? '').trim().replace(/^R\$\s*/i, '');
-  if (/^\d{1,3}(\.\d{3})+(,\d{1,2})?$/.test(t)) t = t.replace(/\./g, ''); // 1.234,56
-  t = t.replace(',', '.');
-  if (!/^\d{1,10}(\.\d{1,2})?$/.test(t)) return null;
-  const micros = parseBrl(t);
-  return micros % CENTAVO_MICROS === 0n ? micros : null;
+  const r = parseUserAmountInput(text);
+  return r.ok && r.micros % CENTAVO_MICROS === 0n ? r.micros : null;
 }
 
 export const brl = (reais: number | bigint) => BigInt(reais) * MICROS_PER_BRL;

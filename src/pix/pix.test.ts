@@ -8,6 +8,7 @@ import { httpRequest } from './http.ts';
 import { startPortal, type Portal } from '../portal/server.ts';
 import { paySimulatedCharge } from './simulator/pay.ts';
 import { BcbPixAdapter } from './bcb.ts';
+import { PixService } from './service.ts';
 import { createApiKey } from '../db/keys.ts';
 import { admit, releaseHold } from '../billing/ledger.ts';
 
@@ -28,10 +29,10 @@ describe('BR Code', () => {
     expect(() => fromValor('1.5')).toThrow();
     expect(() => fromValor('1,50')).toThrow();
     expect(parseUserAmount('50,00')).toBe(50_000_000n);
-    expect(parseUserAmount('1.234,56')).toBe(1_234_560_000n);
+    expect(parseUserAmount('1.234,56')).toBe(null); // no thousands separators (src/billing/amount-input.ts)
     expect(parseUserAmount('R$ 5')).toBe(5_000_000n);
     expect(parseUserAmount('5,001')).toBe(null);
-    expect(parseUserAmount('5.001')).toBe(5_001_000_000n); // pt-BR thousands separator
+    expect(parseUserAmount('5.001')).toBe(null); // ambiguous: 5001 in pt-BR, 5.001 in en-US
     expect(parseUserAmount('-5')).toBe(null);
     expect(parseUserAmount('abc')).toBe(null);
   });
@@ -112,6 +113,59 @@ describe('Pix through the BCB adapter against the simulator', () => {
     const paidWrong = await paySimulatedCharge(db, { txid: ch.txid, valor: '19.99', simulatorUrl: portal.simulator!.url });
     expect(paidWrong.delivered).toBe(true);
     expect(await balance(t.id)).toBe(0n);
+  });
+
+  it('a webhook is a notice: a forged one for an unpaid charge credits nothing; a real payment credits exactly once', async () => {
+    const t = await createTenant(db, 'pix-notice');
+    const ch = await portal.pix.createTopUp(t.id, 30_000_000n);
+    const forgedE2e = 'E99999999202501011200forgedpix01';
+    const forged = { endToEndId: forgedE2e, txid: ch.txid, valor: '30.00', horario: new Date().toISOString() };
+    // Valid path secret, right txid, right amount, well-formed endToEndId: the PSP says the charge is unpaid.
+    const r = await post(`/webhooks/pix/${secret}/pix`, { pix: [forged] });
+    expect(r.status).toBe(200);
+    expect(await balance(t.id)).toBe(0n);
+    expect((await db.query('select status, end_to_end_id from pix_charges where txid = $1', [ch.txid])).rows[0]).toEqual({ status: 'ATIVA', end_to_end_id: null });
+    const audit = async () => (await db.query('select outcome, end_to_end_id, detail from pix_webhook_events where txid = $1 order by id', [ch.txid])).rows;
+    expect(await audit()).toEqual([{ outcome: 'not_confirmed', end_to_end_id: forgedE2e, detail: 'webhook: PSP status ATIVA' }]);
+
+    // The real payment (the simulator pays, then calls the webhook) is confirmed by GET /cob and credited once.
+    const paid = await paySimulatedCharge(db, { txid: ch.txid, simulatorUrl: portal.simulator!.url });
+    expect(paid).toMatchObject({ ok: true, delivered: true });
+    expect(await balance(t.id)).toBe(30_000_000n);
+    // The simulator reports exactly what was paid.
+    const cob = await portal.pix.psp.getCharge(ch.txid);
+    expect(cob?.status).toBe('CONCLUIDA');
+    expect(cob?.pix.map((x) => ({ e2e: x.endToEndId, valor: x.valor, txid: x.txid }))).toEqual([{ e2e: paid.endToEndId, valor: '30.00', txid: ch.txid }]);
+
+    // Now paid: a forged second payment (another endToEndId), a forged devolução, a replay of the forged one.
+    expect((await post(`/webhooks/pix/${secret}/pix`, { pix: [{ ...forged, endToEndId: 'E99999999202501011200forgedpix02' }] })).status).toBe(200);
+    const refund = { id: 'forged1', rtrId: 'D99999999202501011200forgedrtr1', valor: '30.00', status: 'DEVOLVIDO' };
+    expect((await post(`/webhooks/pix/${secret}/pix`, { pix: [{ ...forged, endToEndId: paid.endToEndId, devolucoes: [refund] }] })).status).toBe(200);
+    expect((await post(`/webhooks/pix/${secret}/pix`, { pix: [forged] })).status).toBe(200);
+    // The real callback delivered again: a duplicate.
+    expect((await post(`/webhooks/pix/${secret}/pix`, { pix: [{ ...forged, endToEndId: paid.endToEndId }] })).status).toBe(200);
+    expect(await balance(t.id)).toBe(30_000_000n);
+    expect((await db.query('select count(*)::int as n from pix_refunds where txid = $1', [ch.txid])).rows[0].n).toBe(0);
+    const ledger = (await db.query('select kind, amount_micros, external_id from ledger where tenant_id = $1', [t.id])).rows;
+    expect(ledger).toEqual([{ kind: 'credit', amount_micros: 30_000_000n, external_id: paid.endToEndId }]);
+    expect((await audit()).map((e) => e.outcome)).toEqual(['not_confirmed', 'credited', 'not_confirmed', 'duplicate', 'not_confirmed', 'duplicate']);
+    expect((await audit())[2].detail).toBe('webhook: the PSP has no Pix with this endToEndId for the charge');
+  });
+
+  it('a webhook the PSP cannot confirm right now is answered 503 (delivered again) and credits nothing', async () => {
+    const t = await createTenant(db, 'pix-psp-down');
+    const ch = await portal.pix.createTopUp(t.id, 10_000_000n);
+    const real = portal.pix.psp;
+    const down = Object.create(real) as typeof real;
+    down.getCharge = async () => {
+      throw new Error('connect ECONNREFUSED');
+    };
+    const svc = new PixService(db, down);
+    const body = Buffer.from(JSON.stringify({ pix: [{ endToEndId: 'E99999999202501011200pspdown0001', txid: ch.txid, valor: '10.00', horario: new Date().toISOString() }] }));
+    const r = await svc.handleWebhook({ secret, headers: {}, rawBody: body });
+    expect(r).toEqual({ status: 503, body: { error: 'psp unavailable, deliver again' } });
+    expect(await balance(t.id)).toBe(0n);
+    expect(await events(ch.txid)).toEqual(['psp_unavailable']);
   });
 
   it('reconciliation credits a payment whose webhook never came, and expires old charges', async () => {

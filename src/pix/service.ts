@@ -3,8 +3,8 @@ import type pg from 'pg';
 import { credit } from '../billing/ledger.ts';
 import { withTransaction, type DbClient } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
-import { DEFAULT_CHARGE_EXPIRY_S, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS, CENTAVO_MICROS } from './limits.ts';
-import type { ChargeStatus, PixPayment, PixRefund, PspAdapter, WebhookRequest } from './types.ts';
+import { DEFAULT_CHARGE_EXPIRY_S, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS, CENTAVO_MICROS } from './limits.ts';
+import type { ChargeStatus, PixCharge, PixPayment, PixRefund, PspAdapter, WebhookRequest } from './types.ts';
 
 const log = createLogger('pix');
 
@@ -29,15 +29,22 @@ export type PaymentOutcome =
   | 'unknown_txid'
   | 'amount_mismatch'
   | 'already_paid_other_e2e'
-  | 'charge_removed';
+  | 'charge_removed'
+  /** A webhook's payment that the PSP's GET /cob does not show (forged, or not settled): nothing credited. */
+  | 'not_confirmed'
+  /** The PSP could not be asked; the webhook is answered 503 so the PSP delivers it again. */
+  | 'psp_unavailable';
 
 export type RefundOutcome = 'refunded' | 'shortfall' | 'duplicate' | 'pending' | 'not_done' | 'unknown_payment' | 'exceeds_payment';
 
 export class TopUpError extends Error {
-  constructor(readonly code: 'below_min' | 'above_max' | 'not_centavos') {
+  constructor(readonly code: 'below_min' | 'above_max' | 'not_centavos' | 'too_many_open') {
     super(code);
   }
 }
+
+/** Advisory lock namespace of a tenant's top-ups (second key: hashtext(tenant id)). */
+const LOCK_TOPUP_TENANT = 7261104;
 
 /** txid of a new charge: 32 characters of [a-f0-9] (the API Pix allows [a-zA-Z0-9]{26,35}). */
 export function newTxid(): string {
@@ -55,24 +62,37 @@ export class PixService {
   constructor(
     private readonly db: pg.Pool,
     readonly psp: PspAdapter,
-    private readonly opts: { expiresInS?: number } = {},
+    private readonly opts: { expiresInS?: number; maxOpenCharges?: number } = {},
   ) {}
 
   async createTopUp(tenantId: string, amountMicros: bigint): Promise<ChargeRow> {
     if (amountMicros % CENTAVO_MICROS !== 0n) throw new TopUpError('not_centavos');
     if (amountMicros < TOPUP_MIN_MICROS) throw new TopUpError('below_min');
     if (amountMicros > TOPUP_MAX_MICROS) throw new TopUpError('above_max');
-    const txid = newTxid();
-    const expiresInS = this.opts.expiresInS ?? DEFAULT_CHARGE_EXPIRY_S;
-    const cob = await this.psp.createCharge({ txid, amountMicros, expiresInS, description: 'Créditos catraca' });
-    const expiresAt = new Date(cob.createdAt.getTime() + cob.expiresInS * 1000);
-    const { rows } = await this.db.query(
-      `insert into pix_charges (txid, tenant_id, amount_micros, status, provider, br_code, location, expires_at)
-       values ($1, $2, $3, 'ATIVA', $4, $5, $6, $7) returning *`,
-      [txid, tenantId, amountMicros, this.psp.name, cob.brCode, cob.location, expiresAt],
-    );
-    log.info('pix charge created', { txid, tenant: tenantId, amount_micros: String(amountMicros), provider: this.psp.name });
-    return rows[0];
+    const maxOpen = this.opts.maxOpenCharges ?? MAX_OPEN_CHARGES;
+    // Count and create under a per-tenant advisory lock (never the tenant row: admissions lock
+    // it), so parallel top-ups cannot pass the cap together. The PSP call happens inside: it is
+    // one tenant's top-up form, not a hot path.
+    const row = await withTransaction(this.db, async (c) => {
+      await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_TOPUP_TENANT, tenantId]);
+      const { rows: open } = await c.query(
+        `select count(*)::int as n from pix_charges where tenant_id = $1 and status = 'ATIVA' and expires_at > now()`,
+        [tenantId],
+      );
+      if (open[0].n >= maxOpen) throw new TopUpError('too_many_open');
+      const txid = newTxid();
+      const expiresInS = this.opts.expiresInS ?? DEFAULT_CHARGE_EXPIRY_S;
+      const cob = await this.psp.createCharge({ txid, amountMicros, expiresInS, description: 'Créditos catraca' });
+      const expiresAt = new Date(cob.createdAt.getTime() + cob.expiresInS * 1000);
+      const { rows } = await c.query(
+        `insert into pix_charges (txid, tenant_id, amount_micros, status, provider, br_code, location, expires_at)
+         values ($1, $2, $3, 'ATIVA', $4, $5, $6, $7) returning *`,
+        [txid, tenantId, amountMicros, this.psp.name, cob.brCode, cob.location, expiresAt],
+      );
+      return rows[0] as ChargeRow;
+    });
+    log.info('pix charge created', { txid: row.txid, tenant: tenantId, amount_micros: String(amountMicros), provider: this.psp.name });
+    return row;
   }
 
   /** A charge of this tenant only (IDOR: another tenant's txid is "not found"). */
@@ -92,7 +112,11 @@ export class PixService {
     ]);
   }
 
-  /** Webhook intake. 401 for a bad secret, 400 for a malformed body, otherwise 200 (each item's outcome logged). */
+  /**
+   * Webhook intake. 401 for a bad secret, 400 for a malformed body, 503 when the PSP could not be
+   * asked (the PSP delivers again; reconciliation also finds the payment), otherwise 200 (each
+   * item's outcome audited and logged). A callback is only a notice: see confirmNotice().
+   */
   async handleWebhook(req: WebhookRequest & { remoteAddr?: string }): Promise<{ status: number; body: unknown }> {
     const v = this.psp.verifyWebhook(req);
     if (!v.ok) {
@@ -102,9 +126,52 @@ export class PixService {
     }
     const results = [];
     for (const p of v.payments) {
-      results.push({ endToEndId: p.endToEndId, outcome: await this.applyPayment(p, 'webhook', req.remoteAddr) });
+      results.push({ endToEndId: p.endToEndId, outcome: await this.confirmNotice(p, req.remoteAddr) });
     }
+    if (results.some((r) => r.outcome === 'psp_unavailable')) return { status: 503, body: { error: 'psp unavailable, deliver again' } };
     return { status: 200, body: { received: results.length } };
+  }
+
+  /**
+   * One item of a webhook callback. It says a Pix arrived; only the PSP's own record says so with
+   * authority. Cheap local checks first (unknown txid, amount not the charge's, a redelivery of
+   * the payment already credited), then GET /cob/{txid}: the credit happens only when the PSP
+   * reports the charge CONCLUIDA with a pix[] entry of this endToEndId for exactly the charge's
+   * amount — and it is that entry (with the PSP's devoluções, not the callback's) that is applied.
+   */
+  async confirmNotice(p: PixPayment, remote?: string): Promise<PaymentOutcome> {
+    const done = async (outcome: PaymentOutcome, detail?: string, tenant?: string) => {
+      const fields = { via: 'webhook', txid: p.txid, e2e: p.endToEndId, tenant, detail, remote };
+      if (outcome === 'duplicate') log.info('pix duplicate ignored', fields);
+      else log.warn('pix webhook not credited', { ...fields, outcome });
+      await this.audit(this.db, { outcome, txid: p.txid, e2e: p.endToEndId, detail: ['webhook', detail].filter(Boolean).join(': '), remote });
+      return outcome;
+    };
+    if (!p.txid) return done('no_txid');
+    const { rows } = await this.db.query('select * from pix_charges where txid = $1', [p.txid]);
+    const ch = rows[0] as ChargeRow | undefined;
+    if (!ch) return done('unknown_txid');
+    if (p.amountMicros !== ch.amount_micros) return done('amount_mismatch', `expected ${ch.amount_micros} got ${p.amountMicros} micro-BRL`, ch.tenant_id);
+    if (ch.status === 'CONCLUIDA' && ch.end_to_end_id === p.endToEndId && p.devolucoes.length === 0) return done('duplicate', undefined, ch.tenant_id);
+    let cob: PixCharge | null;
+    try {
+      cob = await this.psp.getCharge(p.txid);
+    } catch (err) {
+      log.warn('pix webhook: the PSP could not confirm the payment', { err, txid: p.txid });
+      return done('psp_unavailable', (err as Error).message.slice(0, 200), ch.tenant_id);
+    }
+    const paid = cob?.status === 'CONCLUIDA' && cob.txid === p.txid ? cob.pix.find((x) => x.endToEndId === p.endToEndId) : undefined;
+    if (!cob || !paid || cob.amountMicros !== ch.amount_micros || paid.amountMicros !== ch.amount_micros) {
+      const why = !cob
+        ? 'the PSP does not know the charge'
+        : cob.status !== 'CONCLUIDA'
+          ? `PSP status ${cob.status}`
+          : !paid
+            ? 'the PSP has no Pix with this endToEndId for the charge'
+            : `the PSP reports valor ${paid.valor}`;
+      return done('not_confirmed', why, ch.tenant_id);
+    }
+    return this.applyPayment({ ...paid, txid: p.txid }, 'webhook', remote);
   }
 
   /** Applies one received Pix (from a webhook or from reconciliation), then its devoluções. */

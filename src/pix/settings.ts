@@ -22,6 +22,10 @@ export async function setSetting(db: DbClient, name: string, value: string): Pro
   );
 }
 
+export async function deleteSettings(db: DbClient, names: string[]): Promise<void> {
+  await db.query('delete from portal_settings where name = any($1)', [names]);
+}
+
 /** Returns the stored value, creating a random one (256 bits, hex) on first use; race-safe. */
 export async function getOrCreateSecret(db: DbClient, name: string): Promise<string> {
   await db.query('insert into portal_settings (name, value) values ($1, $2) on conflict (name) do nothing', [name, randomBytes(32).toString('hex')]);

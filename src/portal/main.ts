@@ -1,20 +1,33 @@
 import { loadConfig } from '../config.ts';
 import { connectBus } from '../bus/connect.ts';
 import { createPool } from '../db/pool.ts';
-import { createLogger } from '../log.ts';
+import { createLogger, logCrashes } from '../log.ts';
 import { startPortal } from './server.ts';
+import { defaultPortalHost, loadPortalEnv, resolvePortalSetup } from './config.ts';
 import { createMetrics, registerMonitoring } from '../bus/monitoring.ts';
+import { VERSION } from '../version.ts';
 
 // Portal process: web UI for tenants (sign-up, Pix top-ups, keys, usage) and the Pix webhook.
 const log = createLogger('portal');
+logCrashes(log);
 const config = loadConfig();
+// PORTAL_HOST unset: 127.0.0.1 in development (CATRACA_DEV=1 or PIX_PROVIDER=simulator), else 0.0.0.0.
+const host = config.PORTAL_HOST ?? defaultPortalHost(process.env);
+// Refuse a production-unsafe or incomplete Pix setup before connecting to anything.
+try {
+  resolvePortalSetup(loadPortalEnv(process.env), { host });
+} catch (err) {
+  log.error('portal configuration refused', { error: (err as Error).message });
+  process.stderr.write(`catraca portal: ${(err as Error).message}\n`);
+  process.exit(1);
+}
 const db = createPool(config.DATABASE_URL);
 const nc = await connectBus(config.NATS_URL, `portal-${process.pid}`);
-const portal = await startPortal({ db, nc, host: config.PORTAL_HOST, port: config.PORTAL_PORT });
+const portal = await startPortal({ db, nc, host, port: config.PORTAL_PORT });
 log.info('portal ready', { url: portal.url });
 // Presence and process figures in `catraca status` / $SRV.STATS (the portal is not on the hot path).
 const metrics = createMetrics();
-const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', version: '0.1.0', instanceId: config.CATRACA_INSTANCE ?? `portal-${process.pid}`, metrics });
+const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', version: VERSION, instanceId: config.CATRACA_INSTANCE ?? `portal-${process.pid}`, metrics });
 
 let stopping = false;
 async function shutdown(signal: string) {

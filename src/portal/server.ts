@@ -8,21 +8,23 @@ import type pg from 'pg';
 import type { NatsConnection } from 'nats';
 import { subjects } from '../bus/subjects.ts';
 import { encode } from '../bus/messages.ts';
+import { parseExpiry, parseRateLimit } from '../auth/key-options.ts';
 import { createApiKey, getKey, keyUsageWindows, listKeys, revokeKey, type LimitReset } from '../db/keys.ts';
 import { listModels } from '../db/models.ts';
 import { getTenant } from '../db/tenants.ts';
 import { createLogger } from '../log.ts';
 import { BcbPixAdapter } from '../pix/bcb.ts';
 import { qrDataUrl } from '../pix/brcode.ts';
-import { parseUserAmount } from '../pix/amount.ts';
-import { TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
+import { parseUserAmountInput } from '../pix/amount.ts';
+import { CENTAVO_MICROS, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
 import { PixService, TopUpError } from '../pix/service.ts';
-import { getOrCreateSecret, setSetting, SETTINGS } from '../pix/settings.ts';
+import { deleteSettings, getOrCreateSecret, setSetting, SETTINGS } from '../pix/settings.ts';
 import { startPixSimulator, type PixSimulator } from '../pix/simulator/server.ts';
 import { paySimulatedCharge } from '../pix/simulator/pay.ts';
 import type { PspAdapter } from '../pix/types.ts';
-import { createSession, destroySession, loadSession, logIn, LOGIN_WINDOW_MIN, purgeExpired, SESSION_TTL_MS, signUp, tokensEqual, type Session } from './auth.ts';
-import { loadPortalEnv, type PortalEnv } from './config.ts';
+import { createSession, destroySession, destroySessionToken, loadSession, logIn, LOGIN_WINDOW_MIN, purgeExpired, SESSION_TTL_MS, SIGNUP_WINDOW_MIN, signUp, tokensEqual, type Session } from './auth.ts';
+import { loadPortalEnv, resolvePortalSetup, SIMULATOR_PIX_KEY, type PortalEnv } from './config.ts';
+import { putFlash, purgeFlash, takeFlash } from './flash.ts';
 import { money } from './format.ts';
 import type { SafeHtml } from './html.ts';
 import { parseLang, translator, type Lang, type T } from './i18n/index.ts';
@@ -54,6 +56,8 @@ export interface StartPortalOptions {
   publicUrl?: string;
   secureCookies?: 'auto' | boolean;
   trustProxy?: boolean;
+  /** Sign-up attempts per client address per hour (default PORTAL_SIGNUP_LIMIT_PER_HOUR, 10). */
+  signupLimitPerHour?: number;
   reconcileIntervalMs?: number;
   chargeExpiryS?: number;
   /** PUT /webhook/{chave} at start (default true). */
@@ -69,6 +73,8 @@ export interface Portal {
 }
 
 type Form = Record<string, string | string[]>;
+/** The one-time flash of a key created in the portal. */
+type CreatedKeyFlash = { key: string; id: string; label: string };
 
 interface Ctx {
   req: http.IncomingMessage;
@@ -115,6 +121,12 @@ function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer | nu
   });
 }
 
+/** The right-most X-Forwarded-For entry (repeated headers are joined with ", " by node). */
+export function lastForwardedFor(h: string | string[] | undefined): string {
+  const parts = (Array.isArray(h) ? h.join(',') : (h ?? '')).split(',').map((p) => p.trim()).filter(Boolean);
+  return (parts[parts.length - 1] ?? '').slice(0, 100);
+}
+
 function parseForm(body: Buffer): Form {
   const out: Form = {};
   for (const [k, v] of new URLSearchParams(body.toString('utf8'))) {
@@ -133,36 +145,42 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const db = options.db;
   const gatewayUrl = options.gatewayUrl ?? env.GATEWAY_PUBLIC_URL;
   const trustProxy = options.trustProxy ?? env.PORTAL_TRUST_PROXY;
+  const signupLimit = options.signupLimitPerHour ?? env.PORTAL_SIGNUP_LIMIT_PER_HOUR;
   const secureMode = options.secureCookies ?? (env.PORTAL_SECURE_COOKIES === 'auto' ? 'auto' : env.PORTAL_SECURE_COOKIES === 'true');
-  const useSimulator = !options.pixAdapter && env.PIX_PROVIDER === 'simulator';
-  const devMode = options.devMode ?? (env.PORTAL_DEV_MODE !== undefined ? ['1', 'true'].includes(env.PORTAL_DEV_MODE) : useSimulator);
+  const listenHost = options.host ?? '127.0.0.1';
+  // Refuses to start (PortalConfigError) without PIX_PROVIDER, with an incomplete bcb setup, or
+  // with the simulator / dev mode on anything but a loopback address (src/portal/config.ts).
+  const setup = resolvePortalSetup(env, { host: listenHost, adapterGiven: !!options.pixAdapter, devMode: options.devMode });
+  const devMode = setup.devMode;
   const webhookSecret = options.webhookSecret ?? env.PIX_WEBHOOK_SECRET ?? (await getOrCreateSecret(db, SETTINGS.webhookSecret));
 
   let simulator: PixSimulator | null = null;
   let psp: PspAdapter;
   if (options.pixAdapter) psp = options.pixAdapter;
-  else if (useSimulator) {
+  else if (setup.provider === 'simulator') {
     const clientId = 'catraca-portal';
     await setSetting(db, SETTINGS.simulatorClientId, clientId);
     const clientSecret = await getOrCreateSecret(db, SETTINGS.simulatorClientSecret);
     simulator = await startPixSimulator({ host: env.PIX_SIM_HOST, port: env.PIX_SIM_PORT, clientId, clientSecret, merchantName: env.PIX_MERCHANT_NAME, merchantCity: env.PIX_MERCHANT_CITY });
     await setSetting(db, SETTINGS.simulatorUrl, simulator.url);
-    psp = new BcbPixAdapter({ name: 'simulator', baseUrl: simulator.url, clientId, clientSecret, chave: env.PIX_KEY, webhookSecret, merchantName: env.PIX_MERCHANT_NAME, merchantCity: env.PIX_MERCHANT_CITY });
-  } else {
-    if (!env.PIX_API_URL || !env.PIX_CLIENT_ID || !env.PIX_CLIENT_SECRET) throw new Error('PIX_PROVIDER=bcb needs PIX_API_URL, PIX_CLIENT_ID and PIX_CLIENT_SECRET');
-    const read = (f?: string) => (f ? readFileSync(f) : undefined);
+    psp = new BcbPixAdapter({ name: 'simulator', baseUrl: simulator.url, clientId, clientSecret, chave: env.PIX_KEY ?? SIMULATOR_PIX_KEY, webhookSecret, merchantName: env.PIX_MERCHANT_NAME, merchantCity: env.PIX_MERCHANT_CITY });
+  } else if (setup.provider === 'bcb') {
+    // A real PSP: forget any simulator an earlier development portal recorded, so that
+    // `catraca pix pay` has nothing to talk to.
+    await deleteSettings(db, [SETTINGS.simulatorUrl, SETTINGS.simulatorClientId, SETTINGS.simulatorClientSecret]);
+    const b = setup.bcb;
     psp = new BcbPixAdapter({
-      baseUrl: env.PIX_API_URL.replace(/\/+$/, ''),
-      oauthUrl: env.PIX_OAUTH_URL,
-      clientId: env.PIX_CLIENT_ID,
-      clientSecret: env.PIX_CLIENT_SECRET,
-      chave: env.PIX_KEY,
+      baseUrl: b.apiUrl,
+      oauthUrl: b.oauthUrl,
+      clientId: b.clientId,
+      clientSecret: b.clientSecret,
+      chave: b.chave,
       webhookSecret,
       merchantName: env.PIX_MERCHANT_NAME,
       merchantCity: env.PIX_MERCHANT_CITY,
-      tls: { cert: read(env.PIX_CERT_FILE), key: read(env.PIX_CERT_KEY_FILE), ca: read(env.PIX_CA_FILE) },
+      tls: { cert: readFileSync(b.certFile), key: readFileSync(b.keyFile), ca: b.caFile ? readFileSync(b.caFile) : undefined },
     });
-  }
+  } else throw new Error('unreachable: a custom setup comes with options.pixAdapter');
   const pix = new PixService(db, psp, { expiresInS: options.chargeExpiryS ?? env.PIX_CHARGE_EXPIRY_S });
 
   // ---- rendering helpers -------------------------------------------------------------------
@@ -212,7 +230,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     json(ctx, r.status, r.body);
   }
 
-  async function keysView(ctx: Ctx, status: number, extra: { created?: { key: string; record: Awaited<ReturnType<typeof createApiKey>>['record'] } | null; form?: Form; error?: string | null; flash?: string | null } = {}) {
+  async function keysView(ctx: Ctx, status: number, extra: { created?: CreatedKeyFlash | null; form?: Form; error?: string | null; flash?: string | null } = {}) {
     const tenantId = ctx.session!.user.tenant_id;
     const keys = await listKeys(db, tenantId);
     const withUsage = await Promise.all(
@@ -223,6 +241,12 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     );
     const models = await listModels(db);
     await page(ctx, status, ctx.t('keys.title'), (vc) => V.keysPage(vc, { keys: withUsage, models, created: extra.created, form: extra.form }), { error: extra.error, flash: extra.flash });
+  }
+
+  /** The message for a refused amount: thousands separators get their own (see src/billing/amount-input.ts). */
+  function amountError(ctx: Ctx, r: ReturnType<typeof parseUserAmountInput>, text: string, generic: 'topup.bad_amount' | 'keys.bad_limit'): string {
+    if (!r.ok && (r.error === 'thousands_separator' || r.error === 'ambiguous')) return ctx.t('amount.no_thousands', { value: text.trim().slice(0, 40) });
+    return ctx.t(generic);
   }
 
   async function createKey(ctx: Ctx, f: Form) {
@@ -241,15 +265,55 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     let limitMicros: bigint | null = null;
     const limitText = one(f, 'limit').trim();
     if (limitText) {
-      limitMicros = parseUserAmount(limitText);
-      if (limitMicros === null) return keysView(ctx, 400, { form: f, error: ctx.t('keys.bad_limit') });
+      const parsed = parseUserAmountInput(limitText);
+      if (!parsed.ok || parsed.micros % CENTAVO_MICROS !== 0n) return keysView(ctx, 400, { form: f, error: amountError(ctx, parsed, limitText, 'keys.bad_limit') });
+      limitMicros = parsed.micros;
     }
     const resetText = one(f, 'limit_reset');
     const limitReset: LimitReset | null = limitMicros !== null && ['daily', 'weekly', 'monthly'].includes(resetText) ? (resetText as LimitReset) : null;
-    const created = await createApiKey(db, { tenantId, label, models, limitMicros, limitReset });
-    log.info('api key created', { tenant: tenantId, key_id: created.record.id, models: models ?? '*' });
-    // Shown once, in this response only (no-store); never logged, never stored in plain text.
-    await keysView(ctx, 201, { created });
+    // Rate limit: N requests per second/minute/hour/day (enforced by catraca_admit across front doors).
+    let rate: { requests: number; intervalS: number } | null = null;
+    const rateText = one(f, 'rate_requests').trim();
+    if (rateText) {
+      const unit = one(f, 'rate_interval') || 'm';
+      rate = /^\d{1,7}$/.test(rateText) && (V.RATE_INTERVALS as readonly string[]).includes(unit) ? parseRateLimit(`${Number(rateText)}/1${unit}`) : null;
+      if (!rate) return keysView(ctx, 400, { form: f, error: ctx.t('keys.bad_rate_limit') });
+    }
+    // Expiry: one of the offered durations from now (the gateway refuses the key after it).
+    let expiresAt: Date | null = null;
+    const expiresText = one(f, 'expires');
+    if (expiresText) {
+      const r = (V.EXPIRY_CHOICES as readonly string[]).includes(expiresText) ? parseExpiry(expiresText) : null;
+      if (!r?.ok) return keysView(ctx, 400, { form: f, error: ctx.t('keys.bad_expiry') });
+      expiresAt = r.at;
+    }
+    const created = await createApiKey(db, {
+      tenantId,
+      label,
+      models,
+      limitMicros,
+      limitReset,
+      rateLimitRequests: rate?.requests ?? null,
+      rateLimitIntervalS: rate?.intervalS ?? null,
+      expiresAt,
+    });
+    log.info('api key created', { tenant: tenantId, key_id: created.record.id, models: models ?? '*', expires_at: expiresAt, rate_limit: rateText ? `${rate!.requests}/${rate!.intervalS}s` : null });
+    // Post/Redirect/Get: the key goes into a one-time flash of this session (encrypted under the
+    // session's cookie token) and the GET it redirects to shows it once and deletes it. A refresh
+    // re-sends only that GET: no second key, and the key is not shown again. Never logged.
+    const flashId = await putFlash(db, {
+      sessionToken: ctx.cookies[SESSION_COOKIE],
+      sessionId: ctx.session!.idHash,
+      value: { key: created.key, id: created.record.id, label: created.record.label } satisfies CreatedKeyFlash,
+    });
+    redirect(ctx, `/keys?created=${flashId}`);
+  }
+
+  async function keysPageGet(ctx: Ctx) {
+    const flashId = ctx.url.searchParams.get('created');
+    if (flashId === null) return keysView(ctx, 200);
+    const created = await takeFlash<CreatedKeyFlash>(db, { sessionToken: ctx.cookies[SESSION_COOKIE], sessionId: ctx.session!.idHash, id: flashId });
+    return created ? keysView(ctx, 200, { created }) : keysView(ctx, 200, { flash: ctx.t('keys.already_shown') });
   }
 
   async function revoke(ctx: Ctx, keyId: string) {
@@ -267,15 +331,17 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   async function createTopUp(ctx: Ctx, f: Form) {
     const tenantId = ctx.session!.user.tenant_id;
     const amountText = one(f, 'amount');
-    const amount = parseUserAmount(amountText);
+    const parsed = parseUserAmountInput(amountText);
     const fail = async (status: number, error: string) =>
       page(ctx, status, ctx.t('topup.title'), (vc) => V.topupPage(vc, [], { amount: amountText }), { error });
     const lim = { min: money(ctx.lang, TOPUP_MIN_MICROS), max: money(ctx.lang, TOPUP_MAX_MICROS) };
-    if (amount === null) return fail(400, ctx.t('topup.bad_amount'));
+    if (!parsed.ok || parsed.micros % CENTAVO_MICROS !== 0n) return fail(400, amountError(ctx, parsed, amountText, 'topup.bad_amount'));
+    const amount = parsed.micros;
     try {
       const ch = await pix.createTopUp(tenantId, amount);
       redirect(ctx, `/topup/${ch.txid}`);
     } catch (err) {
+      if (err instanceof TopUpError && err.code === 'too_many_open') return fail(429, ctx.t('topup.too_many_open', { max: MAX_OPEN_CHARGES }));
       if (err instanceof TopUpError) return fail(400, err.code === 'below_min' ? ctx.t('topup.below_min', lim) : err.code === 'above_max' ? ctx.t('topup.above_max', lim) : ctx.t('topup.bad_amount'));
       log.error('pix charge creation failed', { err, tenant: tenantId });
       return fail(502, ctx.t('topup.psp_error'));
@@ -349,8 +415,14 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     if (path === '/') return redirect(ctx, ctx.session ? '/dashboard' : '/login');
     if (path === '/signup') {
       if (method === 'GET') return ctx.session ? redirect(ctx, '/dashboard') : page(ctx, 200, ctx.t('auth.signup_title'), (vc) => V.signupPage(vc));
-      const r = await signUp(db, { email: one(form, 'email'), password: one(form, 'password'), orgName: one(form, 'org') });
-      if (!r.ok) return page(ctx, r.error === 'email_taken' ? 409 : 400, ctx.t('auth.signup_title'), (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }), { error: ctx.t(`auth.${r.error}`) });
+      const r = await signUp(db, { email: one(form, 'email'), password: one(form, 'password'), orgName: one(form, 'org'), ip: ctx.ip, maxPerIp: signupLimit });
+      if (!r.ok) {
+        if (r.error === 'rate_limited') {
+          log.warn('sign-up rate limited', { ip: ctx.ip });
+          return page(ctx, 429, ctx.t('auth.signup_title'), (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }), { error: ctx.t('auth.signup_rate_limited', { minutes: SIGNUP_WINDOW_MIN }) });
+        }
+        return page(ctx, r.error === 'email_taken' ? 409 : 400, ctx.t('auth.signup_title'), (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }), { error: ctx.t(`auth.${r.error}`) });
+      }
       log.info('user signed up', { user: r.user.id, tenant: r.user.tenant_id });
       return startSession(ctx, r.user.id);
     }
@@ -410,7 +482,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     }
     if (path === '/keys') {
       if (method === 'POST') return createKey(ctx, form);
-      return keysView(ctx, 200);
+      return keysPageGet(ctx);
     }
     if ((m = /^\/keys\/([A-Za-z0-9_-]{1,64})\/revoke$/.exec(path))) {
       if (method === 'POST') return revoke(ctx, m[1]);
@@ -431,6 +503,9 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   }
 
   async function startSession(ctx: Ctx, userId: string) {
+    // A new session id at every sign-in: whatever session this browser carried (ours, another
+    // account's, or one planted by someone else) is destroyed, never upgraded.
+    await destroySessionToken(db, ctx.cookies[SESSION_COOKIE]);
     const s = await createSession(db, userId);
     addCookie(ctx, cookie(ctx, SESSION_COOKIE, s.token, Math.floor(SESSION_TTL_MS / 1000)));
     redirect(ctx, '/dashboard');
@@ -442,7 +517,9 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
       const cookies = parseCookies(req.headers.cookie);
       const forwardedProto = trustProxy ? String(req.headers['x-forwarded-proto'] ?? '').split(',')[0].trim() : '';
       const secure = secureMode === 'auto' ? (req.socket as { encrypted?: boolean }).encrypted === true || forwardedProto === 'https' : secureMode;
-      const ip = (trustProxy ? String(req.headers['x-forwarded-for'] ?? '').split(',')[0].trim() : '') || req.socket.remoteAddress || 'unknown';
+      // Behind our proxy, the client is the RIGHT-most X-Forwarded-For entry: the one our proxy
+      // appended. Entries to its left come from the client and can say anything.
+      const ip = (trustProxy ? lastForwardedFor(req.headers['x-forwarded-for']) : '') || req.socket.remoteAddress || 'unknown';
       const queryLang = parseLang(url.searchParams.get('lang'));
       const lang: Lang = queryLang ?? parseLang(cookies[LANG_COOKIE]) ?? 'pt-BR';
       const ctx: Ctx = { req, res, url, lang, t: translator(lang), session: null, cookies, secure, ip, preCsrf: cookies[PRE_CSRF_COOKIE] ?? '' };
@@ -468,7 +545,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
-    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => resolve());
+    server.listen(options.port ?? 0, listenHost, () => resolve());
   });
   const addr = server.address() as AddressInfo;
   const host = addr.address === '0.0.0.0' || addr.address === '::' ? '127.0.0.1' : addr.address.includes(':') ? `[${addr.address}]` : addr.address;
@@ -485,7 +562,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     }
   }
   pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
-  const purge = setInterval(() => void purgeExpired(db).catch(() => {}), 3600_000);
+  const purge = setInterval(() => void Promise.all([purgeExpired(db), purgeFlash(db)]).catch(() => {}), 600_000);
   purge.unref();
   log.info('portal listening', { url, provider: psp.name, dev_mode: devMode });
 

@@ -25,7 +25,7 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     mkdirSync(ARTIFACTS, { recursive: true });
     const { startStack } = await import('../helpers/stack.ts');
     stack = await startStack({ gateways: 1, workers: 1 });
-    portal = await startPortal({ db: stack.db, nc: stack.nc, gatewayUrl: stack.baseUrl, reconcileIntervalMs: 0, env: { PIX_PROVIDER: 'simulator' } });
+    portal = await startPortal({ db: stack.db, nc: stack.nc, gatewayUrl: stack.baseUrl, reconcileIntervalMs: 0, signupLimitPerHour: 1000, env: { PIX_PROVIDER: 'simulator' } });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
       args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
@@ -90,6 +90,9 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     await page.check('input[name=models][value="sim/echo"]');
     await page.fill('[data-testid=key-limit]', '10,00');
     await page.selectOption('[data-testid=key-limit-reset]', 'daily');
+    await page.fill('[data-testid=key-rate-requests]', '100');
+    await page.selectOption('[data-testid=key-rate-interval]', 'm');
+    await page.selectOption('[data-testid=key-expires]', '30d');
     await page.click('[data-testid=create-key]');
     const key = await page.inputValue('[data-testid=new-key]');
     expect(key).toMatch(/^sk-cat-v1-[0-9a-f]{64}$/);
@@ -101,11 +104,16 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     const row = page.locator('[data-testid=key-row]', { hasText: 'meu-agente' });
     expect(await row.textContent()).toContain('sim/echo');
     expect(await row.textContent()).toContain('R$ 10,00 (diariamente)');
+    expect(await row.locator('[data-testid=key-rate]').textContent()).toBe('100 por minuto');
+    expect(await row.locator('[data-testid=key-expires]').textContent()).not.toBe('nunca');
 
     // 4. The openai client with that key: the allowed model works, another model is 403.
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: key, maxRetries: 0 });
-    const done = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'olá mundo' }] });
+    const { data: done, response } = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'olá mundo' }] }).withResponse();
     expect(done.choices[0].message.content?.length).toBeGreaterThan(0);
+    // The rate limit set in the portal is the one the front door enforces.
+    expect(response.headers.get('x-ratelimit-limit')).toBe('100');
+    expect(response.headers.get('x-ratelimit-remaining')).toBe('99');
     const forbidden = await client.chat.completions.create({ model: 'sim/lorem', messages: [{ role: 'user', content: 'oi' }] }).catch((e) => e);
     expect(forbidden).toBeInstanceOf(OpenAI.APIError);
     expect((forbidden as InstanceType<typeof OpenAI.APIError>).status).toBe(403);
