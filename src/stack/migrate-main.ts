@@ -1,16 +1,26 @@
-// One-shot: apply the migrations and seed the built-in sim/* catalog (the compose `migrate`
-// service, or `npm run migrate`). Creates the database when missing. No demo tenant or key: that
-// is the local `npm start` convenience only. Exit 0 on success, 1 on failure.
+// One-shot: apply the migrations (the compose `migrate` service, or `npm run migrate`). Creates
+// the database when missing. The built-in sim/* catalog is seeded only when asked for
+// (`--with-sim` or CATRACA_SEED_SIM=1): in production a sim model would bill tenants for
+// simulated answers. No demo tenant or key: that is the local `npm start` convenience only.
+// Exit 0 on success, 1 on failure, 2 on an unknown argument.
 import { loadConfig } from '../config.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
-import { createLogger } from '../log.ts';
+import { createLogger, logCrashes } from '../log.ts';
 import { redactUrl } from './services.ts';
 import { seedCatalog } from './seed.ts';
 
 const log = createLogger('migrate');
+logCrashes(log);
 
 async function main(): Promise<void> {
+  const args = process.argv.slice(2);
+  const unknown = args.filter((a) => a !== '--with-sim');
+  if (unknown.length) {
+    process.stderr.write(`usage: npm run migrate [-- --with-sim]   (unknown argument ${JSON.stringify(unknown[0])})\n`);
+    process.exit(2);
+  }
+  const withSim = args.includes('--with-sim') || ['1', 'true', 'yes', 'on'].includes(String(process.env.CATRACA_SEED_SIM ?? '').toLowerCase());
   const { DATABASE_URL } = loadConfig();
   const deadline = Date.now() + 60000;
   // The database may still be starting (compose): retry the first connection for a minute.
@@ -25,10 +35,14 @@ async function main(): Promise<void> {
       await new Promise((r) => setTimeout(r, 1000));
     }
   }
+  if (!withSim) {
+    log.info('sim/* catalog not seeded (use --with-sim or CATRACA_SEED_SIM=1 for a development database)');
+    return;
+  }
   const db = createPool(DATABASE_URL, 1);
   try {
     const created = await seedCatalog(db);
-    log.info('catalog seeded', { created });
+    log.info('sim/* catalog seeded', { created });
   } finally {
     await db.end();
   }
