@@ -21,8 +21,20 @@ import { handleAnthropic } from './anthropic.ts';
 //   POST /v1/messages → Anthropic's Messages API (see anthropic.ts)
 //   mock-reasoning → reasoning pieces (MOCK_REASONING) before the answer
 //   mock-tools → one tool call (MOCK_TOOL_CALL), finish_reason "tool_calls", 12 completion tokens
+//   mock-split-utf8 → ignores stream: true and answers one chat.completion whose content is
+//     MOCK_SPLIT_TEXT, written in two pieces that split the "ç" (as a vendor's TCP segments may)
+//   mock-400-utf8 → 400 whose message (MOCK_SPLIT_ERROR) is written split inside a character
 // Any other model streams normally. Missing `Authorization: Bearer …` → 401.
-// Per-request override (an unknown parameter, so it passes through a gateway untouched):
+// Billing as OpenAI bills (prompt_tokens is everything the vendor charges as input):
+//   text     the sim's documented count of the messages' text (workers/adapters/sim)
+//   images   MOCK_IMAGE_TOKENS per image_url part (gpt-4o-mini at high detail, 2 × 2 tiles)
+//   tools    ceil(bytes of the tools JSON / 3) + 20 per request with tools
+//   cache    with a prompt_cache_key, half the prompt is reported as cached_tokens (still part of
+//            prompt_tokens, as OpenAI reports it)
+//   reasoning counted in completion_tokens and in completion_tokens_details.reasoning_tokens
+// A parameter OpenAI does not document → 400 "Unrecognized request argument supplied: …", as
+// OpenAI answers. Per-request override (the mock's own parameter; a gateway must be told to
+// forward it, e.g. the catalog's extra_params):
 //   "mock": { "output_tokens"?: n, "first_token_ms"?: n, "tokens_per_second"?: n }
 
 export interface MockUpstreamOptions {
@@ -51,6 +63,42 @@ export interface MockUpstream {
   port: number;
   stats: MockStats;
   close(): Promise<void>;
+}
+
+/** Prompt tokens the mock bills per image part, as gpt-4o-mini does for a high-detail 2 × 2-tile image (2 833 + 4 × 5 667). */
+export const MOCK_IMAGE_TOKENS = 25_501;
+
+// OpenAI's documented chat-completions request fields; anything else is refused as OpenAI does.
+const OPENAI_PARAMS = new Set([
+  'model', 'messages', 'stream', 'stream_options', 'max_tokens', 'max_completion_tokens', 'n', 'temperature', 'top_p',
+  'frequency_penalty', 'presence_penalty', 'logit_bias', 'logprobs', 'top_logprobs', 'seed', 'stop', 'response_format',
+  'tools', 'tool_choice', 'parallel_tool_calls', 'user', 'reasoning_effort', 'verbosity', 'metadata', 'store',
+  'prompt_cache_key', 'safety_identifier', 'service_tier', 'functions', 'function_call', 'modalities', 'audio',
+  'prediction', 'web_search_options', 'mock',
+]);
+
+/** What the mock bills as prompt tokens (see the header). */
+export function mockPromptTokens(body: Record<string, unknown>): number {
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  let n = promptTokens(messages);
+  for (const m of messages as Array<{ content?: unknown }>) {
+    if (Array.isArray(m?.content)) for (const p of m.content as Array<{ type?: unknown }>) if (p?.type === 'image_url') n += MOCK_IMAGE_TOKENS;
+  }
+  if (Array.isArray(body.tools) && body.tools.length > 0) n += Math.ceil(Buffer.byteLength(JSON.stringify(body.tools)) / 3) + 20;
+  return n;
+}
+
+export const MOCK_SPLIT_TEXT = 'Informação e ação';
+export const MOCK_SPLIT_ERROR = 'Parâmetro inválido: ação';
+
+/** Writes `body` in two pieces cut inside its first multi-byte character, 30 ms apart. */
+function sendSplit(res: http.ServerResponse, status: number, body: string): void {
+  const bytes = Buffer.from(body, 'utf8');
+  let cut = bytes.findIndex((b) => b >= 0x80) + 1; // after the first byte of a 2-byte character
+  if (cut <= 0) cut = bytes.length >> 1;
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': bytes.length });
+  res.write(bytes.subarray(0, cut));
+  setTimeout(() => res.end(bytes.subarray(cut)), 30);
 }
 
 export const MOCK_WORDS = ['Hello', 'world', 'foo', 'bar', 'baz', 'qux', 'quux', 'corge', 'grault', 'garply', 'waldo', 'fred', 'plugh', 'xyzzy', 'thud'];
@@ -209,6 +257,12 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
         }));
       }
       stats.lastBody = body;
+      const unknown = Object.keys(body).find((k) => !OPENAI_PARAMS.has(k));
+      if (unknown) {
+        return sendJson(res, 400, JSON.stringify({
+          error: { message: `Unrecognized request argument supplied: ${unknown}`, type: 'invalid_request_error', param: null, code: null },
+        }));
+      }
       const model = typeof body.model === 'string' ? body.model : '';
       const fixed = ERRORS[model];
       if (fixed) return sendJson(res, fixed.status, fixed.body, fixed.headers);
@@ -234,17 +288,27 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       const natural = model === 'mock-fail-midstream' ? 1000 : (num(ov.output_tokens) ?? defaults.outputTokens);
       const n = Math.max(0, Math.min(natural, cap));
       const finish = n < natural ? 'length' : 'stop';
-      const prompt = promptTokens(body.messages);
+      const prompt = mockPromptTokens(body);
+      const cached = typeof body.prompt_cache_key === 'string' ? Math.floor(prompt / 2) : 0;
       // mock-reasoning: three reasoning pieces (OpenRouter's delta.reasoning) before the answer;
       // vendors count reasoning in completion_tokens
       const reasoning = model === 'mock-reasoning' ? MOCK_REASONING : [];
       const completion = n + reasoning.length;
-      const usageObj = `{"prompt_tokens":${prompt},"completion_tokens":${completion},"total_tokens":${prompt + completion},"prompt_tokens_details":{"cached_tokens":0,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`;
+      const usageObj = `{"prompt_tokens":${prompt},"completion_tokens":${completion},"total_tokens":${prompt + completion},"prompt_tokens_details":{"cached_tokens":${cached},"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":${reasoning.length},"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}}`;
       const id = `chatcmpl-mock${(++seqId).toString(36).padStart(8, '0')}`;
       const created = Math.floor(Date.now() / 1000);
       const modelJson = JSON.stringify(model);
       const wantUsage = model !== 'mock-no-usage';
       if (model === 'mock-tools') return sendToolCall(res, body, id, created, modelJson, prompt);
+      if (model === 'mock-400-utf8') {
+        return sendSplit(res, 400, JSON.stringify({ error: { message: MOCK_SPLIT_ERROR, type: 'invalid_request_error', param: null, code: null } }));
+      }
+      if (model === 'mock-split-utf8') {
+        return sendSplit(res, 200, JSON.stringify({
+          id, object: 'chat.completion', created, model, choices: [{ index: 0, message: { role: 'assistant', content: MOCK_SPLIT_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' }],
+          usage: { prompt_tokens: prompt, completion_tokens: 3, total_tokens: prompt + 3 },
+        }));
+      }
 
       if (body.stream !== true) {
         let content = '';

@@ -1,19 +1,67 @@
-// Upper bound of a chat request's input tokens, used only to size the hold. Byte-level BPE
-// tokenizers (OpenAI's, Llama's, the sim's word count) never emit more tokens than UTF-8 bytes,
-// so bytes of every string in the messages plus a per-message framing allowance is safe: the
-// debit itself always uses the upstream's reported usage.
-const PER_MESSAGE = 8;
-const PER_REQUEST = 8;
+import type { ModelRecord } from '../db/models.ts';
 
-function stringBytes(value: unknown): number {
-  if (typeof value === 'string') return Buffer.byteLength(value, 'utf8');
-  if (Array.isArray(value)) return value.reduce((n: number, v) => n + stringBytes(v), 0);
-  if (value && typeof value === 'object') return Object.values(value).reduce((n: number, v) => n + stringBytes(v), 0);
-  return 0;
+// Upper bound of the prompt tokens a vendor can bill for a chat request, used to size the hold.
+// It must never be below what the vendor reports, for any input the vendor bills:
+//
+//   text        UTF-8 bytes. Byte-level BPE tokenizers (OpenAI's, Llama's, Anthropic's, the sim's
+//               word count) never emit more tokens than bytes.
+//   any field   that can reach the prompt (message names, tool calls, tool results, `tools`,
+//               legacy `functions`, `response_format` schemas, `tool_choice`, `stop`): the bytes of
+//               its JSON, which are more than the vendor's rendering of it, plus framing
+//               allowances per message, per tool and once when tools are present (Anthropic adds a
+//               ~350-token tool-use system prompt).
+//   image       the catalog's per-model bound (`image_input_tokens`: e.g. 25 501 for gpt-4o-mini at
+//               high detail, 1 600 for Claude), else the whole context window.
+//   audio, file the whole context window (vendors tokenize them in ways we cannot bound from bytes).
+//   total       never more than the model's context window: a vendor refuses (and does not bill)
+//               a prompt longer than its context.
+// Fields the worker does not forward (see src/chat/params.ts) count nothing; the image data in a
+// data: URL counts nothing (its cost is the image bound).
+export const PER_MESSAGE = 8;
+export const PER_REQUEST = 8;
+export const PER_TOOL = 16;
+export const TOOLS_OVERHEAD = 1024;
+
+/** Fields besides messages whose content a vendor renders into the prompt. */
+const PROMPT_FIELDS = ['tools', 'functions', 'response_format', 'tool_choice', 'function_call', 'stop'] as const;
+
+type BoundModel = Pick<ModelRecord, 'context_length' | 'image_input_tokens'>;
+
+function jsonBytes(value: unknown): number {
+  if (value === undefined || value === null) return 0;
+  if (typeof value === 'string') return Buffer.byteLength(value, 'utf8') + 2;
+  return Buffer.byteLength(JSON.stringify(value), 'utf8');
 }
 
-export function inputTokensUpperBound(body: { messages: unknown[]; tools?: unknown }): number {
-  let n = PER_REQUEST + stringBytes(body.tools);
-  for (const m of body.messages) n += PER_MESSAGE + stringBytes(m);
+function contentBound(content: unknown, model: BoundModel): number {
+  if (typeof content === 'string') return Buffer.byteLength(content, 'utf8');
+  if (!Array.isArray(content)) return jsonBytes(content);
+  let n = 0;
+  for (const p of content as Array<Record<string, unknown>>) {
+    switch (p?.type) {
+      case 'text':
+        n += PER_MESSAGE + jsonBytes(p.text);
+        break;
+      case 'image_url':
+        n += PER_MESSAGE + (model.image_input_tokens ?? model.context_length);
+        break;
+      default: // audio, files, anything a vendor tokenizes its own way
+        n += model.context_length;
+    }
+  }
   return n;
+}
+
+export function inputTokensUpperBound(body: { messages: unknown[] } & Record<string, unknown>, model: BoundModel): number {
+  let n = PER_REQUEST;
+  for (const raw of body.messages) {
+    const m = (raw ?? {}) as Record<string, unknown>;
+    n += PER_MESSAGE;
+    for (const key in m) n += key === 'content' ? contentBound(m.content, model) : jsonBytes(m[key]);
+    if (n >= model.context_length) return model.context_length;
+  }
+  for (const f of PROMPT_FIELDS) n += jsonBytes(body[f]);
+  const tools = (Array.isArray(body.tools) ? body.tools.length : 0) + (Array.isArray(body.functions) ? body.functions.length : 0);
+  if (tools > 0) n += TOOLS_OVERHEAD + PER_TOOL * tools;
+  return Math.min(n, model.context_length);
 }

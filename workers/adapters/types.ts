@@ -1,4 +1,5 @@
 import type { Job, ToolCallDelta } from '../../src/bus/messages.ts';
+import type { CatalogEntry } from '../../src/catalog/catalog.ts';
 
 // The contract between the worker loop and one upstream vendor (Portkey style: one folder per
 // provider under workers/adapters/<provider>/, each exporting an `Adapter`).
@@ -15,23 +16,41 @@ export type AdapterEvent =
   | { type: 'tool_calls'; tool_calls: ToolCallDelta[] }
   /** Reasoning text streamed before or beside the answer (billed as output by the vendor's usage). */
   | { type: 'reasoning'; content: string }
+  /** The vendor's prompt count, reported before the output (Anthropic's message_start). */
+  | { type: 'prompt_usage'; prompt_tokens: number }
   /** Usage for the whole request. `estimated` when the adapter counted tokens itself. */
   | { type: 'usage'; prompt_tokens: number; completion_tokens: number; estimated?: boolean }
   /** The upstream's finish_reason ('stop', 'length', 'content_filter', 'tool_calls', …). */
   | { type: 'finish'; reason: string };
 
+/** One job on its way to the vendor: what the client asked, and the worker's own catalog entry. */
+export interface UpstreamCall {
+  job: Job;
+  /** Resolved by the worker from its own catalog (never from the job): upstream, key variable, bounds. */
+  model: CatalogEntry;
+  /** Set by the adapter once the request was handed to the vendor: from then on it may bill the prompt. */
+  sent: boolean;
+  /** Set by the adapter when the vendor accepted the request (a 2xx answer): it bills the prompt. */
+  accepted: boolean;
+}
+
+export function newCall(job: Job, model: CatalogEntry): UpstreamCall {
+  return { job, model, sent: false, accepted: false };
+}
+
 export interface Adapter {
   readonly name: string;
   /**
-   * Streams one job from the upstream. Aborting `signal` must stop the upstream call promptly;
-   * the iterator then throws (any error) or returns. Failures are thrown as `UpstreamError`.
+   * Streams one job from the upstream, calling `emit` for each event as it arrives (synchronously,
+   * in order). Resolves when the vendor finished; rejects with an `UpstreamError` when it failed.
+   * Aborting `signal` must stop the upstream call promptly (the promise then rejects or resolves).
    */
-  stream(job: Job, signal: AbortSignal): AsyncIterable<AdapterEvent>;
+  stream(call: UpstreamCall, signal: AbortSignal, emit: (ev: AdapterEvent) => void): Promise<void>;
   /**
    * Token counts for a request that ended without an upstream usage event (cancelled, failed
    * mid-stream, or an upstream that never reports usage), given the text generated so far.
    */
-  countUsage(job: Job, output: string): Promise<{ usage: TokenUsage; estimated: boolean }>;
+  countUsage(call: UpstreamCall, output: string): Promise<{ usage: TokenUsage; estimated: boolean }>;
   /** Loads what the adapter needs (e.g. tokenizer ranks) before the worker takes jobs. */
   warmup?(): Promise<void>;
 }

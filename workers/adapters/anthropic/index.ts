@@ -1,5 +1,5 @@
-import { mapHttpError } from '../openai/errors.ts';
-import { createHttpStreamAdapter, type HttpStreamAdapterOptions, type VendorProtocol } from '../http-stream.ts';
+import { mapHttpError } from '../shared/upstream-errors.ts';
+import { createHttpStreamAdapter, type HttpStreamAdapterOptions, type VendorProtocol } from '../shared/http-stream.ts';
 import { type Adapter, UpstreamError } from '../types.ts';
 import { messagesUrl, requestHeaders } from './api.ts';
 import { buildAnthropicBody } from './request.ts';

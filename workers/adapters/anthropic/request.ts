@@ -1,5 +1,4 @@
-import type { Job } from '../../../src/bus/messages.ts';
-import { UpstreamError } from '../types.ts';
+import { type UpstreamCall, UpstreamError } from '../types.ts';
 
 // Request transform: an OpenAI chat request → Anthropic Messages. System and developer messages
 // become `system`; tools, tool_choice, assistant tool calls and tool results are translated to
@@ -58,7 +57,7 @@ function toolChoice(raw: unknown): Block | undefined {
   throw new UpstreamError(400, 'unsupported_parameter', 'tool_choice is not one this model understands.');
 }
 
-export function buildAnthropicBody(job: Job): Record<string, unknown> {
+export function buildAnthropicBody({ job, model }: UpstreamCall): Record<string, unknown> {
   const b = job.body as Record<string, unknown>;
   if (b.functions) throw new UpstreamError(400, 'unsupported_parameter', 'The legacy functions parameter is not supported for this model; use tools.');
   const system: string[] = [];
@@ -81,13 +80,14 @@ export function buildAnthropicBody(job: Job): Record<string, unknown> {
       else messages.push({ role: 'user', content: [block] });
     } else throw new UpstreamError(400, 'unsupported_parameter', `${where}: role "${String(m.role)}" is not supported for this model.`);
   });
-  const out: Record<string, unknown> = { model: job.model.upstream_model, max_tokens: job.max_tokens, messages, stream: true };
+  const out: Record<string, unknown> = { model: model.upstream_model, max_tokens: job.max_tokens, messages, stream: true };
   if (system.length) out.system = system.join('\n\n');
   if (b.tools !== undefined && b.tools !== null) out.tools = tools(b.tools);
   const choice = toolChoice(b.tool_choice);
   if (choice) out.tool_choice = choice;
   if (typeof b.temperature === 'number') out.temperature = Math.min(1, b.temperature); // Anthropic's range is 0–1
   if (typeof b.top_p === 'number') out.top_p = b.top_p;
+  if (typeof b.top_k === 'number') out.top_k = b.top_k;
   if (typeof b.stop === 'string') out.stop_sequences = [b.stop];
   else if (Array.isArray(b.stop)) out.stop_sequences = b.stop;
   if (typeof b.user === 'string') out.metadata = { user_id: b.user };

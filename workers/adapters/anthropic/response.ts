@@ -1,4 +1,4 @@
-import { redact } from '../openai/errors.ts';
+import { redact } from '../shared/upstream-errors.ts';
 import { type AdapterEvent, UpstreamError } from '../types.ts';
 
 // Response transform: Anthropic's stream events (message_start, content_block_delta,
@@ -56,6 +56,8 @@ export function createStreamDecoder(secret: string | null) {
           if (ev.message?.usage) {
             input = inputOf(ev.message.usage);
             output = ev.message.usage.output_tokens ?? 0;
+            // the exact prompt count, known before any output: what a cancel bills for the prompt
+            out.push({ type: 'prompt_usage', prompt_tokens: input });
           }
           return;
         case 'content_block_start':

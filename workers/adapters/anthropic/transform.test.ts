@@ -2,13 +2,12 @@ import { describe, expect, it } from 'vitest';
 import type { AdapterEvent } from '../types.ts';
 import { buildAnthropicBody } from './request.ts';
 import { createStreamDecoder } from './response.ts';
-import { makeJob } from '../../testing.ts';
+import { makeCall } from '../../testing.ts';
 
 describe('anthropic request transform', () => {
   it('moves system/developer text to `system`, maps the parameters Anthropic has, drops the rest', () => {
-    const base = makeJob('anthropic');
-    const job = makeJob('anthropic', {
-      model: { ...base.model, upstream_model: 'claude-x' },
+    const call = makeCall('anthropic', {
+      upstream: { id: 'anthropic/x', upstream_model: 'claude-x', protocol: 'anthropic' },
       max_tokens: 77,
       body: {
         messages: [
@@ -18,17 +17,17 @@ describe('anthropic request transform', () => {
           { role: 'assistant', content: 'hello' },
           { role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'text', text: 'y' }] },
         ],
-        temperature: 1.7, top_p: 0.9, stop: 'END', user: 'u1', seed: 5, logit_bias: {},
+        temperature: 1.7, top_p: 0.9, top_k: 5, stop: 'END', user: 'u1', seed: 5, logit_bias: {},
       },
     });
-    expect(buildAnthropicBody(job)).toEqual({
-      model: 'claude-x', max_tokens: 77, stream: true, system: 'A\n\nB', temperature: 1, top_p: 0.9, stop_sequences: ['END'], metadata: { user_id: 'u1' },
+    expect(buildAnthropicBody(call)).toEqual({
+      model: 'claude-x', max_tokens: 77, stream: true, system: 'A\n\nB', temperature: 1, top_p: 0.9, top_k: 5, stop_sequences: ['END'], metadata: { user_id: 'u1' },
       messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }, { role: 'user', content: 'x\ny' }],
     });
   });
 
   it('refuses what it cannot translate, with 400s', () => {
-    const bad = (body: Record<string, unknown>) => () => buildAnthropicBody(makeJob('anthropic', { body }));
+    const bad = (body: Record<string, unknown>) => () => buildAnthropicBody(makeCall('anthropic', { upstream: { id: 'anthropic/x', protocol: 'anthropic' }, body }));
     expect(bad({ messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'retrieval' }] })).toThrow('only function tools are supported');
     expect(bad({ messages: [{ role: 'function', content: 'x' }] })).toThrow('role "function" is not supported');
     expect(bad({ messages: [{ role: 'assistant', tool_calls: [{ id: 'a', function: { name: 'f', arguments: '{oops' } }] }] })).toThrow('is not valid JSON');
@@ -49,6 +48,7 @@ describe('anthropic stream decoder', () => {
     ev({ type: 'message_delta', delta: { stop_reason: 'max_tokens' }, usage: { output_tokens: 2 } });
     expect(ev({ type: 'message_stop' })).toBe('done');
     expect(out).toEqual([
+      { type: 'prompt_usage', prompt_tokens: 15 },
       { type: 'delta', content: 'Olá' },
       { type: 'delta', content: ' mundo' },
       { type: 'finish', reason: 'length' },

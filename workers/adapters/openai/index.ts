@@ -1,19 +1,18 @@
-import type { Job } from '../../../src/bus/messages.ts';
-import { createHttpStreamAdapter, type HttpStreamAdapterOptions, type VendorProtocol } from '../http-stream.ts';
+import { createHttpStreamAdapter, type HttpStreamAdapterOptions, type VendorProtocol } from '../shared/http-stream.ts';
 import type { Adapter } from '../types.ts';
 import { chatCompletionsUrl, requestHeaders } from './api.ts';
-import { mapHttpError } from './errors.ts';
+import { mapHttpError } from '../shared/upstream-errors.ts';
 import { buildUpstreamBody } from './request.ts';
 import { chunkEvents, completionEvents } from './response.ts';
 
 export type OpenAIAdapterOptions = HttpStreamAdapterOptions;
-export { coalesceDeltas } from '../http-stream.ts';
+export { coalesceDeltas } from '../shared/http-stream.ts';
 
 /** OpenAI's chat-completions wire format (OpenAI, OpenRouter, Groq, Together, vLLM, Ollama, …). */
 export const openaiProtocol: VendorProtocol = {
   url: chatCompletionsUrl,
   headers: requestHeaders,
-  body: (job: Job) => buildUpstreamBody(job),
+  body: buildUpstreamBody,
   streamDecoder: (key) => ({
     data(payload, out) {
       if (payload === '[DONE]') return 'done';

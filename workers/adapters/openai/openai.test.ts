@@ -1,12 +1,14 @@
 import { connect, type NatsConnection } from 'nats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockUpstream, type MockUpstream } from '../../../bench/mock-upstream/server.ts';
-import type { Frame, Job } from '../../../src/bus/messages.ts';
+import { MOCK_SPLIT_ERROR, MOCK_SPLIT_TEXT, startMockUpstream, type MockUpstream } from '../../../bench/mock-upstream/server.ts';
+import type { Job } from '../../../src/bus/messages.ts';
+import type { Frame } from '../../../src/bus/frames.ts';
 import { subjects } from '../../../src/bus/subjects.ts';
 import { loadConfig } from '../../../src/config.ts';
-import { deltas, makeJob, natsUrl, sendJob, uniquePool, usageOf, waitFor } from '../../testing.ts';
+import { configureLogging } from '../../../src/log.ts';
+import { deltas, makeJob, natsUrl, sendJob, testCatalog, uniquePool, usageOf, waitFor } from '../../testing.ts';
 import { startWorker, type WorkerHandle } from '../../worker.ts';
-import { estimatePromptTokens, estimateTokens } from '../estimate.ts';
+import { estimatePromptTokens, estimateTokens } from '../shared/estimate.ts';
 import { createRegistry } from '../registry.ts';
 
 // The OpenAI-compatible adapter inside a real worker on real NATS, against the mock vendor.
@@ -19,38 +21,32 @@ let w: WorkerHandle;
 let pool: string;
 const logged: string[] = [];
 const seenFrames: Frame[] = [];
-const realWrite = process.stderr.write.bind(process.stderr);
 
 beforeAll(async () => {
-  (process.stderr as { write: unknown }).write = (chunk: string | Uint8Array, ...rest: unknown[]) => {
-    logged.push(typeof chunk === 'string' ? chunk : Buffer.from(chunk).toString('utf8'));
-    return (realWrite as (...a: unknown[]) => boolean)(chunk, ...rest);
-  };
+  // Every log line of this process (JSON, at least info) is captured for the secret check below.
+  configureLogging({ format: 'json', level: 'info', write: (line) => void logged.push(line) });
   mock = await startMockUpstream({ outputTokens: 16 });
   nc = await connect({ servers: natsUrl() });
   pool = uniquePool();
   const config = loadConfig({ NATS_URL: natsUrl(), UPSTREAM_TIMEOUT_MS: '3000', UPSTREAM_CONNECT_TIMEOUT_MS: '1000' });
-  w = await startWorker({ pools: [pool], natsUrl: natsUrl(), config, keepaliveMs: 60_000, registry: createRegistry(config, { [KEY_ENV]: KEY }) });
+  w = await startWorker({ pools: [pool], natsUrl: natsUrl(), config, keepaliveMs: 60_000, registry: createRegistry(config, { [KEY_ENV]: KEY }), catalog: testCatalog });
 });
 
 afterAll(async () => {
   await w?.stop();
   await nc?.drain();
   await mock?.close();
-  process.stderr.write = realWrite;
+  configureLogging({ format: undefined, level: undefined, write: undefined });
   // The upstream key reached the vendor and nowhere else: no frame, no log line.
   const everything = JSON.stringify(seenFrames) + logged.join('');
   expect(everything).not.toContain(KEY);
   expect(everything).not.toContain(KEY.slice(0, 12));
-  if (['debug', 'info', undefined].includes(process.env.LOG_LEVEL)) {
-    expect(logged.some((l) => l.includes('"code":"upstream_auth_failed"'))).toBe(true); // logs were captured
-  }
+  expect(logged.some((l) => l.includes('"code":"upstream_auth_failed"'))).toBe(true); // logs were captured
 });
 
-function job(upstream_model: string, over: Partial<Job> = {}): Job {
-  const base = makeJob(pool);
+function job(upstream_model: string, { upstream, ...over }: Parameters<typeof makeJob>[1] = {}): Job {
   return makeJob(pool, {
-    model: { ...base.model, id: `mock/${upstream_model}`, upstream_model, base_url: mock.url, api_key_env: KEY_ENV },
+    upstream: { id: `mock/${upstream_model}`, protocol: 'openai', upstream_model, base_url: mock.url, api_key_env: KEY_ENV, extra_params: ['mock'], ...upstream },
     body: { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello to the world' }] },
     ...over,
   });
@@ -65,12 +61,13 @@ async function frames(j: Job): Promise<Frame[]> {
 }
 
 describe('openai-compatible adapter against the mock vendor', () => {
-  it('streams deltas and ends with the upstream usage; sends the key and a transformed body', async () => {
+  it('streams deltas and ends with the upstream usage; sends the key and only allowed fields', async () => {
     const j = job('mock-gpt', {
       body: {
         messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello to the world' }],
         temperature: 0.2,
         vendor_specific: { x: 1 },
+        provider: { order: ['x'] },
         max_tokens: 9999,
         sim: { first_token_ms: 5 },
       },
@@ -86,7 +83,6 @@ describe('openai-compatible adapter against the mock vendor', () => {
     expect(mock.stats.lastBody).toEqual({
       messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello to the world' }],
       temperature: 0.2,
-      vendor_specific: { x: 1 },
       max_tokens: 5,
       model: 'mock-gpt',
       stream: true,
@@ -150,15 +146,13 @@ describe('openai-compatible adapter against the mock vendor', () => {
   });
 
   it('missing key env → 502 upstream_not_configured; unreachable vendor → 502 upstream_unreachable', async () => {
-    const base = job('mock-gpt');
-    expect((await frames({ ...base, model: { ...base.model, api_key_env: 'CATRACA_TEST_NOT_SET' } }))[0]).toMatchObject({
+    expect((await frames(job('mock-gpt', { upstream: { id: 'mock/unset-key', api_key_env: 'CATRACA_TEST_NOT_SET' } })))[0]).toMatchObject({
       t: 'error', status: 502, code: 'upstream_not_configured',
     });
     const closed = await startMockUpstream();
     const deadUrl = closed.url;
     await closed.close();
-    const b2 = job('mock-gpt');
-    expect((await frames({ ...b2, model: { ...b2.model, base_url: deadUrl } }))[0]).toMatchObject({
+    expect((await frames(job('mock-gpt', { upstream: { id: 'mock/dead', base_url: deadUrl } })))[0]).toMatchObject({
       t: 'error', status: 502, code: 'upstream_unreachable', message: 'The upstream provider could not be reached (ECONNREFUSED).',
     });
   });
@@ -175,6 +169,33 @@ describe('openai-compatible adapter against the mock vendor', () => {
     expect(f.at(-1)).toMatchObject({ t: 'error', code: 'request_cancelled', usage: { prompt_tokens: 19, completion_tokens: await estimateTokens(text) } });
     await waitFor(() => mock.stats.aborted === aborted + 1);
     expect((await usageOf(nc, pool, j.request_id)).msg.outcome).toBe('cancelled');
+  });
+
+  it('decodes answers and error bodies once: a character split across two reads arrives intact', async () => {
+    const ok = await frames(job('mock-split-utf8'));
+    expect(deltas(ok).join('')).toBe(MOCK_SPLIT_TEXT);
+    expect(ok.at(-1)).toMatchObject({ t: 'done', finish_reason: 'stop', usage: { prompt_tokens: 16, completion_tokens: 3 } });
+    expect((await frames(job('mock-400-utf8')))[0]).toMatchObject({ t: 'error', status: 400, code: 'upstream_bad_request', message: MOCK_SPLIT_ERROR });
+  });
+
+  it('a cancel before the first token bills the estimated prompt: the vendor was already reading it', async () => {
+    const j = job('mock-slow', { max_tokens: 100 }); // 500 ms to the first token
+    const run = await sendJob(nc, pool, j);
+    await new Promise((r) => setTimeout(r, 150));
+    nc.publish(subjects.cancel(w.id, j.request_id));
+    const f = await run.frames;
+    seenFrames.push(...f);
+    expect(deltas(f)).toEqual([]);
+    expect(f.at(-1)).toMatchObject({ t: 'error', code: 'request_cancelled', usage: { prompt_tokens: 19, completion_tokens: 0 } });
+    const { msg } = await usageOf(nc, pool, j.request_id);
+    expect([msg.outcome, msg.prompt_tokens, msg.completion_tokens, msg.estimated]).toEqual(['cancelled', 19, 0, true]);
+  });
+
+  it('a vendor that refuses the request before reading it bills nothing (429, 400)', async () => {
+    const j = job('mock-400');
+    await frames(j);
+    const { msg } = await usageOf(nc, pool, j.request_id);
+    expect([msg.outcome, msg.prompt_tokens, msg.completion_tokens]).toEqual(['error', 0, 0]);
   });
 
   it('overall timeout → 504 upstream_timeout', async () => {

@@ -1,7 +1,7 @@
 import type { AdapterEvent } from '../types.ts';
 import type { ToolCallDelta } from '../../../src/bus/messages.ts';
 import { UpstreamError } from '../types.ts';
-import { redact } from './errors.ts';
+import { redact } from '../shared/upstream-errors.ts';
 
 // Response transform: one chat.completion.chunk (or a whole chat.completion) → adapter events.
 

@@ -1,40 +1,36 @@
 import { describe, expect, it } from 'vitest';
 import type { AdapterEvent } from '../types.ts';
-import { mapHttpError, parseRetryAfter, redact } from './errors.ts';
+import { mapHttpError, parseRetryAfter, redact } from '../shared/upstream-errors.ts';
 import { buildUpstreamBody } from './request.ts';
 import { chunkEvents } from './response.ts';
-import { SseParser } from '../sse.ts';
-import { makeJob } from '../../testing.ts';
-
-describe('SseParser', () => {
-  it('handles events split anywhere, CRLF, CR, comments and multi-line data', () => {
-    const text = ': keep-alive\r\ndata: {"a":1}\r\n\r\ndata: {"b":\r\ndata: 2}\n\nevent: x\nid: 7\ndata:[DONE]\r\r';
-    for (let cut = 0; cut <= text.length; cut++) {
-      const p = new SseParser();
-      const out = [...p.push(text.slice(0, cut)), ...p.push(text.slice(cut)), ...p.end()];
-      expect(out, `cut at ${cut}`).toEqual(['{"a":1}', '{"b":\n2}', '[DONE]']);
-    }
-    const p = new SseParser();
-    const out: string[] = [];
-    for (const ch of text) out.push(...p.push(ch));
-    expect([...out, ...p.end()]).toEqual(['{"a":1}', '{"b":\n2}', '[DONE]']);
-  });
-
-  it('delivers a last event that lacks its blank line at end of body', () => {
-    const p = new SseParser();
-    expect([...p.push('data: x\n\ndata: [DONE]'), ...p.end()]).toEqual(['x', '[DONE]']);
-  });
-});
+import { makeCall } from '../../testing.ts';
 
 describe('request transform', () => {
-  it('sets model/stream/usage/max_tokens, keeps unknown params, strips extensions', () => {
-    const job = makeJob('p', {
-      model: { ...makeJob('p').model, upstream_model: 'gpt-4o-mini' },
-      body: { messages: [], stream: false, stream_options: { foo: 1 }, max_completion_tokens: null, logit_bias: { '1': 2 }, sim: { first_token_ms: 1 } },
+  it('sets model/stream/usage/max_tokens, forwards documented parameters only, strips extensions and other dialects', () => {
+    const call = makeCall('p', {
+      upstream: { id: 'vendor/x', protocol: 'openai', upstream_model: 'gpt-4o-mini' },
+      body: {
+        messages: [{ role: 'user', content: [{ type: 'text', text: 'hi', cache_control: { type: 'ephemeral' } }], cache_control: {} }],
+        stream: false, stream_options: { foo: 1 }, max_completion_tokens: null, logit_bias: { '1': 2 }, sim: { first_token_ms: 1 },
+        models: ['a/b'], provider: { order: ['x'] }, transforms: ['middle-out'], usage: { include: true }, reasoning: { effort: 'high' },
+        route: 'fallback', top_k: 4, vendor_specific: { x: 1 }, service_tier: 'default', seed: 3,
+      },
       max_tokens: 77,
     });
-    expect(buildUpstreamBody(job)).toEqual({
-      messages: [], stream: true, stream_options: { foo: 1, include_usage: true }, logit_bias: { '1': 2 }, model: 'gpt-4o-mini', max_tokens: 77,
+    expect(buildUpstreamBody(call)).toEqual({
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], stream: true, stream_options: { include_usage: true },
+      logit_bias: { '1': 2 }, model: 'gpt-4o-mini', max_tokens: 77, service_tier: 'default', seed: 3,
+    });
+  });
+
+  it("forwards the catalog entry's extra_params, and max_completion_tokens instead of max_tokens when the client used it", () => {
+    const call = makeCall('p', {
+      upstream: { id: 'vendor/vllm', protocol: 'openai', upstream_model: 'llama', extra_params: ['top_k', 'mock'] },
+      body: { messages: [{ role: 'user', content: 'x' }], top_k: 4, min_p: 0.1, mock: { output_tokens: 3 }, max_completion_tokens: 900 },
+      max_tokens: 12,
+    });
+    expect(buildUpstreamBody(call)).toEqual({
+      messages: [{ role: 'user', content: 'x' }], model: 'llama', stream: true, stream_options: { include_usage: true }, top_k: 4, mock: { output_tokens: 3 }, max_completion_tokens: 12,
     });
   });
 });

@@ -61,7 +61,7 @@ export function lastUserText(messages: unknown): string {
 }
 
 /** The tokens the sim would say with no max_tokens cut. */
-export function simNaturalOutput(job: Job, opts: SimOptions = simOptions(job.body)): string[] {
-  if (job.model.upstream_model === 'echo') return splitTokens(lastUserText(job.body.messages));
+export function simNaturalOutput(job: Job, upstreamModel: string, opts: SimOptions = simOptions(job.body)): string[] {
+  if (upstreamModel === 'echo') return splitTokens(lastUserText(job.body.messages));
   return loremTokens(opts.output_tokens ?? LOREM_DEFAULT_TOKENS);
 }

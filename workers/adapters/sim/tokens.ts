@@ -11,6 +11,10 @@
 // Whitespace after the last token belongs to no token: the sim sends it with the last delta so
 // that an echo is verbatim, and it counts nothing.
 
+import { contentText } from '../shared/content.ts';
+
+export { contentText };
+
 const TOKEN = /\s*\S+/g;
 export const TOKENS_PER_MESSAGE = 3;
 export const TOKENS_PER_REQUEST = 3;
@@ -32,16 +36,6 @@ export function splitTokens(text: string): string[] {
   return tokens;
 }
 
-export function contentText(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (Array.isArray(content)) {
-    return content
-      .filter((p): p is { type: 'text'; text: string } => !!p && typeof p === 'object' && p.type === 'text' && typeof p.text === 'string')
-      .map((p) => p.text)
-      .join('\n');
-  }
-  return '';
-}
 
 export function promptTokens(messages: unknown): number {
   let n = TOKENS_PER_REQUEST;

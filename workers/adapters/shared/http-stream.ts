@@ -1,11 +1,10 @@
 import http from 'node:http';
 import https from 'node:https';
-import type { Job } from '../../src/bus/messages.ts';
 import { estimateUsage, warmupEstimator } from './estimate.ts';
-import { SseParser } from './sse.ts';
-import { type Adapter, type AdapterEvent, UpstreamError } from './types.ts';
-import { abortError } from './util.ts';
-import { mapConnectError } from './openai/errors.ts';
+import { type SseEvent, SseParser } from './sse.ts';
+import { type Adapter, type AdapterEvent, type UpstreamCall, UpstreamError } from '../types.ts';
+import { abortError } from './abort.ts';
+import { mapConnectError } from './upstream-errors.ts';
 
 // The transport every streaming HTTP vendor shares: keep-alive agents, connect and overall
 // timeouts, cancel, error bodies, SSE framing, "ended before it finished" detection. A vendor
@@ -22,7 +21,7 @@ export interface VendorProtocol {
   url(baseUrl: string): URL;
   headers(apiKey: string | null, bodyBytes: number): Record<string, string>;
   /** Request transform: our job → the vendor's request body (always streaming). */
-  body(job: Job): unknown;
+  body(call: UpstreamCall): unknown;
   /** Per-request decoder of SSE `data` payloads; returns 'done' at the vendor's end marker. */
   streamDecoder(apiKey: string | null): { data(payload: string, out: AdapterEvent[]): 'done' | void };
   /** A whole (non-streamed) answer, for vendors that ignore `stream: true`. */
@@ -46,18 +45,19 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
   const env = opts.env ?? process.env;
   return {
     name,
-    async *stream(job: Job, signal: AbortSignal): AsyncIterable<AdapterEvent> {
-      const { base_url, api_key_env } = job.model;
-      if (!base_url) throw new UpstreamError(502, 'upstream_not_configured', `Model ${job.model.id} has no upstream base URL configured.`);
+    async stream(call: UpstreamCall, signal: AbortSignal, emit: (ev: AdapterEvent) => void): Promise<void> {
+      const { id, base_url, api_key_env } = call.model;
+      if (!base_url) throw new UpstreamError(502, 'upstream_not_configured', `Model ${id} has no upstream base URL configured.`);
       let key: string | null = null;
       if (api_key_env) {
+        // `env` holds only the variables named in WORKER_UPSTREAM_KEYS
         key = env[api_key_env] || null;
-        if (!key) throw new UpstreamError(502, 'upstream_not_configured', `The upstream API key for model ${job.model.id} is not configured on this worker.`);
+        if (!key) throw new UpstreamError(502, 'upstream_not_configured', `The upstream API key for model ${id} is not configured on this worker.`);
       }
       if (signal.aborted) throw abortError(signal);
 
       const url = protocol.url(base_url);
-      const payload = Buffer.from(JSON.stringify(protocol.body(job)));
+      const payload = Buffer.from(JSON.stringify(protocol.body(call)));
       const ctl = new AbortController();
       let why: 'cancel' | 'timeout' | 'connect_timeout' | undefined;
       const abort = (w: typeof why) => {
@@ -101,6 +101,8 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
             });
             req.once('response', resolve);
             req.once('error', reject);
+            // once the body is on its way the vendor may start reading the prompt (and bill it)
+            req.once('finish', () => (call.sent = true));
             req.end(payload);
           });
         } catch (err) {
@@ -113,21 +115,20 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
         if (status < 200 || status >= 300) {
           let text = '';
           try {
-            for await (const c of res) {
-              if (text.length < MAX_ERROR_BODY) text += c.toString('utf8');
-            }
+            text = await readText(res, MAX_ERROR_BODY);
           } catch {
             /* the status is what matters */
           }
           throw protocol.httpError(status, text, res.headers, key);
         }
+        call.accepted = true;
 
         const events: AdapterEvent[] = [];
         const ctype = String(res.headers['content-type'] ?? '');
         if (ctype.includes('application/json')) {
           let text = '';
           try {
-            for await (const c of res) text += c.toString('utf8');
+            text = await readText(res, Infinity);
           } catch (err) {
             throw fail(err, 'stream');
           }
@@ -139,56 +140,67 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
           }
           protocol.completion(parsed as object, events, key);
           complete = true;
-          yield* events;
+          for (const ev of events) emit(ev);
           return;
         }
 
+        // Events are decoded and emitted as each socket read arrives (no async iteration per
+        // token: one 'data' callback per read). A vendor error event ends the stream, but what
+        // the vendor sent before it (possibly in the same read) is delivered first.
         res.setEncoding('utf8');
         const parser = new SseParser();
         const decoder = protocol.streamDecoder(key);
-        let finished = false;
-        let sawDone = false;
-        // A vendor error event ends the stream, but what the vendor sent before it (possibly in the
-        // same read) is still delivered first.
-        let vendorError: unknown;
-        const handle = (payloads: string[]) => {
-          for (const p of payloads) {
-            if (sawDone || vendorError) continue;
-            try {
-              if (decoder.data(p, events) === 'done') sawDone = true;
-            } catch (err) {
-              vendorError = err;
+        await new Promise<void>((resolve, reject) => {
+          let finished = false;
+          let sawDone = false;
+          let settled = false;
+          const end = (err?: unknown) => {
+            if (settled) return;
+            settled = true;
+            if (err !== undefined) {
+              reject(err);
+              return;
             }
-          }
-        };
-        try {
-          for await (const text of res as AsyncIterable<string>) {
-            handle(parser.push(text));
+            complete = true;
+            if (!finished && !sawDone) reject(new UpstreamError(502, 'upstream_stream_interrupted', 'The upstream stream ended before it finished.'));
+            else resolve();
+          };
+          const deliver = (sse: SseEvent[]): unknown => {
+            let vendorError: unknown;
+            for (const ev of sse) {
+              if (sawDone) break;
+              try {
+                if (decoder.data(ev.data, events) === 'done') sawDone = true;
+              } catch (err) {
+                vendorError = err;
+                break;
+              }
+            }
             coalesceDeltas(events);
             for (const ev of events) {
               if (ev.type === 'finish') finished = true;
-              yield ev;
+              emit(ev);
             }
             events.length = 0;
-            if (vendorError) throw vendorError;
-          }
-          handle(parser.end());
-          if (vendorError) {
-            for (const ev of events) yield ev;
-            events.length = 0;
-            throw vendorError;
-          }
-          complete = true;
-        } catch (err) {
-          throw fail(err, 'stream');
-        }
-        for (const ev of events) {
-          if (ev.type === 'finish') finished = true;
-          yield ev;
-        }
-        if (!finished && !sawDone) {
-          throw new UpstreamError(502, 'upstream_stream_interrupted', 'The upstream stream ended before it finished.');
-        }
+            return vendorError;
+          };
+          res.on('data', (text: string) => {
+            if (settled) return;
+            const vendorError = deliver(parser.push(text));
+            if (vendorError !== undefined) {
+              end(vendorError);
+              res.destroy();
+            }
+          });
+          res.once('end', () => {
+            const vendorError = deliver(parser.end());
+            end(vendorError);
+          });
+          res.once('error', (err) => end(fail(err, 'stream')));
+          res.once('close', () => {
+            if (!settled && !res.complete) end(fail(new Error('closed'), 'stream'));
+          });
+        });
       } finally {
         clearTimeout(overall);
         signal.removeEventListener('abort', onCancel);
@@ -196,11 +208,27 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
         if (!complete && !ctl.signal.aborted) ctl.abort(new Error('done'));
       }
     },
-    async countUsage(job: Job, output: string) {
-      return { usage: await estimateUsage(job.body.messages, output), estimated: true };
+    async countUsage(call: UpstreamCall, output: string) {
+      return { usage: await estimateUsage(call, output), estimated: true };
     },
     warmup: warmupEstimator,
   };
+}
+
+/**
+ * A body as text, decoded once from all its bytes (a multi-byte character split across two
+ * chunks, like "ç" in "ção", stays intact), at most `limit` bytes kept.
+ */
+async function readText(res: http.IncomingMessage, limit: number): Promise<string> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const c of res as AsyncIterable<Buffer>) {
+    if (size >= limit) continue;
+    const piece = size + c.length > limit ? c.subarray(0, limit - size) : c;
+    parts.push(piece);
+    size += piece.length;
+  }
+  return Buffer.concat(parts, size).toString('utf8');
 }
 
 /**

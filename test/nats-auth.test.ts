@@ -1,0 +1,364 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { execFile, spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { connect, Empty, type Msg, type NatsConnection, type NatsError } from 'nats';
+import OpenAI from 'openai';
+import { connectBus, ensureUsageStream } from '../src/bus/connect.ts';
+import { createMetrics, registerMonitoring } from '../src/bus/monitoring.ts';
+import { encode } from '../src/bus/messages.ts';
+import { METERING_DURABLE, subjects, USAGE_STREAM } from '../src/bus/subjects.ts';
+import { ensureMeteringConsumer } from '../src/metering/consumer.ts';
+import { collectInstances } from '../src/cli/status.ts';
+import { ledgerCheck } from '../src/cli/ledger-check.ts';
+import { ensureNats, findNatsServer, type ServiceHandle } from '../src/stack/services.ts';
+import { startStack, type TestStack } from './helpers/stack.ts';
+
+// NATS authentication and per-subject permissions per role (deploy/nats/auth.conf): a nats-server
+// runs that file with random passwords in its environment; each role connects with its own
+// credentials, can do what its process does and nothing of a set of forbidden operations; then a
+// stack whose gateway, worker and metering processes each use their role serves a streamed request
+// (and the CLI revokes a key and lists the instances) without a single permission violation.
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const AUTH_CONF = join(ROOT, 'deploy', 'nats', 'auth.conf');
+const ROLES = ['gateway', 'worker', 'metering', 'portal', 'cli'] as const;
+type Role = (typeof ROLES)[number];
+// letters and digits, starting with a letter (auth.conf says why)
+const PASSWORDS = Object.fromEntries(ROLES.map((r) => [r, `n${randomBytes(16).toString('hex')}`])) as Record<Role, string>;
+const SERVER_ENV = Object.fromEntries(ROLES.map((r) => [`NATS_${r.toUpperCase()}_PASSWORD`, PASSWORDS[r]]));
+const run = promisify(execFile);
+
+let server: ServiceHandle;
+let dataDir: string;
+const serverLog: string[] = [];
+let base: URL;
+const urlOf = (role: Role, password = PASSWORDS[role]) => `nats://${role}:${password}@${base.host}`;
+const conns: NatsConnection[] = [];
+const as = async (role: Role) => {
+  const nc = await connectBus(urlOf(role), `auth-test ${role}`);
+  conns.push(nc);
+  return nc;
+};
+
+beforeAll(async () => {
+  dataDir = mkdtempSync(join(tmpdir(), 'catraca-nats-auth-'));
+  server = await ensureNats({ dataDir, args: ['-c', AUTH_CONF], env: SERVER_ENV, probeCredentials: `metering:${PASSWORDS.metering}`, onLog: (l) => serverLog.push(l) });
+  base = new URL(server.url);
+}, 30000);
+
+afterAll(async () => {
+  await Promise.all(conns.map((c) => c.close().catch(() => {})));
+  await server?.stop();
+  rmSync(dataDir, { recursive: true, force: true });
+});
+
+const violations = (from = 0) => serverLog.slice(from).filter((l) => /violation/i.test(l));
+const within = <T>(p: Promise<T>, ms: number, what: string) =>
+  Promise.race([p, new Promise<never>((_, rej) => setTimeout(() => rej(new Error(`${what}: nothing within ${ms} ms`)), ms))]);
+
+/** The next message on `subject` (subscribed before `trigger` runs). */
+async function nextOn(nc: NatsConnection, subject: string, trigger: () => unknown, opts: { queue?: string } = {}): Promise<Msg> {
+  const sub = nc.subscribe(subject, { max: 1, queue: opts.queue });
+  await nc.flush();
+  await trigger();
+  for await (const m of sub) return m;
+  throw new Error(`subscription to ${subject} ended`);
+}
+
+/** Resolves with the permissions violation the server reports for a publish to `subject`. */
+async function publishDenied(nc: NatsConnection, subject: string): Promise<NatsError> {
+  const seen = (async () => {
+    for await (const s of nc.status()) {
+      const ctx = (s as { permissionContext?: { operation: string; subject: string } }).permissionContext;
+      if (s.type === 'error' && ctx?.operation === 'publish' && ctx.subject === subject) return { code: String(s.data) } as NatsError;
+    }
+    throw new Error('connection closed');
+  })();
+  nc.publish(subject, encode({ forged: true }));
+  await nc.flush();
+  return within(seen, 3000, `publish violation for ${subject}`);
+}
+
+/** Resolves with the error the subscription to `subject` is closed with. */
+function subscribeDenied(nc: NatsConnection, subject: string, queue?: string): Promise<NatsError> {
+  return within(
+    new Promise<NatsError>((resolve) => nc.subscribe(subject, { queue, callback: (err) => err && resolve(err) })),
+    3000,
+    `subscription violation for ${subject}`,
+  );
+}
+
+const requestDenied = (nc: NatsConnection, subject: string) =>
+  nc.request(subject, Empty, { timeout: 3000 }).then(
+    () => ({ code: 'ANSWERED' }),
+    (err: NatsError) => ({ code: err.code }),
+  );
+
+describe('the server of deploy/nats/auth.conf', () => {
+  it('does not start while a password variable is missing', () => {
+    const env: Record<string, string> = { PATH: process.env.PATH!, ...SERVER_ENV };
+    delete env.NATS_CLI_PASSWORD;
+    const r = spawnSync(findNatsServer(), ['-c', AUTH_CONF, '-a', '127.0.0.1', '-p', '-1'], { env, timeout: 10000, encoding: 'utf8' });
+    expect(r.status).not.toBe(0);
+    expect(r.stderr + r.stdout).toContain('NATS_CLI_PASSWORD');
+  });
+
+  it('refuses anonymous connections, wrong passwords and another role\'s password', async () => {
+    const refused = (opts: Parameters<typeof connect>[0]) =>
+      connect({ ...opts, reconnect: false, timeout: 3000 }).then(
+        async (nc) => (await nc.close(), 'CONNECTED'),
+        (err: NatsError) => err.code,
+      );
+    expect(await refused({ servers: base.host })).toBe('AUTHORIZATION_VIOLATION');
+    expect(await refused({ servers: base.host, user: 'worker', pass: 'nwrongpassword' })).toBe('AUTHORIZATION_VIOLATION');
+    expect(await refused({ servers: base.host, user: 'worker', pass: PASSWORDS.gateway })).toBe('AUTHORIZATION_VIOLATION');
+    expect(await refused({ servers: base.host, user: 'admin', pass: PASSWORDS.cli })).toBe('AUTHORIZATION_VIOLATION');
+    // credentials in NATS_URL are what connectBus passes on (nats.js would drop them)
+    await expect(connectBus(`nats://worker:nwrongpassword@${base.host}`, 'auth-test wrong')).rejects.toMatchObject({ code: 'AUTHORIZATION_VIOLATION' });
+  });
+
+  it('a worker that starts before metering leaves the USAGE stream to metering (its usage waits)', async () => {
+    const worker = await as('worker');
+    expect(await ensureUsageStream(worker)).toEqual({ action: 'not_permitted', replicas: 0 });
+    // no stream yet: JetStream does not answer, and the worker retries its usage publish until it does
+    await expect(worker.jetstream().publish(subjects.usage('sim'), encode({}), { msgID: 'early', timeout: 2000 })).rejects.toMatchObject({ code: '503' });
+  });
+
+  it('lets every role do what its process does, without a single violation', async () => {
+    const from = serverLog.length;
+    const metering = await as('metering');
+    const worker = await as('worker');
+    const gateway = await as('gateway');
+    const portal = await as('portal');
+    const cli = await as('cli');
+
+    // metering owns the USAGE stream and its consumer; the worker may only look at it
+    expect((await ensureUsageStream(metering)).replicas).toBe(1);
+    await ensureMeteringConsumer(metering, 2000);
+    expect(await ensureUsageStream(worker)).toEqual({ action: 'unchanged', replicas: 1 });
+
+    // every long-running role is a micro service the CLI can list
+    const monitors = await Promise.all(
+      (['gateway', 'worker', 'metering', 'portal'] as const).map((r, i) =>
+        registerMonitoring([gateway, worker, metering, portal][i]!, { name: `catraca-${r}`, version: '0.0.0', instanceId: `auth_${r}`, metrics: createMetrics() }),
+      ),
+    );
+    await Promise.all([gateway, worker, metering, portal].map((c) => c.flush())); // their subscriptions are in place
+    const rows = await collectInstances(cli, { waitMs: 1000 });
+    expect(rows.map((r) => r.service).sort()).toEqual(['catraca-gateway', 'catraca-metering', 'catraca-portal', 'catraca-worker']);
+
+    // job: gateway → worker (queue group), ack back to the gateway's inbox, frames to the door, cancel
+    const jobs = worker.subscribe(subjects.job('sim'), {
+      queue: subjects.queueGroup('sim'),
+      callback: (_e, m) => {
+        m.respond(encode({ ok: true, worker: 'wk_auth' }));
+        worker.publish(subjects.stream('door_auth', 'req1'), encode({ t: 'delta', seq: 0, content: 'oi' }));
+      },
+    });
+    await worker.flush(); // its queue subscription is in place
+    const frame = nextOn(gateway, subjects.streamWildcard('door_auth'), () => {});
+    frame.catch(() => {}); // awaited below
+    const ack = await gateway.request(subjects.job('sim'), encode({ request_id: 'req1' }), { timeout: 3000 });
+    expect(ack.subject.startsWith('_INBOX.gateway.')).toBe(true);
+    expect(JSON.parse(new TextDecoder().decode(ack.data))).toEqual({ ok: true, worker: 'wk_auth' });
+    expect((await within(frame, 3000, 'frame')).subject).toBe('catraca.stream.door_auth.req1');
+    const cancel = await nextOn(worker, subjects.cancelWildcard('wk_auth'), () => gateway.publish(subjects.cancel('wk_auth', 'req1')));
+    expect(cancel.subject).toBe('catraca.cancel.wk_auth.req1');
+    jobs.unsubscribe();
+    // a busy worker announces free slots; the front door sends a waiting job to that worker alone
+    const freed = await nextOn(gateway, subjects.capacityWildcard, () => worker.publish(subjects.capacity('sim'), encode({ worker: 'wk_auth', free: 1 })));
+    expect(freed.subject).toBe('catraca.capacity.sim');
+    const direct = worker.subscribe(subjects.jobDirect('sim', 'wk_auth'), { callback: (_e, m) => m.respond(encode({ ok: true, worker: 'wk_auth' })) });
+    await worker.flush();
+    expect(JSON.parse(new TextDecoder().decode((await gateway.request(subjects.jobDirect('sim', 'wk_auth'), encode({}), { timeout: 3000 })).data))).toEqual({ ok: true, worker: 'wk_auth' });
+    direct.unsubscribe();
+
+    // usage: worker → JetStream (acked, deduplicated by msgID) → metering pulls and acks
+    const js = worker.jetstream();
+    const pa = await js.publish(subjects.usage('sim'), encode({ request_id: 'req1' }), { msgID: 'req1' });
+    expect(pa.stream).toBe(USAGE_STREAM);
+    expect((await js.publish(subjects.usage('sim'), encode({ request_id: 'req1' }), { msgID: 'req1' })).duplicate).toBe(true);
+    const consumer = await metering.jetstream().consumers.get(USAGE_STREAM, METERING_DURABLE);
+    const m = await consumer.next({ expires: 3000 });
+    expect(m?.seq).toBe(pa.seq);
+    expect(await m!.ackAck()).toBe(true);
+
+    // broadcasts: key invalidations from the portal and the CLI reach the front doors; catalog
+    // changes from the CLI reach front doors and workers
+    expect((await nextOn(gateway, subjects.keyInvalidated, () => portal.publish(subjects.keyInvalidated, encode({ key_id: 'k1' })))).subject).toBe(subjects.keyInvalidated);
+    expect((await nextOn(gateway, subjects.keyInvalidated, () => cli.publish(subjects.keyInvalidated, encode({ key_id: 'k2' })))).subject).toBe(subjects.keyInvalidated);
+    for (const receiver of [gateway, worker]) {
+      expect((await nextOn(receiver, subjects.catalogChanged, () => cli.publish(subjects.catalogChanged, encode({ model: 'm' })))).subject).toBe(subjects.catalogChanged);
+    }
+
+    await Promise.all(monitors.map((mon) => mon.stop()));
+    expect(violations(from)).toEqual([]);
+  });
+
+  it('refuses what a role must not do, with a permissions violation', async () => {
+    const nc = { gateway: await as('gateway'), worker: await as('worker'), metering: await as('metering'), portal: await as('portal'), cli: await as('cli') };
+    const jsm = await nc.metering.jetstreamManager();
+    const before = (await jsm.streams.info(USAGE_STREAM)).state.messages;
+    // a worker whose settings differ from the stream's leaves it alone instead of failing to start
+    expect(await ensureUsageStream(nc.worker, { replicas: 2 })).toEqual({ action: 'not_permitted', replicas: 1 });
+    const PV = 'PERMISSIONS_VIOLATION';
+    const cases: Array<[string, Promise<{ code?: string }>]> = [
+      // a worker takes jobs but cannot send them, nor touch USAGE beyond publishing, nor read other roles' replies
+      ['worker publishes a job', requestDenied(nc.worker, subjects.job('sim'))],
+      ['worker publishes a key invalidation', publishDenied(nc.worker, subjects.keyInvalidated)],
+      ['worker updates the USAGE stream', requestDenied(nc.worker, `$JS.API.STREAM.UPDATE.${USAGE_STREAM}`)],
+      ['worker deletes the USAGE stream', requestDenied(nc.worker, `$JS.API.STREAM.DELETE.${USAGE_STREAM}`)],
+      ['worker pulls usage', requestDenied(nc.worker, `$JS.API.CONSUMER.MSG.NEXT.${USAGE_STREAM}.${METERING_DURABLE}`)],
+      ['worker creates a consumer on USAGE', requestDenied(nc.worker, `$JS.API.CONSUMER.CREATE.${USAGE_STREAM}.spy`)],
+      ['worker reads the gateway\'s replies', subscribeDenied(nc.worker, '_INBOX.gateway.>')],
+      ['worker reads every reply', subscribeDenied(nc.worker, '_INBOX.>')],
+      // a gateway sends jobs and cancels, but cannot bill, forge frames, take jobs or consume usage
+      ['gateway publishes usage', publishDenied(nc.gateway, subjects.usage('sim'))],
+      ['gateway publishes usage to JetStream', nc.gateway.jetstream().publish(subjects.usage('sim'), encode({}), { timeout: 3000 }).then(() => ({ code: 'ANSWERED' }), (e: NatsError) => ({ code: e.code }))],
+      ['gateway publishes a frame', publishDenied(nc.gateway, subjects.stream('door_x', 'req_x'))],
+      ['gateway announces worker capacity', publishDenied(nc.gateway, subjects.capacity('sim'))],
+      ['portal announces worker capacity', publishDenied(nc.portal, subjects.capacity('sim'))],
+      ['gateway takes jobs', subscribeDenied(nc.gateway, subjects.job('sim'), subjects.queueGroup('sim'))],
+      ['gateway pulls usage', requestDenied(nc.gateway, `$JS.API.CONSUMER.MSG.NEXT.${USAGE_STREAM}.${METERING_DURABLE}`)],
+      ['gateway reads the USAGE stream', requestDenied(nc.gateway, `$JS.API.STREAM.MSG.GET.${USAGE_STREAM}`)],
+      // the portal only invalidates keys
+      ['portal takes jobs', subscribeDenied(nc.portal, 'catraca.jobs.>')],
+      ['portal reads frames', subscribeDenied(nc.portal, 'catraca.stream.>')],
+      ['portal publishes a catalog change', publishDenied(nc.portal, subjects.catalogChanged)],
+      ['portal publishes a job', requestDenied(nc.portal, subjects.job('sim'))],
+      ['portal publishes usage', publishDenied(nc.portal, subjects.usage('sim'))],
+      ['portal uses JetStream', requestDenied(nc.portal, '$JS.API.INFO')],
+      // metering consumes usage, but cannot delete or purge it, produce it, or speak to clients
+      ['metering deletes the USAGE stream', requestDenied(nc.metering, `$JS.API.STREAM.DELETE.${USAGE_STREAM}`)],
+      ['metering purges the USAGE stream', requestDenied(nc.metering, `$JS.API.STREAM.PURGE.${USAGE_STREAM}`)],
+      ['metering deletes its consumer', requestDenied(nc.metering, `$JS.API.CONSUMER.DELETE.${USAGE_STREAM}.${METERING_DURABLE}`)],
+      ['metering publishes usage', publishDenied(nc.metering, subjects.usage('sim'))],
+      ['metering publishes a frame', publishDenied(nc.metering, subjects.stream('door_x', 'req_x'))],
+      // the CLI broadcasts and asks $SRV, nothing else
+      ['cli publishes a job', requestDenied(nc.cli, subjects.job('sim'))],
+      ['cli reads frames', subscribeDenied(nc.cli, 'catraca.stream.>')],
+      ['cli purges the USAGE stream', requestDenied(nc.cli, `$JS.API.STREAM.PURGE.${USAGE_STREAM}`)],
+      ['cli answers $SRV pings', subscribeDenied(nc.cli, '$SRV.PING')],
+      ['cli asks an instance directly (only through $SRV)', requestDenied(nc.cli, 'catraca.monitor.some_instance')],
+      ['gateway asks an instance directly', requestDenied(nc.gateway, 'catraca.monitor.some_instance')],
+    ];
+    const results = await Promise.all(cases.map(async ([what, p]) => [what, (await p.catch((e: Error) => ({ code: e.message }))).code] as const));
+    expect(Object.fromEntries(results)).toEqual(Object.fromEntries(cases.map(([what]) => [what, PV])));
+    // nothing forged reached the USAGE stream
+    expect((await jsm.streams.info(USAGE_STREAM)).state.messages).toBe(before);
+  });
+});
+
+describe('a stack whose processes each use their role', () => {
+  let stack: TestStack;
+
+  beforeAll(async () => {
+    // the harness connects as the CLI; each process gets its role's NATS_URL
+    stack = await startStack({ natsUrl: urlOf('cli'), gateways: 0, workers: 0, metering: false });
+    await Promise.all([
+      stack.spawnMetering({ NATS_URL: urlOf('metering'), CATRACA_INSTANCE: 'mt_auth' }),
+      stack.spawnWorker({ NATS_URL: urlOf('worker'), CATRACA_INSTANCE: 'wk_auth_e2e', WORKER_POOLS: 'sim' }),
+      stack.spawnGateway({ NATS_URL: urlOf('gateway'), CATRACA_INSTANCE: 'gw_auth' }),
+    ]);
+  }, 90000);
+
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  it('serves a streamed request and settles it; the CLI revokes a key and lists the instances; no violation, no password in any log', async () => {
+    const from = serverLog.length;
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key, maxRetries: 0 });
+    const { data: stream, response } = await client.chat.completions
+      .create({ model: 'sim/echo', stream: true, messages: [{ role: 'user', content: 'um dois três' }] })
+      .withResponse();
+    let text = '';
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta?.content ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    expect(text).toBe('um dois três');
+    expect(finish).toBe('stop');
+    const requestId = response.headers.get('x-request-id')!;
+    await stack.waitSettled([requestId]);
+    await stack.waitNoHolds(t.tenantId);
+    expect((await ledgerCheck(stack.db)).ok).toBe(true);
+
+    // the CLI with its role: the revocation broadcast reaches the front door (401 at once, not
+    // after the key cache's TTL), and `status` sees every instance
+    const cli = (args: string[]) =>
+      run(process.execPath, [join(ROOT, 'bin', 'catraca.js'), ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: stack.databaseUrl, NATS_URL: urlOf('cli') } });
+    const revoked = await cli(['key', 'revoke', '--id', t.keyId, '--json']);
+    expect(revoked.stderr).toBe('');
+    const deadline = Date.now() + 2000;
+    let status = 0;
+    while (Date.now() < deadline && status !== 401) {
+      status = (await fetch(`${stack.baseUrl}/credits`, { headers: { authorization: `Bearer ${t.key}` } })).status;
+      if (status !== 401) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(status).toBe(401);
+    const st = JSON.parse((await cli(['status', '--json'])).stdout) as { instances: Array<{ instance: string }> };
+    const instances = st.instances.map((i) => i.instance);
+    expect(instances).toEqual(expect.arrayContaining(['gw_auth', 'wk_auth_e2e', 'mt_auth']));
+
+    expect(violations(from)).toEqual([]);
+    const lines = [...stack.allLogLines(), revoked.stdout, revoked.stderr];
+    for (const pw of Object.values(PASSWORDS)) expect(lines.filter((l) => l.includes(pw))).toEqual([]);
+    expect(stack.allLogLines().find((l) => l.includes('"msg":"worker ready"'))).toContain(`nats://worker:***@${base.host}`);
+  });
+});
+
+// docker-compose.yml (Debian's docker-compose 1.29): the three-node cluster with this file's users.
+// That it is refused without any one NATS password is checked with the other required variables
+// in test/portal/config.test.ts.
+const COMPOSE = ['/usr/bin/docker-compose', '/usr/local/bin/docker-compose'].find((p) => existsSync(p));
+
+describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NATS user per service', () => {
+  it('gives every node its name, volume, routes and config, and every app service its role and the three nodes', async () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'catraca-compose-'));
+    const env: Record<string, string> = {
+      PATH: process.env.PATH!, POSTGRES_PASSWORD: '0123456789abcdef', PORTAL_PUBLIC_URL: 'https://portal.example.com.br',
+      GATEWAY_PUBLIC_URL: 'https://api.example.com.br/v1', PIX_API_URL: 'https://pix.psp.example/v2', PIX_OAUTH_URL: 'https://pix.psp.example/oauth/token',
+      PIX_CLIENT_ID: 'id', PIX_CLIENT_SECRET: 'secret', PIX_KEY: 'pix@example.com.br', PIX_CERT_DIR: cwd, NATS_ROUTE_PASSWORD: 'nroute0',
+      ...Object.fromEntries(ROLES.map((r) => [`NATS_${r.toUpperCase()}_PASSWORD`, `n${r}0`])),
+    };
+    const out = await run(COMPOSE!, ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'], { cwd, env }).finally(() => rmSync(cwd, { recursive: true, force: true }));
+    expect(out.stderr).toBe('');
+    // one block per service (`  name:` under `services:`)
+    const services = new Map<string, string>();
+    const body = out.stdout.split(/^(?=\S)/m).find((section) => section.startsWith('services:'))!;
+    for (const block of body.split(/\n(?=  [a-z0-9-]+:\n)/)) {
+      const m = /^  ([a-z0-9-]+):\n/.exec(block);
+      if (m) services.set(m[1]!, block);
+    }
+    expect([...services.keys()]).not.toContain('nats');
+    for (const n of [1, 2, 3]) {
+      const b = services.get(`nats-${n}`)!;
+      expect(b).toContain(`NATS_SERVER_NAME: nats-${n}`);
+      expect(b).toContain(`nats-${n}-data:/data`);
+      expect(b).toContain('/etc/catraca/nats/nats.conf');
+      expect(b.replace(/\s+/g, ' ')).toContain('[nats://route:nroute0@nats-1:6222, nats://route:nroute0@nats-2:6222, nats://route:nroute0@nats-3:6222]');
+      for (const r of ROLES) expect(b).toContain(`NATS_${r.toUpperCase()}_PASSWORD: n${r}0`);
+      expect(b).not.toMatch(/ports:/);
+    }
+    for (const [service, role] of [['gateway', 'gateway'], ['worker', 'worker'], ['metering', 'metering'], ['portal', 'portal'], ['cli', 'cli']] as const) {
+      expect(services.get(service), service).toContain(`NATS_URL: nats://${role}:n${role}0@nats-1:4222,nats://nats-2:4222,nats://nats-3:4222`);
+    }
+    expect(services.get('migrate')).not.toContain('NATS_URL');
+    // no password in the files themselves: every one comes from the environment
+    const files = ['docker-compose.yml', 'deploy/nats/nats.conf', 'deploy/nats/auth.conf'].map((f) =>
+      readFileSync(join(ROOT, f), 'utf8').split('\n').filter((l) => !/^\s*#/.test(l)).join('\n'),
+    );
+    for (const f of files) {
+      expect(f).not.toMatch(/nats:\/\/\w+:(?!\$\{)[^@\s]+@/);
+      expect(f).not.toMatch(/password:\s*(?!\$)[^\s,}]+/);
+    }
+  });
+});
