@@ -1,5 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
+import { launch } from '../src/stack/launch.ts';
 import net from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -55,6 +56,22 @@ export function readCpuSeconds(pid: number): number | null {
   }
 }
 
+/** CPU seconds of a process and all its children (e.g. a postmaster and its backends). */
+export function readCpuSecondsOfTree(rootPid: number): number {
+  let sum = 0;
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(d) === rootPid || Number(fields[1]) === rootPid) sum += (Number(fields[11]) + Number(fields[12])) / 100;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return sum;
+}
+
 /** Machine-wide CPU jiffies from /proc/stat: busy and total (all cores). */
 export function readMachineCpu(): { busy: number; total: number } {
   const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!;
@@ -82,31 +99,17 @@ export function readCpuSecondsByComm(comm: string): number {
 export function spawnEntry(name: string, entry: string, env: Record<string, string | undefined>, nodeArgs: string[] = []): Proc {
   mkdirSync(LOG_DIR, { recursive: true });
   const logFile = join(LOG_DIR, `${name}.log`);
-  const out = createWriteStream(logFile);
-  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', join(ROOT, entry)], {
-    cwd: ROOT,
-    env: { ...process.env, ...env } as NodeJS.ProcessEnv,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  track(child);
-  child.stdout!.pipe(out, { end: false });
-  child.stderr!.pipe(out, { end: false });
-  const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
+  // BENCH_NODE_ARGS: extra node flags for every stack process (e.g. --perf-basic-prof for `perf`)
+  const extra = process.env.BENCH_NODE_ARGS ? process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean) : [];
+  const p = launch({ name, entry: join(ROOT, entry), cwd: ROOT, env, nodeFlags: [...extra, ...nodeArgs], logFile });
+  track(p.child);
   return {
     name,
-    child,
-    pid: child.pid!,
+    child: p.child,
+    pid: p.pid,
     logFile,
-    peakRssKiB: () => readVmHWM(child.pid!),
-    async stop(signal = 'SIGTERM', timeoutMs = 5000) {
-      if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
-      child.kill(signal);
-      const t = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-      const code = await exited;
-      clearTimeout(t);
-      out.end();
-      return code;
-    },
+    peakRssKiB: () => readVmHWM(p.pid),
+    stop: (signal = 'SIGTERM', timeoutMs = 5000) => p.stop(signal, timeoutMs),
   };
 }
 

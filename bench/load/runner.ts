@@ -47,6 +47,8 @@ export interface LoadOptions {
   client: 'http' | 'fetch';
   /** Called when a request ends (warm-up included): end time in epoch ms, the response's x-request-id. */
   onResult?: (r: { ok: boolean; endedAt: number; requestId: string | null }) => void;
+  /** Called as the measured phase (after warm-up) starts and once it has ended: CPU sampling. */
+  onMeasure?: (edge: 'start' | 'end') => void;
 }
 
 export interface TargetResult {
@@ -409,7 +411,9 @@ export async function runTarget(target: Target, opts: LoadOptions): Promise<Targ
     loop.enable();
     const load0 = os.loadavg()[0]!;
     const cpu0 = process.cpuUsage();
+    opts.onMeasure?.('start');
     const wall = await phase(sender, c, opts, opts.durationS, opts.stream);
+    opts.onMeasure?.('end');
     const cpu = process.cpuUsage(cpu0);
     loop.disable();
     return {

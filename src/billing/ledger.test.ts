@@ -2,7 +2,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPool, type Db } from '../db/pool.ts';
 import { createTenant } from '../db/tenants.ts';
 import { createApiKey } from '../db/keys.ts';
-import { admit, credit, settle, settleBatch, sweepExpiredHolds, releaseHold, type Settlement } from './ledger.ts';
+import { admit, closeLease, credit, openLease, settle, settleBatch, sweepExpiredHolds, releaseHold, type Settlement } from './ledger.ts';
+import { AdmissionBatcher } from './admission-batcher.ts';
+import { Admission } from './admission.ts';
+import { ledgerCheck } from '../cli/ledger-check.ts';
 
 let db: Db;
 beforeAll(() => {
@@ -62,4 +65,109 @@ describe('ledger functions', () => {
     await releaseHold(db, `sw-${a.tenantId}-new`);
     expect(await state(a.tenantId)).toEqual({ balance_micros: 10_000n, held_micros: 0n });
   });
+
 });
+
+describe('admission leases (catraca_lease_open / catraca_lease_close, settlement against a lease)', () => {
+  const lease = (a: { tenantId: string; keyId: string }, id: string, amount: bigint, richness = 4, ttlMs = 60000) =>
+    openLease(db, { leaseId: id, tenantId: a.tenantId, keyId: a.keyId, amount, richness, ttlMs });
+
+  it('grants a lease only while the tenant is rich relative to it, and never to a rate-limited key', async () => {
+    const a = await account(10_000n);
+    expect(await lease(a, `l1-${a.tenantId}`, 3_000n)).toEqual({ status: 'per_request', held: 0n, available: 10_000n }); // 3 000 × 4 > 10 000
+    expect(await lease(a, `l2-${a.tenantId}`, 2_500n)).toEqual({ status: 'ok', held: 2_500n, available: 10_000n });
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 10_000n, held_micros: 2_500n });
+    expect(await lease(a, `l3-${a.tenantId}`, 2_000n)).toMatchObject({ status: 'per_request', available: 7_500n });
+    const rl = await createApiKey(db, { tenantId: a.tenantId, rateLimitRequests: 10, rateLimitIntervalS: 60 });
+    expect((await lease({ tenantId: a.tenantId, keyId: rl.record.id }, `l4-${a.tenantId}`, 10n)).status).toBe('per_request');
+    const limited = await createApiKey(db, { tenantId: a.tenantId, limitMicros: 1_000n });
+    expect((await lease({ tenantId: a.tenantId, keyId: limited.record.id }, `l5-${a.tenantId}`, 300n)).status).toBe('per_request'); // key's 1 000 < 300 × 4
+  });
+
+  it('settles each request against its lease; closing keeps what may still settle, then releases the rest exactly', async () => {
+    const a = await account(100_000n);
+    const id = `ls-${a.tenantId}`;
+    expect((await lease(a, id, 10_000n)).status).toBe('ok');
+    // the door admitted 3 requests of worst case 3 000 under it; two ended costing 1 200 and 800
+    await settle(db, { ...s(a, `${id}-r1`, 1_200n), hold: id });
+    await settle(db, { ...s(a, `${id}-r2`, 800n), hold: id });
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 98_000n, held_micros: 8_000n });
+    // close: at most 1 200 + 800 + 3 000 (the one still running) can ever be debited under it
+    expect(await closeLease(db, id, 5_000n)).toBe(5_000n);
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 98_000n, held_micros: 3_000n });
+    await settle(db, { ...s(a, `${id}-r3`, 2_999n), hold: id });
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 95_001n, held_micros: 1n });
+    // once the door saw every request end, the exact close releases the last micro-real
+    expect(await closeLease(db, id, 1_200n + 800n + 2_999n)).toBe(1n);
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 95_001n, held_micros: 0n });
+    expect((await db.query('select count(*)::int as n from holds where request_id = $1', [id])).rows[0].n).toBe(0);
+    expect(await ledgerCheck(db, { tenantId: a.tenantId })).toMatchObject({ ok: true });
+  });
+
+  it("a usage message naming another tenant's lease never touches it", async () => {
+    const a = await account(100_000n);
+    const b = await account(100_000n);
+    expect((await lease(b, `lb-${b.tenantId}`, 10_000n)).status).toBe('ok');
+    await settle(db, { ...s(a, `forged-${a.tenantId}`, 500n), hold: `lb-${b.tenantId}` });
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 99_500n, held_micros: 0n });
+    expect(await state(b.tenantId)).toEqual({ balance_micros: 100_000n, held_micros: 10_000n });
+  });
+
+  it('Admission: admits from one lease in memory, per request once the tenant is no longer rich, and closes exactly', async () => {
+    const a = await account(700_000n);
+    const adm = new Admission(db, new AdmissionBatcher(db), { doorId: 'unit', windowMs: 60_000, richness: 4, holdTtlMs: 60_000, minRequests: 10 });
+    const req = (n: number) => ({ requestId: `adm-${a.tenantId}-${n}`, tenantId: a.tenantId, keyId: a.keyId, min: 10_000n, max: 10_000n, ttlMs: 60_000, leasable: true });
+    const first = await adm.admit(req(1));
+    expect(first).toMatchObject({ status: 'ok', held: 10_000n });
+    expect(first.hold).toMatch(/^lease_unit_/);
+    for (let i = 2; i <= 10; i++) expect((await adm.admit(req(i))).hold).toBe(first.hold);
+    expect(adm.counts).toMatchObject({ leased: 10, perRequest: 0, leasesOpened: 1 });
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 700_000n, held_micros: 100_000n });
+    // the lease is spent: the next one wants 2 × 100 000, and 600 000 < 200 000 × 4, so per request
+    const eleventh = await adm.admit(req(11));
+    expect(eleventh.hold).toBe(req(11).requestId);
+    expect(adm.counts).toMatchObject({ leased: 10, perRequest: 1 });
+    // the requests end: 4 settled at 4 000 each, the door saw them; 6 it never saw end
+    for (let i = 1; i <= 4; i++) {
+      await settle(db, { ...s(a, req(i).requestId, 4_000n), hold: first.hold });
+      adm.finish(req(i).requestId, 4_000n);
+    }
+    await adm.close();
+    // kept: 4 × 4 000 + 6 × 10 000 − 16 000 settled = 60 000, plus the per-request hold of 10 000
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 684_000n, held_micros: 70_000n });
+    expect(await ledgerCheck(db, { tenantId: a.tenantId })).toMatchObject({ ok: true });
+  });
+
+  it('a batch settles exactly as the same items one by one (leases, own holds, duplicates, shortfall)', async () => {
+    async function world() {
+      const a = await account(50_000n);
+      const b = await account(3_000n);
+      await lease(a, `lw-${a.tenantId}`, 10_000n);
+      await admit(db, { requestId: `own-${b.tenantId}`, tenantId: b.tenantId, keyId: b.keyId, min: 2_000n, max: 2_000n, ttlMs: 60_000 });
+      await closeLease(db, `lw-${a.tenantId}`, 6_000n); // closing: keeps 6 000
+      const items = [
+        { ...s(a, `r1-${a.tenantId}`, 2_500n), hold: `lw-${a.tenantId}` },
+        { ...s(b, `own-${b.tenantId}`, 1_500n) },
+        { ...s(a, `r2-${a.tenantId}`, 3_500n), hold: `lw-${a.tenantId}` }, // drains the closing lease: deleted
+        { ...s(a, `r1-${a.tenantId}`, 2_500n), hold: `lw-${a.tenantId}` }, // duplicate within the batch
+        { ...s(b, `r3-${b.tenantId}`, 9_000n) }, // no hold: a shortfall
+      ];
+      return { a, b, items };
+    }
+    const one = await world();
+    const each = [];
+    for (const it of one.items) each.push(await settle(db, it));
+    const two = await world();
+    const batch = await settleBatch(db, two.items);
+    expect(batch.map((r) => [r.status, r.debited])).toEqual(each.map((r) => [r.status, r.debited]));
+    expect(batch.map((r) => [r.status, r.debited])).toEqual([['settled', 2_500n], ['settled', 1_500n], ['settled', 3_500n], ['duplicate', 0n], ['settled', 1_500n]]);
+    for (const [x, y] of [[one.a, two.a], [one.b, two.b]]) {
+      const [sx, sy] = [await state(x.tenantId), await state(y.tenantId)];
+      expect(sy).toEqual(sx);
+      expect((await db.query('select count(*)::int as n from holds where tenant_id = $1', [y.tenantId])).rows[0].n).toBe(0);
+      expect(await ledgerCheck(db, { tenantId: y.tenantId })).toMatchObject({ ok: true });
+    }
+    expect(await state(two.b.tenantId)).toEqual({ balance_micros: 0n, held_micros: 0n });
+  });
+});
+

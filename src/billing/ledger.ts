@@ -36,11 +36,13 @@ export interface Settlement {
   estimated: boolean;
   outcome: 'completed' | 'cancelled' | 'error';
   at: Date;
+  /** the hold the request was admitted under: its own (= requestId, the default) or its door's lease */
+  hold?: string | null;
 }
 
 export async function settle(db: DbClient, s: Settlement): Promise<{ status: 'settled' | 'duplicate' | 'unknown_tenant'; debited: bigint; balance: bigint }> {
-  const { rows } = await db.query({ name: 'catraca_settle', text: 'select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)', values: [
-    s.requestId, s.tenantId, s.keyId, s.costMicros, s.model, s.inputTokens, s.outputTokens, s.estimated, s.outcome, s.at,
+  const { rows } = await db.query({ name: 'catraca_settle', text: 'select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)', values: [
+    s.requestId, s.tenantId, s.keyId, s.costMicros, s.model, s.inputTokens, s.outputTokens, s.estimated, s.outcome, s.at, s.hold ?? null,
   ] });
   return rows[0];
 }
@@ -58,6 +60,23 @@ export async function credit(
     c.tenantId, c.amountMicros, c.source, c.externalId ?? null, c.note ?? null,
   ]);
   return rows[0];
+}
+
+/** Opens an admission lease (see catraca_lease_open): 'ok', or 'per_request' when the tenant or key is not rich enough for one. */
+export async function openLease(
+  db: DbClient,
+  l: { leaseId: string; tenantId: string; keyId: string; amount: bigint; richness: number; ttlMs: number },
+): Promise<{ status: 'ok' | 'per_request' | 'key_revoked'; held: bigint; available: bigint }> {
+  const { rows } = await db.query({ name: 'catraca_lease_open', text: 'select * from catraca_lease_open($1,$2,$3,$4,$5,$6)', values: [
+    l.leaseId, l.tenantId, l.keyId, l.amount, l.richness, l.ttlMs,
+  ] });
+  return rows[0];
+}
+
+/** Closes a lease: keeps covering at most `maxTotal` of debits in all, returns the rest to the balance. */
+export async function closeLease(db: DbClient, leaseId: string, maxTotal: bigint): Promise<bigint> {
+  const { rows } = await db.query({ name: 'catraca_lease_close', text: 'select catraca_lease_close($1, $2) as released', values: [leaseId, maxTotal] });
+  return BigInt(rows[0].released ?? 0);
 }
 
 export async function sweepExpiredHolds(db: DbClient, limit = 1000): Promise<number> {
@@ -87,7 +106,7 @@ export type SettleResult = { status: 'settled' | 'duplicate' | 'unknown_tenant';
 export async function settleBatch(db: DbClient, items: Settlement[]): Promise<SettleResult[]> {
   const payload = items.map((s) => ({
     request_id: s.requestId, tenant_id: s.tenantId, key_id: s.keyId, cost: s.costMicros.toString(), model: s.model,
-    input: s.inputTokens, output: s.outputTokens, estimated: s.estimated, outcome: s.outcome, at: s.at.toISOString(),
+    input: s.inputTokens, output: s.outputTokens, estimated: s.estimated, outcome: s.outcome, at: s.at.toISOString(), hold: s.hold ?? null,
   }));
   const { rows } = await db.query({ name: 'catraca_settle_batch', text: 'select * from catraca_settle_batch($1::jsonb)', values: [JSON.stringify(payload)] });
   return rows.map(({ request_id: _id, ...r }) => r as SettleResult);

@@ -2,12 +2,12 @@ import { z } from 'zod';
 
 // The wire messages between front door, workers and metering. JSON on NATS.
 
+// A job names its model; it never carries where the upstream is or which key to use. The worker
+// resolves the model in its own catalog and serves the job only when that entry's fingerprint
+// equals the one the front door priced the request with (src/catalog/catalog.ts).
 export const JobModelSchema = z.object({
   id: z.string(),
-  pool: z.string(),
-  upstream_model: z.string(),
-  base_url: z.string().nullable(),
-  api_key_env: z.string().nullable(),
+  fingerprint: z.string(),
   /** micro-BRL per 1M tokens, as decimal strings (bigint does not survive JSON) */
   input_price: z.string().regex(/^\d+$/),
   output_price: z.string().regex(/^\d+$/),
@@ -21,6 +21,8 @@ export const JobSchema = z.object({
   model: JobModelSchema,
   /** The client's request body as received (unknown OpenAI parameters included), minus `model`. */
   body: z.record(z.string(), z.unknown()),
+  /** The hold the request was admitted under (its own request id, or its front door's lease); settlement draws on it. */
+  hold: z.string().optional(),
   /** Output cap the hold pays for; the worker sends it upstream as max_tokens. */
   max_tokens: z.number().int().positive(),
   /** Subject to publish frames on. */
@@ -51,37 +53,6 @@ export const ToolCallDeltaSchema = z.object({
 });
 export type ToolCallDelta = z.infer<typeof ToolCallDeltaSchema>;
 
-export const FrameSchema = z.discriminatedUnion('t', [
-  z.object({
-    t: z.literal('delta'),
-    seq: z.number().int(),
-    content: z.string(),
-    tool_calls: z.array(ToolCallDeltaSchema).optional(),
-    /** reasoning text, for models that stream it (OpenRouter `reasoning`, DeepSeek `reasoning_content`) */
-    reasoning: z.string().optional(),
-  }),
-  z.object({ t: z.literal('keepalive'), seq: z.number().int() }),
-  z.object({
-    t: z.literal('done'),
-    seq: z.number().int(),
-    finish_reason: z.string(),
-    usage: UsageCountSchema,
-    estimated: z.boolean(),
-  }),
-  z.object({
-    t: z.literal('error'),
-    seq: z.number().int(),
-    /** HTTP status the front door should answer with (502/503/504, or the upstream's 4xx mapped). */
-    status: z.number().int(),
-    code: z.string(),
-    message: z.string(),
-    usage: UsageCountSchema.optional(),
-    /** seconds, from the upstream's retry-after (429) */
-    retry_after: z.number().nonnegative().optional(),
-  }),
-]);
-export type Frame = z.infer<typeof FrameSchema>;
-
 export const UsageMessageSchema = z.object({
   v: z.literal(1),
   request_id: z.string(),
@@ -96,11 +67,16 @@ export const UsageMessageSchema = z.object({
   /** true when the upstream gave no usage and the worker counted tokens itself */
   estimated: z.boolean(),
   outcome: z.enum(['completed', 'cancelled', 'error']),
+  /** the job's hold (see JobSchema.hold) */
+  hold: z.string().optional(),
   /** epoch ms when the request ended at the worker */
   ended_at: z.number().int(),
   worker: z.string(),
 });
 export type UsageMessage = z.infer<typeof UsageMessageSchema>;
+
+/** A worker's announcement on catraca.capacity.<pool>: it can take `free` more jobs now. */
+export const CapacitySchema = z.object({ worker: z.string(), free: z.number().int().positive() });
 
 export const KeyInvalidatedSchema = z.object({ key_id: z.string() });
 

@@ -3,6 +3,11 @@ export const subjects = {
   /** Jobs for a pool; workers of the pool subscribe in the queue group `queueGroup(pool)`. */
   job: (pool: string) => `catraca.jobs.${pool}`,
   queueGroup: (pool: string) => `workers.${pool}`,
+  /** A job for one worker of a pool (after it announced free slots); each worker subscribes to its own. */
+  jobDirect: (pool: string, workerId: string) => `catraca.jobs.${pool}.${workerId}`,
+  /** A worker that refused work has free slots again: front doors with waiting jobs send them. */
+  capacity: (pool: string) => `catraca.capacity.${pool}`,
+  capacityWildcard: 'catraca.capacity.>',
   /**
    * Frames of one request. The front door subscribes once to `catraca.stream.<doorId>.>` and routes
    * by request id, so a request costs no SUB/UNSUB round trip with the server.
@@ -17,6 +22,8 @@ export const subjects = {
   usageWildcard: 'catraca.usage.>',
   /** Broadcast: a key was revoked or changed; every front door drops its cached record. */
   keyInvalidated: 'catraca.keys.invalidated',
+  /** Broadcast: a catalog entry was added or changed; front doors and workers reload. */
+  catalogChanged: 'catraca.catalog.changed',
 } as const;
 
 export const USAGE_STREAM = 'USAGE';

@@ -1,14 +1,15 @@
 import { loadConfig } from '../config.ts';
 import { createPool } from '../db/pool.ts';
 import { connectBus } from '../bus/connect.ts';
-import { createLogger } from '../log.ts';
+import { createLogger, logCrashes } from '../log.ts';
 import { startMetering } from './consumer.ts';
 
 const log = createLogger('metering');
+logCrashes(log);
 const config = loadConfig();
-const db = createPool(config.DATABASE_URL, 20);
+const db = createPool(config.DATABASE_URL, 20, { connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS, statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS });
 const nc = await connectBus(config.NATS_URL, `catraca-metering ${config.CATRACA_INSTANCE ?? process.pid}`);
-const metering = await startMetering({ nc, db, batch: config.METERING_BATCH, sweepIntervalMs: config.HOLD_SWEEP_INTERVAL_MS, ackWaitMs: config.METERING_ACK_WAIT_MS, instanceId: config.CATRACA_INSTANCE });
+const metering = await startMetering({ nc, db, batch: config.METERING_BATCH, lingerMs: config.METERING_LINGER_MS, sweepIntervalMs: config.HOLD_SWEEP_INTERVAL_MS, ackWaitMs: config.METERING_ACK_WAIT_MS, instanceId: config.CATRACA_INSTANCE });
 log.info('metering consumer running');
 
 let stopping = false;
