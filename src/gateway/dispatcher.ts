@@ -1,0 +1,308 @@
+import type { NatsConnection, Subscription } from 'nats';
+import { NO_RESPONDERS, RequestMux, TIMEOUT } from '../bus/requests.ts';
+import { CapacitySchema, decodeJson, JobAckSchema } from '../bus/messages.ts';
+import { subjects } from '../bus/subjects.ts';
+import { errors, type CatracaError } from '../errors.ts';
+
+// Hands jobs to workers, and when every worker of a pool is at its limit, keeps them waiting in
+// this front door (a bounded wait, not an instant 503):
+//
+//   - a job first goes to the pool's queue group (any worker); a worker at its limit answers busy
+//     and the job is tried on others a couple of times;
+//   - then it waits here, in arrival order per tenant, with tenants served round-robin: one
+//     tenant's burst never delays another tenant's first request by more than one slot turnover;
+//   - a worker that refused work announces free slots on catraca.capacity.<pool> as jobs end; the
+//     front door then sends the next waiting jobs straight to that worker; a timer retries the
+//     head of the queue too, in case an announcement was missed;
+//   - a job waits at most `maxWaitMs` (then 503 overloaded with retry-after); past `maxQueued`
+//     waiting jobs, or `maxPerTenant` for one tenant, a new one is refused at once (503);
+//   - a waiting job whose client leaves is removed at once: it never reaches a worker.
+// The hold is taken before the job waits; the caller releases it when the job is refused.
+
+export interface DispatchOptions {
+  maxWaitMs: number;
+  maxQueued: number;
+  maxPerTenant: number;
+  /** immediate attempts through the queue group before a job waits */
+  attempts?: number;
+  ackTimeoutMs?: number;
+  /** how often the head of a non-empty queue is retried without an announcement */
+  retryMs?: number;
+  onWait?: (pool: string, ms: number) => void;
+}
+
+export interface Ticket {
+  /** the worker that took the job; rejects with the CatracaError to answer */
+  result: Promise<{ worker: string }>;
+  /** the client left: a waiting job is dropped at once (result rejects with `cancelled`) */
+  cancel(): void;
+  readonly queued: boolean;
+}
+
+interface Waiter {
+  pool: string;
+  tenant: string;
+  payload: Uint8Array;
+  enqueuedAt: number;
+  deadline: number;
+  resolve: (r: { worker: string }) => void;
+  reject: (e: CatracaError) => void;
+  state: 'sending' | 'queued' | 'done';
+  /** the client left while an attempt was on its way: the attempt's answer decides */
+  cancelled?: boolean;
+}
+
+interface PoolQueue {
+  /** waiting jobs per tenant, in arrival order */
+  byTenant: Map<string, Waiter[]>;
+  /** tenants with waiting jobs, in round-robin order */
+  ring: string[];
+  size: number;
+  /** a pump is sending jobs for this pool */
+  pumping: boolean;
+}
+
+type Attempt = { ok: true; worker: string } | { ok: false; refusal: 'busy' | 'fatal'; error?: CatracaError };
+
+export const CANCELLED = 'cancelled';
+/** a pool whose worker took a job this recently is not "unserved" when none answers for a moment */
+const RECENT_WORKER_MS = 30_000;
+
+export class Dispatcher {
+  private pools = new Map<string, PoolQueue>();
+  /** when a worker of each pool last took a job from this door */
+  private lastServed = new Map<string, number>();
+  private sub?: Subscription;
+  private timer?: NodeJS.Timeout;
+  private waitingTotal = 0;
+  readonly counts = { queued: 0, served_after_wait: 0, expired: 0, refused_full: 0, cancelled_waiting: 0 };
+
+  private requests: RequestMux;
+
+  constructor(private nc: NatsConnection, private opts: DispatchOptions) {
+    this.requests = new RequestMux(nc);
+  }
+
+  start(): void {
+    this.sub = this.nc.subscribe(subjects.capacityWildcard, {
+      callback: (_err, msg) => {
+        const pool = msg.subject.slice(subjects.capacity('').length);
+        let c;
+        try {
+          c = CapacitySchema.parse(decodeJson(msg.data));
+        } catch {
+          return;
+        }
+        const q = this.pools.get(pool);
+        if (q && q.size > 0) void this.pump(pool, q, c.worker, c.free);
+      },
+    });
+    this.timer = setInterval(() => this.tick(), this.opts.retryMs ?? 250);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    this.sub?.unsubscribe();
+    this.requests.close();
+    if (this.timer) clearInterval(this.timer);
+    for (const [, q] of this.pools) for (const list of q.byTenant.values()) for (const w of list) this.finish(w, errors.shuttingDown());
+    this.pools.clear();
+  }
+
+  /** Jobs waiting for a worker slot, per pool. */
+  depth(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const [pool, q] of this.pools) out[pool] = q.size;
+    return out;
+  }
+
+  get waiting(): number {
+    return this.waitingTotal;
+  }
+
+  submit(pool: string, tenant: string, payload: Uint8Array): Ticket {
+    let resolve!: Waiter['resolve'];
+    let reject!: Waiter['reject'];
+    const result = new Promise<{ worker: string }>((res, rej) => {
+      resolve = res;
+      reject = rej;
+    });
+    const now = Date.now();
+    const w: Waiter = { pool, tenant, payload, enqueuedAt: now, deadline: now + this.opts.maxWaitMs, resolve, reject, state: 'sending' };
+    const q = this.pools.get(pool);
+    // Others are already waiting for this pool: join them rather than jump the queue.
+    if (q && q.size > 0) this.enqueue(w);
+    else void this.first(w);
+    return {
+      result,
+      cancel: () => this.cancel(w),
+      get queued() {
+        return w.state === 'queued';
+      },
+    };
+  }
+
+  /** First attempts through the queue group, then the wait. */
+  private async first(w: Waiter): Promise<void> {
+    const attempts = this.opts.attempts ?? 3;
+    for (let i = 0; i < attempts; i++) {
+      const a = await this.attempt(subjects.job(w.pool), w.payload);
+      // a worker that took it is named even when the client left (the caller cancels the job there)
+      if (a.ok) return this.finish(w, null, a.worker);
+      if (a.refusal === 'fatal') return this.finish(w, a.error!);
+      if (w.cancelled) return this.finish(w, errors.cancelled());
+    }
+    this.enqueue(w);
+  }
+
+  private enqueue(w: Waiter): void {
+    let q = this.pools.get(w.pool);
+    if (!q) this.pools.set(w.pool, (q = { byTenant: new Map(), ring: [], size: 0, pumping: false }));
+    const list = q.byTenant.get(w.tenant);
+    if (this.waitingTotal >= this.opts.maxQueued || (list?.length ?? 0) >= this.opts.maxPerTenant) {
+      this.counts.refused_full++;
+      return this.finish(w, errors.overloaded(Math.max(1, Math.ceil(this.opts.maxWaitMs / 4000))));
+    }
+    if (list) list.push(w);
+    else {
+      q.byTenant.set(w.tenant, [w]);
+      q.ring.push(w.tenant);
+    }
+    q.size++;
+    this.waitingTotal++;
+    this.counts.queued++;
+    w.state = 'queued';
+  }
+
+  /** Removes `w` from its queue (it is being sent, was cancelled, or expired). */
+  private unqueue(w: Waiter): void {
+    const q = this.pools.get(w.pool);
+    const list = q?.byTenant.get(w.tenant);
+    if (!q || !list) return;
+    const i = list.indexOf(w);
+    if (i < 0) return;
+    list.splice(i, 1);
+    q.size--;
+    this.waitingTotal--;
+    if (list.length === 0) {
+      q.byTenant.delete(w.tenant);
+      q.ring.splice(q.ring.indexOf(w.tenant), 1);
+    }
+  }
+
+  /** The next waiting job in round-robin order across tenants (taken off its queue). */
+  private next(q: PoolQueue): Waiter | undefined {
+    const tenant = q.ring.shift();
+    if (tenant === undefined) return undefined;
+    const list = q.byTenant.get(tenant)!;
+    const w = list.shift()!;
+    q.size--;
+    this.waitingTotal--;
+    if (list.length > 0) q.ring.push(tenant);
+    else q.byTenant.delete(tenant);
+    return w;
+  }
+
+  /** Puts a job back at the head of its tenant's queue and its tenant first in line. */
+  private requeue(q: PoolQueue, w: Waiter): void {
+    const list = q.byTenant.get(w.tenant);
+    if (list) {
+      list.unshift(w);
+      q.ring.splice(q.ring.indexOf(w.tenant), 1);
+    } else q.byTenant.set(w.tenant, [w]);
+    q.ring.unshift(w.tenant);
+    q.size++;
+    this.waitingTotal++;
+    w.state = 'queued';
+  }
+
+  /** Sends waiting jobs, to `worker` when it announced free slots, else to the queue group; stops at the first refusal. */
+  private async pump(pool: string, q: PoolQueue, worker: string | null, free: number): Promise<void> {
+    if (q.pumping) return;
+    q.pumping = true;
+    try {
+      for (let sent = 0; sent < free; sent++) {
+        const w = this.next(q);
+        if (!w) return;
+        w.state = 'sending';
+        const a = await this.attempt(worker ? subjects.jobDirect(pool, worker) : subjects.job(pool), w.payload);
+        if (!a.ok && w.cancelled) {
+          this.finish(w, errors.cancelled());
+          continue;
+        }
+        if (a.ok) {
+          this.counts.served_after_wait++;
+          this.opts.onWait?.(pool, Date.now() - w.enqueuedAt);
+          this.finish(w, null, a.worker);
+        } else if (a.refusal === 'fatal') this.finish(w, a.error!);
+        else {
+          this.requeue(q, w);
+          return;
+        }
+      }
+    } finally {
+      q.pumping = false;
+    }
+  }
+
+  private async attempt(subject: string, payload: Uint8Array): Promise<Attempt> {
+    let reply;
+    try {
+      reply = await this.requests.request(subject, payload, this.opts.ackTimeoutMs ?? 5000);
+    } catch (err) {
+      // a worker addressed directly may have gone: the queue group or another announcement will do
+      if (err === NO_RESPONDERS && subject.split('.').length > 3) return { ok: false, refusal: 'busy' };
+      if (err === NO_RESPONDERS) {
+        // No worker listens now. If one took jobs of this pool lately (a restart, a reconnect, a
+        // rolling deploy) the job waits for it like for a busy one; a pool nobody serves is 503 at once.
+        const pool = subject.slice(subjects.job('').length);
+        if (Date.now() - (this.lastServed.get(pool) ?? 0) < RECENT_WORKER_MS) return { ok: false, refusal: 'busy' };
+        return { ok: false, refusal: 'fatal', error: errors.noWorker(pool) };
+      }
+      // No answer in time: a worker may still hold the job (it settles, or its hold expires).
+      return { ok: false, refusal: 'fatal', error: err === TIMEOUT ? errors.timeout('No worker acknowledged the request in time.') : errors.internal() };
+    }
+    const ack = JobAckSchema.safeParse(decodeJson(reply.data));
+    if (!ack.success) return { ok: false, refusal: 'fatal', error: errors.internal() };
+    if (ack.data.ok) {
+      this.lastServed.set(subject.split('.')[2], Date.now());
+      return { ok: true, worker: ack.data.worker };
+    }
+    if (ack.data.code === 'invalid_job') return { ok: false, refusal: 'fatal', error: errors.workerRefused(ack.data.message) };
+    return { ok: false, refusal: 'busy' }; // busy, draining: another worker may take it
+  }
+
+  private cancel(w: Waiter): void {
+    if (w.state === 'sending') {
+      w.cancelled = true; // the attempt on its way decides: taken (the caller cancels it there) or dropped
+      return;
+    }
+    if (w.state !== 'queued') return;
+    this.unqueue(w);
+    this.counts.cancelled_waiting++;
+    this.finish(w, errors.cancelled());
+  }
+
+  private finish(w: Waiter, err: CatracaError | null, worker?: string): void {
+    if (w.state === 'done') return;
+    w.state = 'done';
+    if (err) w.reject(err);
+    else w.resolve({ worker: worker! });
+  }
+
+  /** Expires jobs past their wait, and retries the head of each waiting pool. */
+  private tick(): void {
+    const now = Date.now();
+    for (const [pool, q] of this.pools) {
+      for (const list of [...q.byTenant.values()]) {
+        while (list.length > 0 && list[0].deadline <= now) {
+          const w = list[0];
+          this.unqueue(w);
+          this.counts.expired++;
+          this.finish(w, errors.overloaded(Math.max(1, Math.ceil(this.opts.maxWaitMs / 4000))));
+        }
+      }
+      if (q.size > 0) void this.pump(pool, q, null, Infinity);
+    }
+  }
+}
