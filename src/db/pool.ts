@@ -13,6 +13,31 @@ export interface PoolOptions {
    * of debits or credits (see README, "Holds").
    */
   asyncCommit?: boolean;
+  /** How long a query may wait for a connection (pool exhausted, or PostgreSQL unreachable), ms. */
+  connectTimeoutMs?: number;
+  /** PostgreSQL cancels a statement that runs longer than this, ms (0: no limit). */
+  statementTimeoutMs?: number;
+}
+
+const PG_UNAVAILABLE = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EHOSTUNREACH', 'ENETUNREACH', 'ENOTFOUND', 'EAI_AGAIN', 'EPIPE',
+  '57P01', '57P02', '57P03', // admin shutdown, crash shutdown, cannot connect now
+  '08000', '08001', '08003', '08004', '08006', // connection exceptions
+  '53300', // too many connections
+]);
+
+/**
+ * What a PostgreSQL failure means for a caller: the database is gone or saturated ('unavailable':
+ * retry later), a statement ran past its timeout ('timeout'), or anything else (a bug: null).
+ */
+export function classifyDbError(err: unknown): 'unavailable' | 'timeout' | null {
+  const e = err as { code?: string; message?: string } | null;
+  if (!e) return null;
+  if (e.code === '57014') return 'timeout'; // canceling statement due to statement timeout
+  if (e.code && PG_UNAVAILABLE.has(e.code)) return 'unavailable';
+  const m = String(e.message ?? '');
+  if (/timeout exceeded when trying to connect|Connection terminated|connection error|terminating connection/i.test(m)) return 'unavailable';
+  return null;
 }
 
 export function createPool(databaseUrl: string, max = 10, opts: PoolOptions = {}): pg.Pool {
@@ -20,6 +45,8 @@ export function createPool(databaseUrl: string, max = 10, opts: PoolOptions = {}
     connectionString: databaseUrl,
     max,
     idleTimeoutMillis: 30000,
+    connectionTimeoutMillis: opts.connectTimeoutMs ?? 5000,
+    ...(opts.statementTimeoutMs ? { statement_timeout: opts.statementTimeoutMs } : {}),
     ...(opts.asyncCommit ? { options: '-c synchronous_commit=off' } : {}),
   });
   // A dropped idle connection must not crash the process; the pool reconnects on next use.

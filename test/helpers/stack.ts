@@ -1,4 +1,5 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
+import { launch } from '../../src/stack/launch.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NatsConnection } from 'nats';
@@ -34,6 +35,10 @@ export interface StackOptions {
   env?: Record<string, string>;
   /** Use the run's shared NATS_URL instead of a nats-server of this stack's own. */
   sharedNats?: boolean;
+  /** Use this NATS (a cluster's URL list, a server with authentication) instead of a nats-server of this stack's own. */
+  natsUrl?: string;
+  /** A PostgreSQL of this stack's own (e.g. one the test kills); default: the run's DATABASE_URL. */
+  databaseUrl?: string;
 }
 
 export interface TestStack {
@@ -79,56 +84,18 @@ function env(): { natsUrl: string; databaseUrl: string } {
   return { natsUrl, databaseUrl };
 }
 
-export function spawnProcess(name: string, entry: string, extraEnv: Record<string, string>, ready: RegExp, timeoutMs = 45000): Promise<Proc> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, entry)], {
-    cwd: ROOT,
-    env: { ...process.env, LOG_LEVEL: 'info', ...extraEnv },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const proc: Proc = {
-    name,
-    child,
-    lines: [],
-    exited: new Promise((resolve) => child.on('exit', (code) => resolve(code))),
-  };
-  return new Promise((resolve, reject) => {
-    let done = false;
-    const timer = setTimeout(() => {
-      if (done) return;
-      done = true;
-      child.kill('SIGKILL');
-      reject(new Error(`${name} not ready in ${timeoutMs} ms:\n${proc.lines.join('\n')}`));
-    }, timeoutMs);
-    const onLine = (line: string) => {
-      proc.lines.push(line);
-      if (!done && ready.test(line)) {
-        const port = /"port":(\d+)/.exec(line);
-        if (port) proc.port = Number(port[1]);
-        done = true;
-        clearTimeout(timer);
-        resolve(proc);
-      }
-    };
-    for (const stream of [child.stdout!, child.stderr!]) {
-      let buf = '';
-      stream.setEncoding('utf8');
-      stream.on('data', (chunk: string) => {
-        buf += chunk;
-        let i;
-        while ((i = buf.indexOf('\n')) >= 0) {
-          onLine(buf.slice(0, i));
-          buf = buf.slice(i + 1);
-        }
-      });
-    }
-    proc.exited.then((code) => {
-      if (!done) {
-        done = true;
-        clearTimeout(timer);
-        reject(new Error(`${name} exited with ${code} before ready:\n${proc.lines.join('\n')}`));
-      }
-    });
-  });
+export async function spawnProcess(name: string, entry: string, extraEnv: Record<string, string>, ready: RegExp, timeoutMs = 45000): Promise<Proc> {
+  const p = launch({ name, entry: join(ROOT, entry), cwd: ROOT, env: { LOG_LEVEL: 'info', ...extraEnv }, keepLines: true });
+  const proc: Proc = { name, child: p.child, lines: p.lines, exited: p.exited };
+  try {
+    const line = await p.waitFor(ready, timeoutMs);
+    const port = /"port":(\d+)/.exec(line);
+    if (port) proc.port = Number(port[1]);
+  } catch (err) {
+    p.child.kill('SIGKILL');
+    throw err;
+  }
+  return proc;
 }
 
 export async function stopProcess(proc: Proc, signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15000): Promise<number | null> {
@@ -142,14 +109,16 @@ export async function stopProcess(proc: Proc, signal: NodeJS.Signals = 'SIGTERM'
 
 export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
   const shared = env();
-  const databaseUrl = shared.databaseUrl;
+  const databaseUrl = opts.databaseUrl ?? shared.databaseUrl;
   // Each stack gets its own nats-server: test files run in parallel, and a worker of one file must
   // never pick up another file's jobs.
   let nats: ServiceHandle | undefined;
   let natsUrl = shared.natsUrl;
   const natsDir = mkdtempSync(join(tmpdir(), 'catraca-nats-'));
   const natsPort = await freePort();
-  if (!opts.sharedNats) {
+  if (opts.natsUrl) {
+    natsUrl = opts.natsUrl;
+  } else if (!opts.sharedNats) {
     nats = await ensureNats({ dataDir: natsDir, port: natsPort });
     natsUrl = nats.url;
   }
@@ -182,7 +151,7 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
     },
     urlOf: (g) => `http://127.0.0.1:${g.port}/v1`,
     async spawnGateway(extra = {}) {
-      const p = await spawnProcess(`gateway${gateways.length}`, 'src/gateway/main.ts', { ...baseEnv, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: '0', ...extra }, /front door listening/);
+      const p = await spawnProcess(`gateway${gateways.length}`, 'src/gateway/main.ts', { ...baseEnv, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: '0', METRICS_PORT: '0', ...extra }, /front door listening/);
       gateways.push(p);
       procs.push(p);
       return p;
