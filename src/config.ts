@@ -4,12 +4,64 @@ import { z } from 'zod';
 // defaults documented in the README live in exactly one place.
 const int = (def: number) => z.coerce.number().int().nonnegative().default(def);
 
-export const ConfigSchema = z.object({
+// Portal and Pix settings (documented in src/portal/README.md and .env.example). Nothing defaults
+// to the simulator: PIX_PROVIDER must be given (bcb with a complete configuration), unless
+// CATRACA_DEV=1 (what `npm start` sets) asks for the development setup — the built-in PSP
+// simulator and its "pay" button, on a loopback address only (src/portal/config.ts decides).
+const bool = (def: boolean) =>
+  z.preprocess((v) => (v === undefined || v === '' ? def : ['1', 'true', 'yes', 'on'].includes(String(v).toLowerCase())), z.boolean());
+
+export const PortalEnvSchema = z.object({
+  PORTAL_PUBLIC_URL: z.string().url().optional(),
+  GATEWAY_PUBLIC_URL: z.string().default('http://127.0.0.1:8080/v1'),
+  /** Trust X-Forwarded-For (its right-most entry, appended by our proxy) / X-Forwarded-Proto from the one reverse proxy in front of the portal. */
+  PORTAL_TRUST_PROXY: bool(false),
+  /** Sign-up attempts accepted per client address per hour (well-formed forms; a taken e-mail counts). */
+  PORTAL_SIGNUP_LIMIT_PER_HOUR: z.coerce.number().int().positive().default(10),
+  /** auto: Secure cookies when the request came over TLS (directly or via a trusted proxy). */
+  PORTAL_SECURE_COOKIES: z.enum(['auto', 'true', 'false']).default('auto'),
+  /** Local development (set by `npm start`): PIX_PROVIDER defaults to the simulator, the portal to 127.0.0.1. */
+  CATRACA_DEV: bool(false),
+  /** Dev mode shows the "pay with the simulator" button. Defaults to on with the simulator; needs it. */
+  PORTAL_DEV_MODE: z.enum(['1', '0', 'true', 'false']).optional(),
+  /** No default: bcb in production; simulator only on loopback (CATRACA_DEV=1 implies it). */
+  PIX_PROVIDER: z.enum(['simulator', 'bcb']).optional(),
+  /** BCB API Pix of the PSP, e.g. https://api.psp.example/v2 */
+  PIX_API_URL: z.string().url().optional(),
+  PIX_OAUTH_URL: z.string().url().optional(),
+  PIX_CLIENT_ID: z.string().optional(),
+  PIX_CLIENT_SECRET: z.string().optional(),
+  /** Our Pix key (chave) that receives the charges. Required with bcb; the simulator uses SIMULATOR_PIX_KEY. */
+  PIX_KEY: z.string().optional(),
+  /** mTLS with the PSP: PEM files of the certificate it issued us. */
+  PIX_CERT_FILE: z.string().optional(),
+  PIX_CERT_KEY_FILE: z.string().optional(),
+  PIX_CA_FILE: z.string().optional(),
+  PIX_MERCHANT_NAME: z.string().default('CATRACA'),
+  PIX_MERCHANT_CITY: z.string().default('SAO PAULO'),
+  /** Secret in the webhook URL; generated once per installation and kept in portal_settings when unset. */
+  PIX_WEBHOOK_SECRET: z.string().min(16).optional(),
+  /** Public base URL the PSP calls back (…/webhooks/pix/<secret>/pix); defaults to PORTAL_PUBLIC_URL or the portal's own URL. */
+  PIX_WEBHOOK_BASE_URL: z.string().url().optional(),
+  PIX_SIM_HOST: z.string().default('127.0.0.1'),
+  PIX_SIM_PORT: z.coerce.number().int().nonnegative().default(0),
+  PIX_CHARGE_EXPIRY_S: z.coerce.number().int().positive().default(3600),
+  PIX_RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(30000),
+});
+
+export const ConfigSchema = PortalEnvSchema.extend({
+  /** One server or a comma-separated list (a cluster); credentials in the URL: nats://user:pass@host:4222 (src/bus/connect.ts). */
   NATS_URL: z.string().default('nats://127.0.0.1:4222'),
+  /** Copies of the USAGE stream: `auto` = min(3, servers in the cluster), never fewer than it has; or 1–5 exactly. */
+  USAGE_REPLICAS: z.preprocess(
+    (v) => (v === '' ? undefined : v),
+    z.union([z.literal('auto'), z.coerce.number().int().min(1).max(5)]).default('auto'),
+  ),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/catraca'),
   GATEWAY_HOST: z.string().default('0.0.0.0'),
   GATEWAY_PORT: int(8080),
-  PORTAL_HOST: z.string().default('0.0.0.0'),
+  /** Unset: 127.0.0.1 in development (CATRACA_DEV=1 or PIX_PROVIDER=simulator), else 0.0.0.0 (src/portal/config.ts). */
+  PORTAL_HOST: z.string().optional(),
   PORTAL_PORT: int(8081),
   /** Largest accepted request body; larger gets 413. */
   MAX_BODY_BYTES: int(4 * 1024 * 1024),
@@ -26,28 +78,58 @@ export const ConfigSchema = z.object({
   HOLD_SWEEP_INTERVAL_MS: int(10000),
   /** SIGTERM: how long the front door waits for in-flight streams before exiting. */
   DRAIN_TIMEOUT_MS: int(30000),
-  /** Portal address the front door names in 402 messages ("Top up at …"). */
-  PORTAL_PUBLIC_URL: z.string().url().optional(),
+  /** How long a front door admits a busy key's requests from one balance lease (0: every request is its own hold in PostgreSQL). */
+  ADMISSION_LEASE_MS: int(2000),
+  /** A lease is granted only while the tenant's (and key's) available balance is at least this many times the lease. */
+  ADMISSION_LEASE_RICHNESS: int(16),
+  /** How long a job may wait in a front door for a worker slot when every worker of its pool is busy (then 503 overloaded). */
+  DISPATCH_WAIT_MS: int(30000),
+  /** Jobs waiting for a worker slot in one front door, at most (more: 503 at once). */
+  DISPATCH_MAX_WAITING: int(20000),
+  /** … of which at most this many from one tenant (its burst waits behind its own backlog). */
+  DISPATCH_MAX_WAITING_PER_TENANT: int(5000),
+  /** How long a query waits for a PostgreSQL connection (pool exhausted or database gone) before 503. */
+  DB_CONNECT_TIMEOUT_MS: int(3000),
+  /** PostgreSQL cancels a statement running longer than this (front door, metering); 0 = no limit. */
+  DB_STATEMENT_TIMEOUT_MS: int(10000),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */
   KEY_CACHE_TTL_MS: int(30000),
   WORKER_POOLS: z.string().default('sim'),
-  WORKER_CONCURRENCY: int(512),
+  /** Jobs one worker runs at once; 0 = sized from WORKER_STREAM_MEMORY_MB and the open-file limit (workers/capacity.ts). */
+  WORKER_CONCURRENCY: int(0),
+  /** Memory a worker may spend on in-flight streams (~32 KiB each), when WORKER_CONCURRENCY is 0. */
+  WORKER_STREAM_MEMORY_MB: int(1024),
+  /** The only environment variables a worker reads upstream keys from; a catalog entry naming any other is refused. */
+  WORKER_UPSTREAM_KEYS: z.string().default('OPENAI_API_KEY,ANTHROPIC_API_KEY,OPENROUTER_API_KEY'),
   UPSTREAM_TIMEOUT_MS: int(120000),
   UPSTREAM_CONNECT_TIMEOUT_MS: int(10000),
   SIM_FIRST_TOKEN_MS: int(0),
   SIM_TOKENS_PER_SECOND: int(0),
   /** Usage messages settled per PostgreSQL transaction, at most (batches form under load). */
   METERING_BATCH: int(128),
+  /** How long a usage message waits for others to share its settlement transaction. */
+  METERING_LINGER_MS: int(20),
   /** Unacked usage (its metering process died) is redelivered after this long. */
   METERING_ACK_WAIT_MS: int(10000),
+  /** Prometheus /metrics on an internal address; unset = not served. `0` = any free port. */
+  METRICS_HOST: z.string().default('127.0.0.1'),
+  METRICS_PORT: z.coerce.number().int().nonnegative().optional(),
   LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+  /** json: one JSON object per line on stderr (default); pretty: readable lines (what `npm start` shows). See src/log.ts. */
+  LOG_FORMAT: z.enum(['json', 'pretty']).default('json'),
   CATRACA_INSTANCE: z.string().optional(),
 });
 
 export type Config = z.infer<typeof ConfigSchema>;
 
+/** An empty variable is an unset one (compose passes `${PIX_WEBHOOK_SECRET:-}` as ""). */
+export function unsetEmpty(env: Record<string, string | undefined>): Record<string, string | undefined> {
+  return Object.fromEntries(Object.entries(env).filter(([, v]) => v !== ''));
+}
+
+/** Every process's settings, parsed once in its main.ts and passed down. */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
-  const parsed = ConfigSchema.safeParse(env);
+  const parsed = ConfigSchema.safeParse(unsetEmpty(env));
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ');
     throw new Error(`invalid configuration: ${issues}`);

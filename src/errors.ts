@@ -61,8 +61,21 @@ export const errors = {
   upstream: (status: number, code: string, message: string) => new CatracaError(status, 'upstream_error', code, message),
   noWorker: (pool: string) =>
     new CatracaError(503, 'service_unavailable', 'no_worker_available', `No worker is serving the "${pool}" pool right now.`),
-  overloaded: () => new CatracaError(503, 'service_unavailable', 'overloaded', 'The gateway is overloaded; retry shortly.'),
+  modelChanged: (model: string) =>
+    new CatracaError(503, 'service_unavailable', 'model_changed', `The configuration of model "${model}" changed while this request was admitted; retry.`, null, { 'retry-after': '1' }),
+  overloaded: (retryAfterS = 1) =>
+    new CatracaError(503, 'service_unavailable', 'overloaded', 'Every worker of this model is busy and the wait for one ran out; retry shortly.', null, { 'retry-after': String(retryAfterS) }),
+  /** internal: a worker refused a job as invalid (the front door maps it) */
+  workerRefused: (reason: string) => new CatracaError(503, 'service_unavailable', 'worker_refused', reason),
+  /** internal: the client left while its job waited (never answered) */
+  cancelled: () => new CatracaError(499, 'invalid_request_error', 'request_cancelled', 'The request was cancelled by the client.'),
   shuttingDown: () => new CatracaError(503, 'service_unavailable', 'shutting_down', 'This instance is shutting down; retry.'),
   timeout: (message = 'The upstream did not answer in time.') => new CatracaError(504, 'timeout_error', 'upstream_timeout', message),
+  /** PostgreSQL is unreachable or saturated: nothing was admitted or charged; retry. */
+  databaseUnavailable: () =>
+    new CatracaError(503, 'service_unavailable', 'database_unavailable', 'The billing database is unavailable; nothing was charged. Retry shortly.', null, { 'retry-after': '2' }),
+  /** A database statement ran past its timeout: nothing was admitted or charged; retry. */
+  databaseTimeout: () =>
+    new CatracaError(503, 'service_unavailable', 'database_timeout', 'The billing database did not answer in time; nothing was charged. Retry shortly.', null, { 'retry-after': '2' }),
   internal: () => new CatracaError(500, 'server_error', 'internal_error', 'Internal error.'),
 };

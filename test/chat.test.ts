@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import net from 'node:net';
 import OpenAI from 'openai';
 import { startStack, SIM_PRICES, type TestStack } from './helpers/stack.ts';
 import { costMicros } from '../src/billing/money.ts';
@@ -214,9 +215,10 @@ describe('errors, in the documented shape', () => {
     const res = await post(t.key, { ...ok, max_tokens: 4000 });
     expect(res.status).toBe(402);
     const body = await res.json();
-    // input bound for {"role":"user","content":"hi"}: 8 + 8 + 6 bytes = 22 tokens → 22 µBRL; 78 left / 2 per token = 39
+    // input bound for {"role":"user","content":"hi"} (src/billing/estimate.ts): 8 per request + 8 per
+    // message + 6 bytes of "user" as JSON + 2 bytes of text = 24 tokens → 24 µBRL; 76 left / 2 per token = 38
     expect(body.error).toMatchObject({ type: 'insufficient_quota', code: 'insufficient_balance', param: null });
-    expect(body.error.message).toContain('You requested up to 4000 tokens, but can only afford 39');
+    expect(body.error.message).toContain('You requested up to 4000 tokens, but can only afford 38');
     expect(await balanceOf(t.tenantId)).toBe(100n);
   });
 
@@ -235,6 +237,34 @@ describe('errors, in the documented shape', () => {
     const res = await post(t.key, { ...ok, messages: [{ role: 'user', content: 'x'.repeat(5 * 1024 * 1024) }] });
     expect(res.status).toBe(413);
     expect((await res.json()).error).toEqual({ message: 'Request body exceeds the limit of 4194304 bytes.', type: 'invalid_request_error', code: 'request_too_large', param: null });
+  });
+
+  it('a missing or malformed key is refused before the body is read (the client has sent only headers)', async () => {
+    const { port } = new URL(stack.baseUrl);
+    const answer = (authorization: string | null) =>
+      new Promise<string>((resolve, reject) => {
+        const sock = net.connect(Number(port), '127.0.0.1');
+        let got = '';
+        const timer = setTimeout(() => (sock.destroy(), reject(new Error(`no answer before the body: ${got}`))), 2000);
+        sock.on('data', (d) => {
+          got += d.toString('utf8');
+          if (got.includes('\r\n\r\n') && got.includes('}')) {
+            clearTimeout(timer);
+            sock.destroy();
+            resolve(got);
+          }
+        });
+        sock.on('error', reject);
+        // a 4 MiB body is announced and never sent
+        sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 4194304\r\n${authorization ? `authorization: ${authorization}\r\n` : ''}\r\n`);
+      });
+    const missing = await answer(null);
+    expect(missing).toMatch(/^HTTP\/1\.1 401 /);
+    expect(missing).toContain('"code":"missing_api_key"');
+    const malformed = await answer('Bearer sk-not-one-of-ours');
+    expect(malformed).toMatch(/^HTTP\/1\.1 401 /);
+    expect(malformed).toContain('"code":"invalid_api_key"');
+    expect(malformed).not.toContain('sk-not-one-of-ours');
   });
 
   it('503 at once when no worker serves the pool, and the hold is released', async () => {
@@ -307,8 +337,14 @@ describe('revocation and cancellation', () => {
 });
 
 describe('monitoring', () => {
-  it('the front door serves Prometheus /metrics with its request figures', async () => {
-    const res = await fetch(`${stack.baseUrl.replace('/v1', '')}/metrics`);
+  it('the front door serves Prometheus /metrics on its internal port only, never on the public one', async () => {
+    const pub = await fetch(`${stack.baseUrl.replace('/v1', '')}/metrics`);
+    expect(pub.status).toBe(404);
+    expect((await pub.json()).error.code).toBe('route_not_found');
+    const line = stack.gateways[0].lines.find((l) => l.includes('front door listening'))!;
+    const metricsPort = JSON.parse(line).metrics_port;
+    expect(metricsPort).toBeGreaterThan(0);
+    const res = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4');
     const text = await res.text();

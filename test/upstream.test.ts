@@ -16,7 +16,7 @@ let mock: MockUpstream;
 
 beforeAll(async () => {
   mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({ gateways: 1, workers: 1, pools: 'openai,anthropic', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY } });
+  stack = await startStack({ gateways: 1, workers: 1, pools: 'openai,anthropic', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' } });
   const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401', tools: 'mock-tools', reasoning: 'mock-reasoning' };
   for (const [id, upstream] of Object.entries(models)) {
     await upsertModel(stack.db, { id: `mockvendor/${id}`, pool: 'openai', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
@@ -312,7 +312,9 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       const t = await stack.tenant('1.00');
       const res = await post(t.key, { model: 'mockclaude/ok', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }] });
       expect(res.status).toBe(400);
-      expect((await res.json()).error).toMatchObject({ code: 'unsupported_content', message: 'messages[0]: only text content parts can be sent to this model.' });
+      // refused by the front door before any hold: the catalog entry accepts text only
+      expect((await res.json()).error).toEqual({ type: 'invalid_request_error', code: 'unsupported_content', param: 'messages[0].content[0]', message: 'This model does not accept image input.' });
+      expect((await stack.db.query('select count(*)::int as n from holds where tenant_id = $1', [t.tenantId])).rows[0].n).toBe(0);
     });
   });
 

@@ -6,6 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startMockUpstream, type MockUpstream } from '../bench/mock-upstream/server.ts';
 import { encode } from '../src/bus/messages.ts';
 import { subjects } from '../src/bus/subjects.ts';
+import { migrate } from '../src/db/migrate.ts';
+import { createPool } from '../src/db/pool.ts';
+import { upsertModel } from '../src/db/models.ts';
 import { deltas, makeJob, natsUrl, sendJob, uniquePool, usageOf, waitFor } from './testing.ts';
 
 // workers/main.ts as a real process: SIGTERM lets the in-flight stream finish, refuses new work,
@@ -27,9 +30,15 @@ afterAll(async () => {
 describe('workers/main.ts', () => {
   it('drains on SIGTERM and exits 0', async () => {
     const pool = uniquePool();
+    // the worker process resolves the job's model in its own catalog (PostgreSQL), never from the job
+    const upstream = { id: `mock/${pool}`, pool, protocol: 'openai' as const, upstream_model: 'mock-slow', base_url: mock.url, api_key_env: 'MAIN_TEST_KEY', extra_params: ['mock'], input_price: 1_500_000n, output_price: 6_000_000n };
+    await migrate(process.env.DATABASE_URL!);
+    const db = createPool(process.env.DATABASE_URL!, 1);
+    const row = await upsertModel(db, upstream);
+    await db.end();
     const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'workers/main.ts')], {
       cwd: ROOT,
-      env: { ...process.env, NATS_URL: natsUrl(), WORKER_POOLS: pool, CATRACA_INSTANCE: `wrk_${pool}`, MAIN_TEST_KEY: KEY, LOG_LEVEL: 'info' },
+      env: { ...process.env, NATS_URL: natsUrl(), WORKER_POOLS: pool, CATRACA_INSTANCE: `wrk_${pool}`, MAIN_TEST_KEY: KEY, WORKER_UPSTREAM_KEYS: 'MAIN_TEST_KEY', LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stderr = '';
@@ -39,9 +48,8 @@ describe('workers/main.ts', () => {
       await waitFor(() => stderr.includes('worker ready'), 15_000);
       expect(JSON.parse(stderr.split('\n').find((l) => l.includes('worker ready'))!)).toMatchObject({ worker: `wrk_${pool}`, pools: [pool] });
 
-      const base = makeJob(pool);
       const job = makeJob(pool, {
-        model: { ...base.model, id: 'mock/slow', upstream_model: 'mock-slow', base_url: mock.url, api_key_env: 'MAIN_TEST_KEY' },
+        upstream: row,
         body: { messages: [{ role: 'user', content: 'hi' }], mock: { first_token_ms: 50, tokens_per_second: 20, output_tokens: 10 } },
       });
       const run = await sendJob(nc, pool, job);

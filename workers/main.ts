@@ -1,10 +1,12 @@
+import { redactNatsUrl } from '../src/bus/connect.ts';
 import { loadConfig } from '../src/config.ts';
-import { createLogger } from '../src/log.ts';
+import { createLogger, logCrashes } from '../src/log.ts';
 import { startWorker } from './worker.ts';
 import { monitorWorker } from './monitoring.ts';
 
 // Entry point: `tsx workers/main.ts`. WORKER_POOLS=sim,openai,anthropic … WORKER_CONCURRENCY, NATS_URL.
 const log = createLogger('worker');
+logCrashes(log);
 const config = loadConfig();
 const pools = config.WORKER_POOLS.split(',').map((p) => p.trim()).filter(Boolean);
 
@@ -12,7 +14,7 @@ let onJobEnd: ((ms: number) => void) | undefined;
 const worker = await startWorker({ config, pools, natsUrl: config.NATS_URL, id: config.CATRACA_INSTANCE, onJobEnd: (ms) => onJobEnd?.(ms) });
 const monitoring = await monitorWorker(worker.nc, worker.id, () => worker.stats());
 onJobEnd = monitoring.jobEnded;
-log.info('worker ready', { worker: worker.id, pools, nats: config.NATS_URL.replace(/\/\/[^@/]*@/, '//***@') });
+log.info('worker ready', { worker: worker.id, pools, nats: redactNatsUrl(config.NATS_URL) });
 
 let signals = 0;
 const shutdown = (sig: string) => {

@@ -1,5 +1,6 @@
 import type { NatsConnection } from 'nats';
 import { createMetrics, HEADLINE, registerMonitoring } from '../src/bus/monitoring.ts';
+import { VERSION } from '../src/version.ts';
 import type { WorkerStats } from './worker.ts';
 
 /**
@@ -16,6 +17,8 @@ export async function monitorWorker(nc: NatsConnection, id: string, stats: () =>
   const cancelled = metrics.counter('catraca_jobs_cancelled_total', 'Jobs cancelled by the client');
   metrics.gauge('catraca_upstream_ttft_p99_ms', 'Upstream first token p99 (recent), ms', {}, () => stats().firstTokenMs.p99);
   metrics.gauge('catraca_upstream_ttft_p50_ms', 'Upstream first token p50 (recent), ms', {}, () => stats().firstTokenMs.p50);
+  metrics.gauge('catraca_jobs_accepted', 'Jobs accepted since the worker started', {}, () => stats().accepted);
+  metrics.gauge('catraca_worker_capacity', 'Jobs this worker runs at once, at most (WORKER_CONCURRENCY)', {}, () => stats().concurrency);
   metrics.gauge('catraca_usage_pending', 'Usage messages not yet acked by JetStream', {}, () => stats().usagePending);
   let last = stats();
   const timer = setInterval(() => {
@@ -27,7 +30,7 @@ export async function monitorWorker(nc: NatsConnection, id: string, stats: () =>
     last = now;
   }, 1000);
   timer.unref();
-  const service = await registerMonitoring(nc, { name: 'catraca-worker', version: '0.1.0', instanceId: id, metrics, extra: () => ({ pools: stats().pools }) });
+  const service = await registerMonitoring(nc, { name: 'catraca-worker', version: VERSION, instanceId: id, metrics, extra: () => ({ pools: stats().pools }) });
   return {
     /** Pass as startWorker's onJobEnd. */
     jobEnded: (ms: number) => latency.observe(ms),

@@ -7,7 +7,7 @@ import { connect, type NatsConnection } from 'nats';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.ts';
 import { createSimAdapter } from './adapters/sim/index.ts';
-import { makeJob, sendJob, uniquePool, usageOf, waitFor } from './testing.ts';
+import { makeJob, testCatalog, sendJob, uniquePool, usageOf, waitFor } from './testing.ts';
 import { startWorker } from './worker.ts';
 
 // NATS goes away while a job streams: the worker keeps going, retries its usage publish, and the
@@ -59,11 +59,11 @@ describe('usage survives a NATS outage', () => {
     await startNats(port);
     const pool = uniquePool();
     const sim = createSimAdapter({ firstTokenMs: 0, tokensPerSecond: 0 });
-    const w = await startWorker({ pools: [pool], natsUrl: url, config: loadConfig({ NATS_URL: url }), registry: { forPool: () => sim }, keepaliveMs: 0 });
+    const w = await startWorker({ pools: [pool], natsUrl: url, config: loadConfig({ NATS_URL: url }), registry: { forProtocol: () => sim, all: () => [sim] }, catalog: testCatalog, keepaliveMs: 0 });
     const nc: NatsConnection = await connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
     try {
       const job = makeJob(pool, {
-        model: { ...makeJob(pool).model, id: 'sim/lorem', upstream_model: 'lorem' },
+        upstream: { id: 'sim/lorem', upstream_model: 'lorem' },
         body: { messages: [{ role: 'user', content: 'go' }], sim: { tokens_per_second: 20, output_tokens: 20 } },
       });
       const run = await sendJob(nc, pool, job);

@@ -7,7 +7,7 @@ import type { NatsConnection } from 'nats';
  * lets every frame produced in that phase, across all streams, share one write. Order is kept.
  */
 export function createOutbox(nc: NatsConnection, onError: (err: unknown, subject: string) => void) {
-  let pending: Array<[string, Uint8Array]> = [];
+  let pending: Array<[string, Uint8Array | string]> = [];
   let scheduled = false;
   const flush = () => {
     scheduled = false;
@@ -22,7 +22,7 @@ export function createOutbox(nc: NatsConnection, onError: (err: unknown, subject
     }
   };
   return {
-    publish(subject: string, data: Uint8Array): void {
+    publish(subject: string, data: Uint8Array | string): void {
       pending.push([subject, data]);
       if (!scheduled) {
         scheduled = true;

@@ -1,26 +1,55 @@
 // Helpers for the worker tests (imported only by *.test.ts).
 import { createId } from '@paralleldrive/cuid2';
 import { AckPolicy, DeliverPolicy, type NatsConnection } from 'nats';
-import { decodeJson, encode, type Frame, type Job, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
+import { decodeJson, encode, type Job, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
+import { decodeFrame, type Frame } from '../src/bus/frames.ts';
 import { subjects, USAGE_STREAM } from '../src/bus/subjects.ts';
+import { fingerprint, type CatalogEntry, type ModelSource } from '../src/catalog/catalog.ts';
+import { defaultProtocol, type ModelRecord } from '../src/db/models.ts';
+import { newCall, type UpstreamCall } from './adapters/types.ts';
 
 export const natsUrl = () => process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 export const uniquePool = () => `t${createId().slice(0, 12)}`;
 
-export function makeJob(pool: string, over: Partial<Job> & { body?: Record<string, unknown> } = {}): Job {
+// The catalog the test workers resolve models from: every model a test job names is put here.
+const testModels = new Map<string, CatalogEntry>();
+export const testCatalog: ModelSource = { get: async (id) => testModels.get(id), fetch: async (id) => testModels.get(id) };
+
+/** A catalog entry (registered in testCatalog); sim/echo of `pool` unless overridden. */
+export function testModel(pool: string, over: Partial<ModelRecord> = {}): CatalogEntry {
+  const record: ModelRecord = {
+    id: 'sim/echo', pool, protocol: defaultProtocol(pool === 'anthropic' ? 'anthropic' : over.base_url ? 'openai' : 'sim'), upstream_model: 'echo',
+    base_url: null, api_key_env: null, input_price: 1_500_000n, output_price: 6_000_000n, context_length: 128000, max_output_tokens: 4096,
+    input_modalities: ['text'], image_input_tokens: null, extra_params: [], name: null, description: null, created_at: new Date(0), updated_at: new Date(0),
+    ...over,
+  };
+  const entry = { ...record, fingerprint: fingerprint(record) };
+  testModels.set(entry.id, entry);
+  return entry;
+}
+
+export function makeJob(pool: string, over: Partial<Omit<Job, 'model'>> & { upstream?: Partial<ModelRecord> } = {}): Job {
+  const { upstream, ...rest } = over;
   const request_id = over.request_id ?? `req_${createId()}`;
+  const m = testModel(pool, upstream);
   return {
     v: 1,
     request_id,
     tenant_id: 'ten_test',
     key_id: 'key_test',
-    model: { id: 'sim/echo', pool, upstream_model: 'echo', base_url: null, api_key_env: null, input_price: '1500000', output_price: '6000000' },
+    model: { id: m.id, fingerprint: m.fingerprint, input_price: m.input_price.toString(), output_price: m.output_price.toString() },
     body: { messages: [{ role: 'user', content: 'hi' }] },
     max_tokens: 256,
     reply_to: subjects.stream('door_test', request_id),
     deadline: Date.now() + 60_000,
-    ...over,
+    ...rest,
   };
+}
+
+/** A job with its catalog entry, as an adapter receives it. */
+export function makeCall(pool: string, over: Parameters<typeof makeJob>[1] = {}): UpstreamCall {
+  const job = makeJob(pool, over);
+  return newCall(job, testModels.get(job.model.id)!);
 }
 
 export interface Run {
@@ -38,7 +67,8 @@ export async function sendJob(nc: NatsConnection, pool: string, job: Job, timeou
   const frames = (async () => {
     const timer = setTimeout(() => sub.unsubscribe(), timeoutMs);
     for await (const m of sub) {
-      const f = decodeJson(m.data) as Frame;
+      const f = decodeFrame(m.data);
+      if (!f) throw new Error(`not a frame: ${new TextDecoder().decode(m.data)}`);
       seen.push(f);
       if (f.t === 'done' || f.t === 'error') break;
     }

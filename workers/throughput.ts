@@ -1,9 +1,10 @@
 import { connect } from 'nats';
 import { loadConfig } from '../src/config.ts';
 import { createSimAdapter } from './adapters/sim/index.ts';
-import { decodeJson, encode, type Frame, type JobAck } from '../src/bus/messages.ts';
+import { decodeJson, encode, type JobAck } from '../src/bus/messages.ts';
+import { decodeFrame, type Frame } from '../src/bus/frames.ts';
 import { subjects } from '../src/bus/subjects.ts';
-import { makeJob, uniquePool } from './testing.ts';
+import { makeJob, testCatalog, uniquePool } from './testing.ts';
 import { startWorker } from './worker.ts';
 
 // Worker-only throughput: `tsx workers/throughput.ts [concurrency=64] [seconds=5] [tokens=16]`.
@@ -13,14 +14,14 @@ const [conc = 64, secs = 5, tokens = 16] = process.argv.slice(2).map(Number);
 const url = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const pool = uniquePool();
 const sim = createSimAdapter({ firstTokenMs: 0, tokensPerSecond: 0 });
-const w = await startWorker({ pools: [pool], natsUrl: url, config: loadConfig({ NATS_URL: url, LOG_LEVEL: 'warn' }), registry: { forPool: () => sim }, keepaliveMs: 0 });
+const w = await startWorker({ pools: [pool], natsUrl: url, config: loadConfig({ NATS_URL: url, LOG_LEVEL: 'warn' }), registry: { forProtocol: () => sim, all: () => [sim] }, catalog: testCatalog, keepaliveMs: 0 });
 const nc = await connect({ servers: url });
-const model = { ...makeJob(pool).model, id: 'sim/lorem', upstream_model: 'lorem' };
+const upstream = { id: 'sim/lorem', upstream_model: 'lorem' };
 // Like the front door: one wildcard subscription for every request's frames, routed by id.
 const door = `door${pool}`;
 const waiting = new Map<string, (f: Frame) => void>();
 nc.subscribe(subjects.streamWildcard(door), { callback: (_e, m) => {
-  const f = decodeJson(m.data) as Frame;
+  const f = decodeFrame(m.data)!;
   if (f.t === 'done' || f.t === 'error') waiting.get(m.subject.slice(m.subject.lastIndexOf('.') + 1))?.(f);
 } });
 await nc.flush();
@@ -32,7 +33,7 @@ await Promise.all(
   Array.from({ length: conc }, async () => {
     while (Date.now() < until) {
       const s = performance.now();
-      const job = makeJob(pool, { model, body: { messages: [{ role: 'user', content: 'go' }], sim: { output_tokens: tokens } } });
+      const job = makeJob(pool, { upstream, body: { messages: [{ role: 'user', content: 'go' }], sim: { output_tokens: tokens } } });
       job.reply_to = subjects.stream(door, job.request_id);
       const end = new Promise<Frame>((r) => waiting.set(job.request_id, r));
       const ack = decodeJson((await nc.request(subjects.job(pool), encode(job), { timeout: 5000 })).data) as JobAck;

@@ -4,12 +4,12 @@ import { encode } from '../src/bus/messages.ts';
 import { subjects } from '../src/bus/subjects.ts';
 import { loadConfig } from '../src/config.ts';
 import { createSimAdapter } from './adapters/sim/index.ts';
-import { deltas, makeJob, natsUrl, sendJob, uniquePool, usageOf, waitFor } from './testing.ts';
+import { deltas, makeJob, testCatalog, natsUrl, sendJob, uniquePool, usageOf, waitFor } from './testing.ts';
 import { startWorker, type WorkerHandle } from './worker.ts';
 
 const config = loadConfig({ NATS_URL: natsUrl() });
 const sim = createSimAdapter({ firstTokenMs: 0, tokensPerSecond: 0 });
-const simRegistry = { forPool: () => sim };
+const simRegistry = { forProtocol: () => sim, all: () => [sim] };
 
 let nc: NatsConnection;
 beforeAll(async () => {
@@ -20,7 +20,7 @@ afterAll(async () => {
 });
 
 async function worker(pool: string, over: Partial<Parameters<typeof startWorker>[0]> = {}): Promise<WorkerHandle> {
-  return startWorker({ pools: [pool], natsUrl: natsUrl(), config, registry: simRegistry, keepaliveMs: 60_000, ...over });
+  return startWorker({ pools: [pool], natsUrl: natsUrl(), config, registry: simRegistry, catalog: testCatalog, keepaliveMs: 60_000, ...over });
 }
 
 describe('worker (sim adapter, real NATS)', () => {
@@ -80,7 +80,7 @@ describe('worker (sim adapter, real NATS)', () => {
     const w = await worker(pool);
     try {
       const job = makeJob(pool, {
-        model: { ...makeJob(pool).model, id: 'sim/lorem', upstream_model: 'lorem' },
+        upstream: { id: 'sim/lorem', upstream_model: 'lorem' },
         body: { messages: [{ role: 'user', content: 'go' }] },
         max_tokens: 5,
       });
@@ -125,13 +125,14 @@ describe('worker (sim adapter, real NATS)', () => {
       expect(bad.json()).toEqual({ ok: false, code: 'invalid_job', message: 'The job does not match the Job schema.' });
       expect(w.stats()).toMatchObject({ inFlight: 2, accepted: 2, busy: 1, invalid: 1 });
 
-      // Cancelled before the first token: nothing generated, nothing billed.
+      // Cancelled before the first token: nothing generated, but the vendor had the prompt (a
+      // vendor bills a prompt it started reading), so the prompt is billed: 3 + (3 + 1) = 7.
       nc.publish(subjects.cancel(w.id, ja.request_id));
       expect(await a.frames).toEqual([
-        { t: 'error', status: 499, code: 'request_cancelled', message: 'The request was cancelled by the client.', usage: { prompt_tokens: 0, completion_tokens: 0 }, seq: 0 },
+        { t: 'error', status: 499, code: 'request_cancelled', message: 'The request was cancelled by the client.', usage: { prompt_tokens: 7, completion_tokens: 0 }, seq: 0 },
       ]);
       const ua = await usageOf(nc, pool, ja.request_id);
-      expect([ua.msg.outcome, ua.msg.prompt_tokens, ua.msg.completion_tokens]).toEqual(['cancelled', 0, 0]);
+      expect([ua.msg.outcome, ua.msg.prompt_tokens, ua.msg.completion_tokens]).toEqual(['cancelled', 7, 0]);
       // A freed slot takes work again.
       expect((await sendJob(nc, pool, makeJob(pool))).ack.ok).toBe(true);
       nc.publish(subjects.cancel(w.id, jb.request_id));
@@ -146,7 +147,7 @@ describe('worker (sim adapter, real NATS)', () => {
     const w = await worker(pool);
     try {
       const job = makeJob(pool, {
-        model: { ...makeJob(pool).model, id: 'sim/lorem', upstream_model: 'lorem' },
+        upstream: { id: 'sim/lorem', upstream_model: 'lorem' },
         body: { messages: [{ role: 'user', content: 'write a lot' }], sim: { tokens_per_second: 50, output_tokens: 1000 } },
         max_tokens: 1000,
       });

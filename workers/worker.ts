@@ -1,14 +1,19 @@
 import { createId } from '@paralleldrive/cuid2';
-import type { JetStreamClient, Msg, NatsConnection, NatsError, Subscription } from 'nats';
+import type { Msg, NatsConnection, NatsError, Subscription } from 'nats';
 import { connectBus, ensureUsageStream } from '../src/bus/connect.ts';
 import { decodeJson, encode, type Job, JobSchema, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
 import { subjects } from '../src/bus/subjects.ts';
 import { type Config, loadConfig } from '../src/config.ts';
 import { createLogger, type Logger } from '../src/log.ts';
 import { type AdapterRegistry, createRegistry } from './adapters/registry.ts';
-import { isUpstreamError, type TokenUsage } from './adapters/types.ts';
-import { sleep } from './adapters/util.ts';
+import { type AdapterEvent, isUpstreamError, newCall, type TokenUsage, type UpstreamCall } from './adapters/types.ts';
+import { encodeFrame, type FrameError, type OutFrame } from '../src/bus/frames.ts';
+import { publishToStream, RequestMux } from '../src/bus/requests.ts';
+import { Catalog, type CatalogEntry, type ModelSource } from '../src/catalog/catalog.ts';
+import { createPool, type Db } from '../src/db/pool.ts';
+import { sleep } from './adapters/shared/abort.ts';
 import { createOutbox } from './outbox.ts';
+import { defaultConcurrency } from './capacity.ts';
 
 // One worker process: queue-group subscriber of each of its pools, bounded concurrency, frames
 // to the front door, exactly one usage message per accepted job to JetStream (msgID = request id).
@@ -27,6 +32,8 @@ export interface WorkerOptions {
   /** How long stop() lets in-flight streams finish before cutting them (default 30 000 ms). */
   drainTimeoutMs?: number;
   registry?: AdapterRegistry;
+  /** Where the worker resolves a job's model (upstream, key variable, bounds). Default: the catalog in DATABASE_URL, refreshed on NATS announcements. */
+  catalog?: ModelSource;
   log?: Logger;
   /** Called when a job ends: ms from acceptance to its last frame, and its outcome (monitoring). */
   onJobEnd?: (ms: number, outcome: UsageMessage['outcome']) => void;
@@ -69,16 +76,25 @@ export interface WorkerHandle {
 
 type AbortWhy = 'cancel' | 'deadline' | 'drain';
 
-interface InFlight {
-  abort(why: AbortWhy): void;
-  done: Promise<void>;
+/** One accepted job while it runs: the sweeper sends its keepalives and enforces its deadline. */
+interface Running {
+  ac: AbortController;
+  why?: AbortWhy;
+  deadline: number;
+  lastSent: number;
+  /** sends a keepalive frame (set while the upstream call runs) */
+  keepalive?: () => void;
+  done?: Promise<void>;
 }
 
+const KEEPALIVE: OutFrame = { t: 'keepalive' };
+
 const DRAIN_TIMEOUT_MS = 30_000;
+/** a worker announces free slots for this long after it last refused a job */
+const CAPACITY_ANNOUNCE_MS = 10_000;
 const USAGE_PUBLISH_TIMEOUT_MS = 5_000;
 const USAGE_RETRY_MAX_MS = 5_000;
 const RING = 1024;
-const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export function workerId(instance?: string): string {
   return instance ? instance.replace(/[^A-Za-z0-9_-]/g, '_') : `wrk_${createId()}`;
@@ -88,7 +104,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const config = options.config ?? loadConfig();
   const log = options.log ?? createLogger('worker');
   const id = options.id ? workerId(options.id) : workerId(config.CATRACA_INSTANCE);
-  const concurrency = options.concurrency ?? config.WORKER_CONCURRENCY;
+  const concurrency = options.concurrency ?? (config.WORKER_CONCURRENCY || defaultConcurrency(config.WORKER_STREAM_MEMORY_MB));
   const keepaliveMs = options.keepaliveMs ?? config.KEEPALIVE_MS;
   const drainTimeoutMs = options.drainTimeoutMs ?? DRAIN_TIMEOUT_MS;
   const registry = options.registry ?? createRegistry(config);
@@ -98,9 +114,37 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const ownConnection = !options.nc;
   const nc = options.nc ?? (await connectBus(options.natsUrl ?? config.NATS_URL, `worker ${id} [${pools.join(',')}]`));
   await ensureUsageStream(nc);
-  const js: JetStreamClient = nc.jetstream();
+  const requests = new RequestMux(nc);
+  let ownDb: Db | undefined;
+  let ownCatalog: Catalog | undefined;
+  let catalog = options.catalog;
+  if (!catalog) {
+    ownDb = createPool(config.DATABASE_URL, 2);
+    ownCatalog = new Catalog(ownDb);
+    await ownCatalog.start(nc);
+    catalog = ownCatalog;
+  }
+  const models: ModelSource = catalog;
 
-  const inflight = new Map<string, InFlight>();
+  const inflight = new Map<string, Running>();
+  const abortJob = (entry: Running, why: AbortWhy) => {
+    if (!entry.why) {
+      entry.why = why;
+      entry.ac.abort(new Error(why));
+    }
+  };
+  // One timer for every stream (not one per stream): keepalives whenever a stream has been quiet
+  // for keepaliveMs, before and after the first token (they are the worker's liveness signal for
+  // the front door's idle timeout), and the job's deadline.
+  const sweepEvery = Math.max(10, Math.min(250, keepaliveMs > 0 ? Math.floor(keepaliveMs / 2) : 250));
+  const sweeper = setInterval(() => {
+    const now = Date.now();
+    for (const entry of inflight.values()) {
+      if (now >= entry.deadline) abortJob(entry, 'deadline');
+      else if (keepaliveMs > 0 && entry.keepalive && now - entry.lastSent >= keepaliveMs) entry.keepalive();
+    }
+  }, sweepEvery);
+  sweeper.unref();
   const pendingUsage = new Set<Promise<void>>();
   const counters = { accepted: 0, completed: 0, failed: 0, cancelled: 0, busy: 0, invalid: 0, usagePublishRetries: 0 };
   const ring = new Float64Array(RING);
@@ -124,7 +168,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       let delay = 100;
       for (let attempt = 1; ; attempt++) {
         try {
-          await js.publish(subjects.usage(pool), data, { msgID: msg.request_id, timeout: USAGE_PUBLISH_TIMEOUT_MS });
+          await publishToStream(requests, subjects.usage(pool), data, msg.request_id, USAGE_PUBLISH_TIMEOUT_MS);
           return;
         } catch (err) {
           if (nc.isClosed()) {
@@ -147,75 +191,73 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const outbox = createOutbox(nc, (err, subject) => log.debug('frame publish failed', { subject, err: err as Error }));
 
   // ---- one job ----
-  async function run(job: Job, pool: string, acceptedAt: number, entry: { why?: AbortWhy; ac: AbortController }): Promise<void> {
-    const adapter = registry.forPool(pool);
+  async function run(job: Job, model: CatalogEntry, pool: string, acceptedAt: number, entry: Running): Promise<void> {
+    const adapter = registry.forProtocol(model.protocol);
+    const call: UpstreamCall = newCall(job, model);
     let seq = 0;
-    let lastSent = Date.now();
-    const send = (frame: Record<string, unknown>) => {
-      frame.seq = seq++;
-      lastSent = Date.now();
-      outbox.publish(job.reply_to, encode(frame));
+    const send = (frame: OutFrame) => {
+      entry.lastSent = Date.now();
+      outbox.publish(job.reply_to, encodeFrame(seq++, frame));
     };
-
-    // Keepalives whenever the stream has been quiet for keepaliveMs, before and after the first
-    // token: they are the worker's liveness signal for the front door's idle timeout.
-    const keepalive: NodeJS.Timeout | undefined =
-      keepaliveMs > 0
-        ? setInterval(() => {
-            if (Date.now() - lastSent >= keepaliveMs) send({ t: 'keepalive' });
-          }, Math.max(10, Math.floor(keepaliveMs / 2)))
-        : undefined;
-    const deadline = setTimeout(() => {
-      if (!entry.why) {
-        entry.why = 'deadline';
-        entry.ac.abort(new Error('deadline'));
-      }
-    }, Math.min(MAX_TIMER_MS, Math.max(0, job.deadline - Date.now())));
+    entry.keepalive = () => send(KEEPALIVE);
 
     let output = '';
     let deltas = 0;
     let usage: TokenUsage | undefined;
+    let promptUsage: number | undefined;
     let estimated = false;
     let finish: string | undefined;
     let failure: unknown;
-    try {
-      for await (const ev of adapter.stream(job, entry.ac.signal)) {
-        if (entry.why) break;
-        if (ev.type === 'delta') {
+    const onEvent = (ev: AdapterEvent) => {
+      if (entry.why) return;
+      switch (ev.type) {
+        case 'delta':
           if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
           output += ev.content;
-          send({ t: 'delta', content: ev.content });
-        } else if (ev.type === 'reasoning') {
+          send({ t: 'text', content: ev.content });
+          return;
+        case 'reasoning':
           if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
           output += ev.content;
-          send({ t: 'delta', content: '', reasoning: ev.content });
-        } else if (ev.type === 'tool_calls') {
+          send({ t: 'extended', delta: { reasoning: ev.content } });
+          return;
+        case 'tool_calls':
           if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
           // generated output too: counted in the estimate when the upstream gives no usage
           for (const c of ev.tool_calls) output += (c.function?.name ?? '') + (c.function?.arguments ?? '');
-          send({ t: 'delta', content: '', tool_calls: ev.tool_calls });
-        } else if (ev.type === 'usage') {
+          send({ t: 'extended', delta: { tool_calls: ev.tool_calls } });
+          return;
+        case 'prompt_usage':
+          promptUsage = ev.prompt_tokens;
+          return;
+        case 'usage':
           usage = { prompt_tokens: ev.prompt_tokens, completion_tokens: ev.completion_tokens };
           estimated = ev.estimated ?? false;
-        } else {
+          return;
+        case 'finish':
           finish = ev.reason;
-        }
+          return;
       }
+    };
+    try {
+      await adapter.stream(call, entry.ac.signal, onEvent);
     } catch (err) {
       failure = err;
     } finally {
-      clearInterval(keepalive);
-      clearTimeout(deadline);
+      entry.keepalive = undefined;
     }
 
     const why = entry.why;
     const ok = !why && failure === undefined;
-    // Billing rule: the upstream's usage when it gave one; otherwise the adapter's count of what
-    // was generated. A request that failed or was cut before its first token costs nothing.
+    // Billing rule: the upstream's usage when it gave one. Otherwise the adapter's count of the
+    // prompt and of what was generated, whenever the vendor may have billed the prompt: it
+    // accepted the request, or it had the request when we cut it (a cancel before the first
+    // token included). A request the vendor refused or never received costs nothing.
     if (!usage) {
-      if (ok || deltas > 0) {
+      const ourCut = why !== undefined || (isUpstreamError(failure) && failure.code === 'upstream_timeout');
+      if (ok || deltas > 0 || call.accepted || (call.sent && ourCut)) {
         try {
-          const counted = await adapter.countUsage(job, output);
+          const counted = await adapter.countUsage(call, output);
           usage = counted.usage;
           estimated = counted.estimated;
         } catch (err) {
@@ -223,6 +265,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           usage = { prompt_tokens: 0, completion_tokens: deltas };
           estimated = true;
         }
+        if (promptUsage !== undefined) usage = { prompt_tokens: promptUsage, completion_tokens: usage.completion_tokens };
       } else {
         usage = { prompt_tokens: 0, completion_tokens: 0 };
       }
@@ -232,26 +275,26 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     if (ok) {
       outcome = 'completed';
       counters.completed++;
-      send({ t: 'done', finish_reason: finish ?? 'stop', usage, estimated });
+      send({ t: 'done', done: { finish_reason: finish ?? 'stop', usage, estimated } });
     } else if (why === 'cancel') {
       outcome = 'cancelled';
       counters.cancelled++;
-      send({ t: 'error', status: 499, code: 'request_cancelled', message: 'The request was cancelled by the client.', usage });
+      send({ t: 'error', error: { status: 499, code: 'request_cancelled', message: 'The request was cancelled by the client.', usage } });
     } else {
       outcome = 'error';
       counters.failed++;
       if (why === 'deadline') {
-        send({ t: 'error', status: 504, code: 'upstream_timeout', message: 'The request did not finish before its deadline.', usage });
+        send({ t: 'error', error: { status: 504, code: 'upstream_timeout', message: 'The request did not finish before its deadline.', usage } });
       } else if (why === 'drain') {
-        send({ t: 'error', status: 503, code: 'worker_shutting_down', message: 'The worker serving this request shut down; retry.', usage });
+        send({ t: 'error', error: { status: 503, code: 'worker_shutting_down', message: 'The worker serving this request shut down; retry.', usage } });
       } else if (isUpstreamError(failure)) {
-        const frame: Record<string, unknown> = { t: 'error', status: failure.status, code: failure.code, message: failure.message, usage };
-        if (failure.retryAfter !== undefined) frame.retry_after = failure.retryAfter;
-        send(frame);
+        const error: FrameError = { status: failure.status, code: failure.code, message: failure.message, usage };
+        if (failure.retryAfter !== undefined) error.retry_after = failure.retryAfter;
+        send({ t: 'error', error });
         log.info('upstream error', { request_id: job.request_id, pool, status: failure.status, code: failure.code, tokens: deltas });
       } else {
         log.error('job failed unexpectedly', { request_id: job.request_id, pool, err: failure as Error });
-        send({ t: 'error', status: 502, code: 'upstream_error', message: 'The upstream call failed unexpectedly.', usage });
+        send({ t: 'error', error: { status: 502, code: 'upstream_error', message: 'The upstream call failed unexpectedly.', usage } });
       }
     }
 
@@ -269,6 +312,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       completion_tokens: usage.completion_tokens,
       estimated,
       outcome,
+      ...(job.hold ? { hold: job.hold } : {}),
       ended_at: Date.now(),
       worker: id,
     });
@@ -283,6 +327,23 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
   };
 
+  /**
+   * The worker's own catalog entry for a job, or why the job cannot be served: the entry must
+   * exist, belong to this pool and have the fingerprint the front door priced the job with. A
+   * disagreement is looked up again once (the catalog may have just changed).
+   */
+  const resolve = async (job: Job, pool: string): Promise<CatalogEntry | string> => {
+    let model = await models.get(job.model.id);
+    if (!model || model.fingerprint !== job.model.fingerprint) model = await models.fetch(job.model.id);
+    if (!model) return `Model ${job.model.id} is not in this worker's catalog.`;
+    if (model.pool !== pool) return `Model ${job.model.id} belongs to pool ${model.pool}, not ${pool}.`;
+    if (model.fingerprint !== job.model.fingerprint) return `The job's catalog entry for ${job.model.id} differs from this worker's.`;
+    if (model.input_price.toString() !== job.model.input_price || model.output_price.toString() !== job.model.output_price) {
+      return `The job's prices for ${job.model.id} differ from this worker's catalog.`;
+    }
+    return model;
+  };
+
   const onJob = (pool: string) => (err: NatsError | null, msg: Msg) => {
     if (err || !msg.reply) return;
     const acceptedAt = Date.now();
@@ -293,9 +354,27 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       counters.invalid++;
       return respond(msg, { ok: false, code: 'invalid_job', message: 'The job does not match the Job schema.' });
     }
+    resolve(job, pool).then(
+      (model) => {
+        if (typeof model === 'string') {
+          counters.invalid++;
+          log.warn('job refused', { request_id: job.request_id, pool, reason: model });
+          return respond(msg, { ok: false, code: 'invalid_job', message: model });
+        }
+        accept(msg, job, model, pool, acceptedAt);
+      },
+      (e) => {
+        log.error('catalog lookup failed', { request_id: job.request_id, err: e as Error });
+        respond(msg, { ok: false, code: 'busy', message: `Worker ${id} cannot read its catalog.` });
+      },
+    );
+  };
+
+  const accept = (msg: Msg, job: Job, model: CatalogEntry, pool: string, acceptedAt: number) => {
     if (draining) return respond(msg, { ok: false, code: 'draining', message: `Worker ${id} is shutting down.` });
     if (inflight.size >= concurrency) {
       counters.busy++;
+      lastRefusalAt = Date.now();
       return respond(msg, { ok: false, code: 'busy', message: `Worker ${id} is at its concurrency limit (${concurrency}).` });
     }
     if (inflight.has(job.request_id)) {
@@ -305,31 +384,45 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     counters.accepted++;
     // Ack first: frames published after it on the same connection arrive after it.
     respond(msg, { ok: true, worker: id });
-    const entry: { why?: AbortWhy; ac: AbortController } = { ac: new AbortController() };
-    const done = run(job, pool, acceptedAt, entry)
+    const entry: Running = { ac: new AbortController(), deadline: job.deadline, lastSent: acceptedAt };
+    inflight.set(job.request_id, entry);
+    entry.done = run(job, model, pool, acceptedAt, entry)
       .catch((e) => log.error('job crashed', { request_id: job.request_id, err: e as Error }))
-      .finally(() => inflight.delete(job.request_id));
-    inflight.set(job.request_id, {
-      abort(why) {
-        if (!entry.why) {
-          entry.why = why;
-          entry.ac.abort(new Error(why));
-        }
-      },
-      done,
+      .finally(() => {
+        inflight.delete(job.request_id);
+        announceCapacity();
+      });
+  };
+
+  // A worker that refused work recently tells the front doors (which keep such jobs waiting)
+  // when it has free slots again: at most once per event-loop turn, for each of its pools.
+  let lastRefusalAt = 0;
+  let announcing = false;
+  const announceCapacity = () => {
+    if (announcing || draining || Date.now() - lastRefusalAt > CAPACITY_ANNOUNCE_MS) return;
+    announcing = true;
+    setImmediate(() => {
+      announcing = false;
+      const free = concurrency - inflight.size;
+      if (free <= 0 || draining) return;
+      const data = encode({ worker: id, free });
+      for (const pool of pools) nc.publish(subjects.capacity(pool), data);
     });
   };
 
-  for (const adapter of new Set(pools.map((p) => registry.forPool(p)))) await adapter.warmup?.();
+  for (const adapter of registry.all()) await adapter.warmup?.();
 
-  const jobSubs: Subscription[] = pools.map((pool) =>
+  const jobSubs: Subscription[] = pools.flatMap((pool) => [
     nc.subscribe(subjects.job(pool), { queue: subjects.queueGroup(pool), callback: onJob(pool) }),
-  );
+    // jobs sent to this worker alone, after it announced free slots
+    nc.subscribe(subjects.jobDirect(pool, id), { callback: onJob(pool) }),
+  ]);
   const cancelPrefix = subjects.cancel(id, '');
   const cancelSub = nc.subscribe(subjects.cancelWildcard(id), {
     callback: (err, msg) => {
       if (err) return;
-      inflight.get(msg.subject.slice(cancelPrefix.length))?.abort('cancel');
+      const entry = inflight.get(msg.subject.slice(cancelPrefix.length));
+      if (entry) abortJob(entry, 'cancel');
     },
   });
   await nc.flush();
@@ -348,13 +441,17 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         clearTimeout(timer);
         if (inflight.size > 0) {
           log.warn('drain timeout: cutting in-flight streams', { worker: id, inFlight: inflight.size });
-          for (const j of inflight.values()) j.abort('drain');
+          for (const j of inflight.values()) abortJob(j, 'drain');
           await allDone();
         }
       }
       while (pendingUsage.size > 0) await Promise.all([...pendingUsage]);
       outbox.flush(); // the last frames, before the connection drains
       await cancelSub.drain().catch(() => {});
+      requests.close();
+      clearInterval(sweeper);
+      ownCatalog?.stop();
+      await ownDb?.end().catch(() => {});
       if (ownConnection) await nc.drain().catch(() => {});
       log.info('worker stopped', { worker: id });
     })());

@@ -1,7 +1,12 @@
 import { createMetrics, HEADLINE, type Counter, type Metrics } from '../bus/monitoring.ts';
 
 /** The front door's figures, shared by `/metrics` (Prometheus) and `$SRV.STATS` (NATS). */
-export function createGatewayMetrics(inFlight: () => number, openStreams: () => number) {
+export function createGatewayMetrics(
+  inFlight: () => number,
+  openStreams: () => number,
+  admission?: { counts: { leased: number; perRequest: number; leasesOpened: number }; leases: number },
+  waiting?: () => Record<string, number>,
+) {
   const metrics: Metrics = createMetrics();
   metrics.gauge(HEADLINE.inflight, 'Open client requests and streams', {}, inFlight);
   metrics.gauge('catraca_open_streams', 'Requests with frames being relayed', {}, openStreams);
@@ -12,6 +17,14 @@ export function createGatewayMetrics(inFlight: () => number, openStreams: () => 
   const admit = metrics.histogram('catraca_admit_ms', 'Hold (catraca_admit) round trip, ms');
   const noResponders = metrics.counter('catraca_no_responders_total', 'Jobs with no worker listening (503)');
   const byStatus = new Map<number, Counter>();
+  const waitedByPool = new Map<string, ReturnType<Metrics['histogram']>>();
+  const waitingGauges = new Set<string>();
+  if (admission) {
+    metrics.gauge('catraca_admissions_leased', 'Requests admitted from a balance lease in memory (no PostgreSQL call)', {}, () => admission.counts.leased);
+    metrics.gauge('catraca_admissions_per_request', 'Requests admitted with a hold of their own (one PostgreSQL call)', {}, () => admission.counts.perRequest);
+    metrics.gauge('catraca_leases_opened', 'Balance leases opened by this front door', {}, () => admission.counts.leasesOpened);
+    metrics.gauge('catraca_leases_open', 'Balance leases this front door admits from now', {}, () => admission.leases);
+  }
 
   return {
     metrics,
@@ -27,6 +40,20 @@ export function createGatewayMetrics(inFlight: () => number, openStreams: () => 
     midStreamError: () => errors.inc(),
     admitted: (ms: number) => admit.observe(ms),
     noResponders: () => noResponders.inc(),
+    /** a job that waited for a worker slot got one after `ms` */
+    waited(pool: string, ms: number) {
+      let h = waitedByPool.get(pool);
+      if (!h) waitedByPool.set(pool, (h = metrics.histogram('catraca_dispatch_wait_ms', 'Wait for a worker slot of jobs that had to wait, ms', { pool })));
+      h.observe(ms);
+    },
+    /** registers the waiting-jobs gauge of each pool as it appears */
+    trackPools() {
+      for (const pool of Object.keys(waiting?.() ?? {})) {
+        if (waitingGauges.has(pool)) continue;
+        waitingGauges.add(pool);
+        metrics.gauge('catraca_dispatch_waiting', 'Jobs waiting in this front door for a worker slot', { pool }, () => waiting?.()[pool] ?? 0);
+      }
+    },
   };
 }
 

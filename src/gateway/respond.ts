@@ -1,5 +1,6 @@
 import type { HttpResponse } from './uws.ts';
 import { CatracaError, errors } from '../errors.ts';
+import { classifyDbError } from '../db/pool.ts';
 
 // Status lines uWS writes verbatim.
 const STATUS_TEXT: Record<number, string> = {
@@ -40,7 +41,19 @@ export function sendJson(s: ResponseState, status: number, body: unknown, header
   });
 }
 
+/**
+ * What the client is told about a failure: our own errors as they are; PostgreSQL gone, saturated
+ * or too slow → 503 with retry-after (nothing was admitted or charged); anything else → 500.
+ */
+export function publicError(err: unknown): CatracaError {
+  if (err instanceof CatracaError) return err;
+  const db = classifyDbError(err);
+  if (db === 'unavailable') return errors.databaseUnavailable();
+  if (db === 'timeout') return errors.databaseTimeout();
+  return errors.internal();
+}
+
 export function sendError(s: ResponseState, err: unknown): void {
-  const e = err instanceof CatracaError ? err : errors.internal();
+  const e = publicError(err);
   sendJson(s, e.status, e.toJSON(), e.headers);
 }

@@ -6,18 +6,21 @@ import { errors, CatracaError } from '../errors.ts';
 import { createLogger } from '../log.ts';
 import { App, closeListenSocket, localPort, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.ts';
 import { readBody } from './body.ts';
-import { sendError, sendJson, type ResponseState } from './respond.ts';
-import { KeyCache } from './key-cache.ts';
-import { Catalog } from './catalog.ts';
+import { publicError, sendError, sendJson, type ResponseState } from './respond.ts';
+import { bearerKey, KeyCache } from './key-cache.ts';
+import { Catalog } from '../catalog/catalog.ts';
 import { StreamRouter } from './stream-router.ts';
 import { ChatCompletion, newRequestId } from './chat/handler.ts';
 import { creditsBody, generationBody, keyBody, modelsBody } from './account.ts';
 import { createGatewayMetrics } from './metrics.ts';
 import { AdmissionBatcher } from '../billing/admission-batcher.ts';
+import { Admission } from '../billing/admission.ts';
+import { Dispatcher } from './dispatcher.ts';
 import { registerMonitoring, renderPrometheus } from '../bus/monitoring.ts';
+import { startMetricsServer } from '../metrics/http.ts';
 
 const log = createLogger('gateway');
-const VERSION = '0.1.0';
+import { VERSION } from '../version.ts';
 
 export interface GatewayOptions {
   config: Config;
@@ -43,7 +46,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const keys = new KeyCache(db, config.KEY_CACHE_TTL_MS);
   keys.listen(nc);
   const catalog = new Catalog(db);
-  await catalog.start();
+  await catalog.start(nc);
   const router = new StreamRouter(nc, doorId, config.STREAM_IDLE_TIMEOUT_MS);
   router.start();
 
@@ -52,7 +55,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const byStatus: Record<number, number> = {};
   let draining = false;
   let drained: (() => void) | null = null;
-  const gm = createGatewayMetrics(() => inFlight, () => router.size);
+  const admission = new Admission(db, new AdmissionBatcher(db), {
+    doorId,
+    windowMs: config.ADMISSION_LEASE_MS,
+    richness: config.ADMISSION_LEASE_RICHNESS,
+    holdTtlMs: config.REQUEST_TIMEOUT_MS + config.HOLD_GRACE_MS,
+    onError: (what, err) => log.warn(what, { err: err as Error }),
+  });
+  keys.onInvalidate((keyId) => admission.invalidateKey(keyId));
+  const gm = createGatewayMetrics(() => inFlight, () => router.size, admission, () => dispatcher.depth());
   const track = (status: number, startedAt = Date.now(), ttfbMs: number | null = null) => {
     byStatus[status] = (byStatus[status] ?? 0) + 1;
     gm.answered(status, startedAt, ttfbMs);
@@ -74,9 +85,19 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     return true;
   };
 
+  const dispatcher = new Dispatcher(nc, {
+    maxWaitMs: config.DISPATCH_WAIT_MS,
+    maxQueued: config.DISPATCH_MAX_WAITING,
+    maxPerTenant: config.DISPATCH_MAX_WAITING_PER_TENANT,
+    onWait: (pool, ms) => gm.waited(pool, ms),
+  });
+  dispatcher.start();
+  const poolGauges = setInterval(() => gm.trackPools(), 1000);
+  poolGauges.unref();
   const chatDeps = {
     config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl,
-    admission: new AdmissionBatcher(db),
+    admission,
+    dispatcher,
     metrics: gm,
     onFinish: (status: number, ttfbMs: number | null, startedAt: number) => {
       track(status, startedAt, ttfbMs);
@@ -99,9 +120,10 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           sendJson(s, 200, body);
         })
         .catch((err) => {
-          if (!(err instanceof CatracaError)) log.error('request failed', { request_id: s.requestId, err });
-          track(err instanceof CatracaError ? err.status : 500);
-          sendError(s, err);
+          const e = publicError(err);
+          if (e.status === 500) log.error('request failed', { request_id: s.requestId, err });
+          track(e.status);
+          sendError(s, e);
         });
     };
 
@@ -113,12 +135,23 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const chat = new ChatCompletion(chatDeps, s, authorization);
       res.onAborted(() => chat.aborted());
       if (refuseIfDraining(s)) return;
+      try {
+        bearerKey(authorization); // no key, or not one of ours: 401 before reading any of the body
+      } catch (err) {
+        s.closeConnection = contentLength > 0;
+        track((err as CatracaError).status);
+        sendError(s, err);
+        return;
+      }
       inFlight++;
+      // the key lookup (a database read on a cache miss) overlaps the body upload
+      const key = keys.authenticate(authorization);
+      key.catch(() => {});
       readBody(
         res,
         config.MAX_BODY_BYTES,
         contentLength,
-        (body) => void chat.run(body),
+        (body) => void chat.run(body, key),
         (err, closeConnection) => {
           s.closeConnection = closeConnection;
           sendError(s, err);
@@ -135,13 +168,6 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const s = begin(res, req);
       track(200);
       sendJson(s, 200, modelsBody(catalog.all()));
-    })
-    .get('/metrics', (res, req) => {
-      const s = begin(res, req);
-      const text = renderPrometheus(gm.metrics, { instance: doorId });
-      res.cork(() => {
-        res.writeStatus('200 OK').writeHeader('content-type', 'text/plain; version=0.0.4').writeHeader('x-request-id', s.requestId).end(text);
-      });
     })
     .get('/healthz', (res, req) => {
       const s = begin(res, req);
@@ -163,7 +189,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     app.listen(host, wantedPort, (token) => (token ? resolve(token) : reject(new Error(`cannot listen on ${host}:${wantedPort}`))));
   });
   const port = localPort(listenSocket);
-  log.info('front door listening', { door: doorId, host, port });
+  const metricsServer =
+    config.METRICS_PORT === undefined ? undefined : await startMetricsServer(config.METRICS_HOST, config.METRICS_PORT, () => renderPrometheus(gm.metrics, { instance: doorId }));
+  log.info('front door listening', { door: doorId, host, port, metrics_port: metricsServer?.port ?? null });
 
   return {
     port,
@@ -178,7 +206,11 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
           new Promise<void>((r) => setTimeout(r, graceMs).unref()),
         ]);
       }
+      clearInterval(poolGauges);
+      dispatcher.stop();
       router.stop();
+      await admission.close();
+      await metricsServer?.close();
       await monitoring.stop().catch(() => {});
       keys.close();
       catalog.stop();

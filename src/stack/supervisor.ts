@@ -1,14 +1,13 @@
 // Runs the catraca processes of a local stack as children: prefixes and forwards their output,
 // restarts one that dies unexpectedly (exponential backoff, reset after a minute of uptime), and
 // stops them all with SIGTERM (SIGKILL after a timeout).
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { createRequire } from 'node:module';
-import { createInterface } from 'node:readline';
+import { launch } from './launch.ts';
 
 export interface ChildSpec {
   name: string;
-  /** Absolute path of the TypeScript entry point. */
+  /** Absolute path of the entry point: compiled `.js` (run with plain node) or `.ts` (run through tsx). */
   entry: string;
   env: Record<string, string>;
   cwd: string;
@@ -25,16 +24,7 @@ export interface SupervisorOptions {
   maxBackoffMs?: number;
 }
 
-/** Node arguments that run a .ts entry: `--import tsx` when this tsx supports it, else its cli. */
-export function tsxArgs(entry: string, cwd: string): string[] {
-  const require = createRequire(`${cwd}/package.json`);
-  try {
-    require.resolve('tsx/esm/api');
-    return ['--import', 'tsx', entry];
-  } catch {
-    return [require.resolve('tsx/cli'), entry];
-  }
-}
+export { nodeArgs, tsxArgs } from './launch.ts';
 
 interface Managed {
   spec: ChildSpec;
@@ -81,26 +71,25 @@ export class Supervisor {
 
   private launch(m: Managed): void {
     const { spec } = m;
-    const child = spawn(process.execPath, tsxArgs(spec.entry, spec.cwd), {
+    const prefix = `${spec.name.padEnd(this.width)} |`;
+    const { child } = launch({
+      name: spec.name,
+      entry: spec.entry,
       cwd: spec.cwd,
-      env: { ...process.env, ...spec.env },
-      stdio: ['ignore', 'pipe', 'pipe'],
+      env: spec.env,
       // Own process group: a Ctrl-C in the terminal reaches only the supervisor, which then stops
       // the children in order (instead of every process racing to exit at once).
       detached: true,
-    });
-    m.child = child;
-    m.startedAt = Date.now();
-    const prefix = `${spec.name.padEnd(this.width)} |`;
-    for (const stream of ['stdout', 'stderr'] as const) {
-      createInterface({ input: child[stream]! }).on('line', (line) => {
+      onLine: (line, stream) => {
         if (!m.ready && spec.ready?.test(line)) {
           m.ready = true;
           for (const fn of m.onReady.splice(0)) fn();
         }
         this.opts.output?.(`${prefix} ${line}`, stream);
-      });
-    }
+      },
+    });
+    m.child = child;
+    m.startedAt = Date.now();
     this.opts.event?.('started', { child: spec.name, pid: child.pid }, 'info');
     m.exited = new Promise((resolveExit) => {
       child.once('exit', (code, signal) => {

@@ -1,29 +1,28 @@
 import { randomBytes } from 'node:crypto';
-import { ErrorCode, type NatsConnection } from 'nats';
+import type { NatsConnection } from 'nats';
 import type { Config } from '../../config.ts';
 import type { Db } from '../../db/pool.ts';
 import type { ApiKeyRecord } from '../../db/keys.ts';
-import type { ModelRecord } from '../../db/models.ts';
-import { releaseHold } from '../../billing/ledger.ts';
-import type { AdmissionBatcher } from '../../billing/admission-batcher.ts';
+import type { Admission } from '../../billing/admission.ts';
+import type { Dispatcher, Ticket } from '../dispatcher.ts';
 import { affordableOutputTokens, brlNumber, costMicros, formatBrl, type Prices } from '../../billing/money.ts';
 import { inputTokensUpperBound } from '../../billing/estimate.ts';
-import { decodeJson, encode, JobAckSchema, type Frame, type Job } from '../../bus/messages.ts';
+import { encode, type Job } from '../../bus/messages.ts';
+import { DoneSchema, ExtendedDeltaSchema, FRAME, FrameErrorSchema, parsePayload, payloadText, type RawFrame } from '../../bus/frames.ts';
 import { subjects } from '../../bus/subjects.ts';
 import { CatracaError, errors } from '../../errors.ts';
 import { createLogger } from '../../log.ts';
 import type { KeyCache } from '../key-cache.ts';
-import type { Catalog } from '../catalog.ts';
+import type { Catalog, CatalogEntry } from '../../catalog/catalog.ts';
+import { checkParams, wantsUsage } from '../../chat/params.ts';
 import type { StreamRouter } from '../stream-router.ts';
-import { KEEP_ALIVE_HINT, sendJson, statusLine, type ResponseState } from '../respond.ts';
+import { KEEP_ALIVE_HINT, publicError, sendJson, statusLine, type ResponseState } from '../respond.ts';
 import { ChatRequestSchema, describeIssue, type ChatRequest } from './schema.ts';
 import { ChunkEncoder, completionBody, mergeToolCalls, type ToolCall, type UsageOut } from './openai-shapes.ts';
 import { SseWriter } from './sse-writer.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 
 const log = createLogger('gateway');
-const JOB_ACK_TIMEOUT_MS = 5000;
-const DISPATCH_ATTEMPTS = 3;
 
 export interface ChatDeps {
   config: Config;
@@ -34,7 +33,8 @@ export interface ChatDeps {
   router: StreamRouter;
   portalUrl?: string;
   metrics?: GatewayMetrics;
-  admission: AdmissionBatcher;
+  admission: Admission;
+  dispatcher: Dispatcher;
   /** Called once per request with its final HTTP status (metrics). */
   onFinish?: (status: number, ttfbMs: number | null, startedAt: number) => void;
 }
@@ -58,9 +58,14 @@ export class ChatCompletion {
   private finished = false;
   private upstreamDone = false; // terminal frame received
   private cancelSent = false;
+  /** the hold this request was admitted under (its id, or the door's lease) */
+  private hold = '';
+  /** the admission was told how the request ended (lease accounting) */
+  private accounted = false;
+  private ticket?: Ticket;
   /** x-ratelimit-* headers, sent on every answer once admission has counted the request */
   private headers: Record<string, string> = {};
-  private model!: ModelRecord;
+  private model!: CatalogEntry;
   private prices!: Prices;
   private includeUsage = false;
   private streaming = false;
@@ -72,26 +77,29 @@ export class ChatCompletion {
   /** uWS onAborted: the client went away. */
   aborted(): void {
     this.s.aborted = true;
+    this.ticket?.cancel(); // a job still waiting for a worker never reaches one
     this.sse?.markAborted();
     this.cancelUpstream();
     this.finish(499);
   }
 
-  async run(rawBody: Buffer): Promise<void> {
+  async run(rawBody: Buffer, authenticated?: Promise<ApiKeyRecord>): Promise<void> {
     try {
-      const key = await this.deps.keys.authenticate(this.authorization);
+      const key = await (authenticated ?? this.deps.keys.authenticate(this.authorization));
       const body = this.parse(rawBody);
       const model = await this.deps.catalog.get(body.model);
       if (!model) throw errors.modelNotFound(body.model);
       if (key.models && !key.models.includes(model.id)) throw errors.modelNotAllowed(model.id);
+      const refusal = checkParams(body, model);
+      if (refusal) throw errors.badRequest(refusal.message, refusal.param, refusal.code);
       if (this.s.aborted) return;
       this.model = model;
       this.prices = { input: model.input_price, output: model.output_price };
       this.streaming = body.stream === true;
-      this.includeUsage = body.stream_options?.include_usage === true;
-      const maxTokens = await this.hold(key, body);
+      this.includeUsage = wantsUsage(body);
+      const maxTokens = await this.admit(key, body);
       if (this.s.aborted) {
-        await releaseHold(this.deps.db, this.s.requestId);
+        await this.deps.admission.release(this.s.requestId);
         return;
       }
       await this.dispatch(key, body, maxTokens);
@@ -117,7 +125,7 @@ export class ChatCompletion {
   }
 
   /** Reserves the worst case; returns the max_tokens the hold pays for. */
-  private async hold(key: ApiKeyRecord, body: ChatRequest): Promise<number> {
+  private async admit(key: ApiKeyRecord, body: ChatRequest): Promise<number> {
     const model = this.model;
     const requested = body.max_completion_tokens ?? body.max_tokens ?? null;
     if (requested !== null && requested > model.max_output_tokens) {
@@ -126,7 +134,7 @@ export class ChatCompletion {
         body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens',
       );
     }
-    const inputTokens = inputTokensUpperBound(body);
+    const inputTokens = inputTokensUpperBound(body, model);
     const wanted = requested ?? model.max_output_tokens;
     const max = costMicros(inputTokens, wanted, this.prices);
     const min = requested !== null ? max : costMicros(inputTokens, 1, this.prices);
@@ -138,7 +146,9 @@ export class ChatCompletion {
       min,
       max,
       ttlMs: this.deps.config.REQUEST_TIMEOUT_MS + this.deps.config.HOLD_GRACE_MS,
+      leasable: key.rate_limit_requests === null,
     });
+    this.hold = result.hold;
     this.deps.metrics?.admitted(performance.now() - admitStarted);
     if (result.rl_limit !== null && result.rl_reset_ms !== null) {
       this.headers = {
@@ -176,14 +186,12 @@ export class ChatCompletion {
       key_id: key.id,
       model: {
         id: this.model.id,
-        pool: this.model.pool,
-        upstream_model: this.model.upstream_model,
-        base_url: this.model.base_url,
-        api_key_env: this.model.api_key_env,
+        fingerprint: this.model.fingerprint,
         input_price: this.model.input_price.toString(),
         output_price: this.model.output_price.toString(),
       },
       body: rest,
+      hold: this.hold,
       max_tokens: maxTokens,
       reply_to: this.deps.router.replySubject(this.s.requestId),
       deadline: Date.now() + this.deps.config.REQUEST_TIMEOUT_MS,
@@ -192,78 +200,117 @@ export class ChatCompletion {
     this.deps.router.register(this.s.requestId, {
       onFrame: (frame) => this.onFrame(frame),
       onFailure: (err) => {
+        this.account(null); // the end was never seen: its worst case stays counted
         this.cancelUpstream();
         this.fail(err);
       },
     });
-    const payload = encode(job);
-    let refusal: CatracaError | null = null; // built only when needed: an Error captures a stack
-    for (let attempt = 0; attempt < DISPATCH_ATTEMPTS; attempt++) {
-      let reply;
-      try {
-        reply = await this.deps.nc.request(subjects.job(this.model.pool), payload, { timeout: JOB_ACK_TIMEOUT_MS });
-      } catch (err) {
-        const code = (err as { code?: string }).code;
-        if (code === ErrorCode.NoResponders) {
-          this.deps.metrics?.noResponders();
-          refusal = errors.noWorker(this.model.pool);
-          break;
-        }
-        // No answer in time: a worker may still hold the job, so the hold stays (it settles or
-        // the sweeper releases it).
-        this.deps.router.unregister(this.s.requestId);
-        throw code === ErrorCode.Timeout ? errors.timeout('No worker acknowledged the request in time.') : err;
+    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, encode(job));
+    try {
+      const { worker } = await this.ticket.result;
+      this.workerId = worker;
+      if (this.s.aborted) this.cancelUpstream();
+      return;
+    } catch (err) {
+      const e = err as CatracaError;
+      this.deps.router.unregister(this.s.requestId);
+      if (e.code === 'upstream_timeout') {
+        // No worker answered in time: one may still hold the job, so the hold stays (it settles
+        // or expires and the sweeper releases it).
+        this.account(null);
+        throw e;
       }
-      const ack = JobAckSchema.safeParse(decodeJson(reply.data));
-      if (ack.success && ack.data.ok) {
-        this.workerId = ack.data.worker;
-        if (this.s.aborted) this.cancelUpstream();
-        return;
+      this.accounted = true;
+      await this.deps.admission.release(this.s.requestId);
+      if (e.code === 'no_worker_available') this.deps.metrics?.noResponders();
+      if (e.code === 'worker_refused') {
+        // Most likely the catalog entry changed between our copy and the worker's: reload ours.
+        log.warn('worker refused the job', { request_id: this.s.requestId, reason: e.message });
+        void this.deps.catalog.fetch(this.model.id).catch(() => {});
+        throw errors.modelChanged(this.model.id);
       }
-      if (ack.success && !ack.data.ok && ack.data.code === 'invalid_job') {
-        log.error('worker refused job as invalid', { request_id: this.s.requestId, reason: ack.data.message });
-        refusal = errors.internal();
-        break;
-      }
+      throw e;
     }
-    this.deps.router.unregister(this.s.requestId);
-    await releaseHold(this.deps.db, this.s.requestId);
-    throw refusal ?? errors.overloaded();
   }
 
-  private onFrame(frame: Frame): void {
-    if (this.finished) return;
-    switch (frame.t) {
-      case 'keepalive':
+  private onFrame(frame: RawFrame): void {
+    if (this.finished) {
+      // the client is gone; the worker's terminal frame still says what the request cost
+      if (frame.type === FRAME.done || frame.type === FRAME.error) this.accountFrame(frame);
+      return;
+    }
+    switch (frame.type) {
+      case FRAME.keepalive:
         if (this.streaming) {
           this.startStream();
           this.sse?.write(ChunkEncoder.keepalive);
         }
         return;
-      case 'delta':
+      case FRAME.text:
+        // the hot path: the worker's JSON string literal goes into the chunk as bytes
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
         if (this.streaming) {
           this.startStream();
-          this.sse?.write(frame.tool_calls || frame.reasoning ? this.encoder.delta(extendedDelta(frame)) : this.encoder.content(frame.content));
+          this.sse?.write(this.encoder.contentBytes(frame.payload));
         } else {
-          if (frame.content) this.content.push(frame.content);
-          if (frame.reasoning) this.reasoning.push(frame.reasoning);
-          if (frame.tool_calls) mergeToolCalls(this.toolCalls, frame.tool_calls);
+          this.content.push(JSON.parse(payloadText(frame.payload)) as string);
         }
         return;
-      case 'done':
-        this.upstreamDone = true;
-        this.complete(frame.finish_reason, this.usageOut(frame.usage.prompt_tokens, frame.usage.completion_tokens, frame.estimated));
+      case FRAME.extended: {
+        const d = parsePayload(ExtendedDeltaSchema, frame.payload);
+        if (!d) return this.badFrame();
+        if (this.firstByteAt === null) this.firstByteAt = Date.now();
+        if (this.streaming) {
+          this.startStream();
+          this.sse?.write(this.encoder.delta(d));
+        } else {
+          if (d.content) this.content.push(d.content);
+          if (d.reasoning) this.reasoning.push(d.reasoning);
+          if (d.tool_calls) mergeToolCalls(this.toolCalls, d.tool_calls);
+        }
         return;
-      case 'error':
+      }
+      case FRAME.done: {
+        const d = parsePayload(DoneSchema, frame.payload);
+        if (!d) return this.badFrame();
         this.upstreamDone = true;
         this.deps.router.unregister(this.s.requestId);
+        this.account(costMicros(d.usage.prompt_tokens, d.usage.completion_tokens, this.prices));
+        this.complete(d.finish_reason, this.usageOut(d.usage.prompt_tokens, d.usage.completion_tokens, d.estimated));
+        return;
+      }
+      case FRAME.error: {
+        const e = parsePayload(FrameErrorSchema, frame.payload);
+        if (!e) return this.badFrame();
+        this.upstreamDone = true;
+        this.deps.router.unregister(this.s.requestId);
+        this.account(e.usage ? costMicros(e.usage.prompt_tokens, e.usage.completion_tokens, this.prices) : null);
         this.fail(
-          new CatracaError(frame.status, errorTypeFor(frame.status), frame.code, frame.message, null,
-            frame.retry_after !== undefined ? { 'retry-after': String(Math.ceil(frame.retry_after)) } : {}),
+          new CatracaError(e.status, errorTypeFor(e.status), e.code, e.message, null,
+            e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {}),
         );
         return;
+      }
     }
+  }
+
+  /** A terminal frame after the response ended: only its cost matters now. */
+  private accountFrame(frame: RawFrame): void {
+    this.upstreamDone = true;
+    this.deps.router.unregister(this.s.requestId);
+    const usage = frame.type === FRAME.done ? parsePayload(DoneSchema, frame.payload)?.usage : parsePayload(FrameErrorSchema, frame.payload)?.usage;
+    this.account(usage ? costMicros(usage.prompt_tokens, usage.completion_tokens, this.prices) : null);
+  }
+
+  /** Tells admission how the request ended: what it will be debited, or null when unknown. */
+  private account(cost: bigint | null): void {
+    if (this.accounted || !this.hold) return;
+    this.accounted = true;
+    this.deps.admission.finish(this.s.requestId, cost);
+  }
+
+  private badFrame(): void {
+    this.deps.router.failRoute(this.s.requestId, errors.upstream(502, 'invalid_frame', 'The worker sent a malformed frame.'));
   }
 
   private usageOut(prompt: number, completion: number, estimated: boolean): UsageOut {
@@ -315,8 +362,9 @@ export class ChatCompletion {
 
   private fail(err: unknown): void {
     if (this.finished) return;
-    if (!(err instanceof CatracaError)) log.error('request failed', { request_id: this.s.requestId, err: err as Error });
-    const e = err instanceof CatracaError ? err : errors.internal();
+    const e = publicError(err);
+    if (e.status === 500) log.error('request failed', { request_id: this.s.requestId, err: err as Error });
+    else if (!(err instanceof CatracaError)) log.warn('request refused: database', { request_id: this.s.requestId, code: e.code, err: err as Error });
     if (this.started) {
       this.deps.metrics?.midStreamError();
       this.sse?.end(this.encoder.error(e.code, e.message, e.status) + ChunkEncoder.done);
@@ -330,27 +378,19 @@ export class ChatCompletion {
   private finish(status: number): void {
     if (this.finished) return;
     this.finished = true;
-    this.deps.router.unregister(this.s.requestId);
+    // A worker that took the job still owes its terminal frame (the request's cost, for the lease
+    // accounting): the route stays until it arrives or the idle timeout gives up on it.
+    if (!this.workerId || this.upstreamDone) this.deps.router.unregister(this.s.requestId);
     this.deps.onFinish?.(status, this.firstByteAt === null ? null : this.firstByteAt - this.startedAt, this.startedAt);
   }
 
   /** Tells the worker to stop generating (it still publishes usage for what it generated). */
   private cancelUpstream(): void {
-    this.deps.router.unregister(this.s.requestId);
     if (this.workerId && !this.upstreamDone && !this.cancelSent) {
       this.cancelSent = true;
       this.deps.nc.publish(subjects.cancel(this.workerId, this.s.requestId));
     }
   }
-}
-
-/** The delta object of a frame that carries more than text (OpenRouter's `reasoning`, OpenAI's `tool_calls`). */
-function extendedDelta(frame: Extract<Frame, { t: 'delta' }>): Record<string, unknown> {
-  const d: Record<string, unknown> = {};
-  if (frame.content) d.content = frame.content;
-  if (frame.reasoning) d.reasoning = frame.reasoning;
-  if (frame.tool_calls) d.tool_calls = frame.tool_calls;
-  return d;
 }
 
 function errorTypeFor(status: number) {

@@ -14,11 +14,19 @@ export interface UsageOut {
 export class ChunkEncoder {
   private head: string;
   private contentPrefix: string;
+  private contentPrefixBytes?: Buffer;
   private static contentSuffix = '},"logprobs":null,"finish_reason":null}]}\n\n';
+  private static contentSuffixBytes = Buffer.from(ChunkEncoder.contentSuffix);
 
   constructor(readonly id: string, readonly model: string, readonly created: number) {
     this.head = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"system_fingerprint":null,`;
     this.contentPrefix = `${this.head}"choices":[{"index":0,"delta":{"content":`;
+  }
+
+  /** A content chunk around `literal`, the JSON string literal of the text (a worker frame's bytes, copied as they are). */
+  contentBytes(literal: Uint8Array): Buffer {
+    this.contentPrefixBytes ??= Buffer.from(this.contentPrefix);
+    return Buffer.concat([this.contentPrefixBytes, literal, ChunkEncoder.contentSuffixBytes]);
   }
 
   role(): string {

@@ -6,7 +6,7 @@ import type { HttpResponse } from '../uws.ts';
  * `onWritable`. A client that lets more than `limit` bytes pile up is cut off (`onOverflow`).
  */
 export class SseWriter {
-  private queue: string[] = [];
+  private queue: Array<string | Uint8Array> = [];
   private queuedBytes = 0;
   private blocked = false;
   private endPending = false;
@@ -29,7 +29,7 @@ export class SseWriter {
     this.queue = [];
   }
 
-  write(chunk: string): void {
+  write(chunk: string | Uint8Array): void {
     if (this.closed || this.endPending) return;
     if (this.blocked) {
       this.queue.push(chunk);
