@@ -152,7 +152,7 @@ describe('registerMonitoring over NATS', () => {
   const ours = (md?: Record<string, string>) => md?.instance === idA || md?.instance === sanitizeInstanceId(idB);
 
   it('answers $SRV.PING.catraca-gateway for both instances', async () => {
-    const svc = client.services.client({ strategy: RequestStrategy.JitterTimer, maxWait: 2000 });
+    const svc = client.services.client({ strategy: RequestStrategy.Timer, maxWait: 2000 });
     const pings = (await collect(await svc.ping('catraca-gateway'))).filter((p) => ours(p.metadata));
     expect(pings.map((p) => p.metadata!.instance).sort()).toEqual([idA, `gw-b_${run}`].sort());
     for (const p of pings) {
@@ -163,7 +163,7 @@ describe('registerMonitoring over NATS', () => {
   });
 
   it('carries the metrics snapshot in $SRV.STATS endpoint data', async () => {
-    const svc = client.services.client({ strategy: RequestStrategy.JitterTimer, maxWait: 2000 });
+    const svc = client.services.client({ strategy: RequestStrategy.Timer, maxWait: 2000 });
     const stats = (await collect(await svc.stats('catraca-gateway'))).filter((s: ServiceStats) => ours(s.metadata));
     expect(stats.length).toBe(2);
     const a = stats.find((s) => s.metadata!.instance === idA)!;

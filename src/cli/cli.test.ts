@@ -312,7 +312,7 @@ describe.concurrent('amounts refuse thousands separators', () => {
     expect((await cli(['credits', 'grant', '--tenant', tenant, '--amount', '1,5', '--json'])).json).toEqual({ tenant, balance: '1.50' });
     expect((await cli(['credits', 'grant', '--tenant', tenant, '--amount', '1000.0001', '--json'])).json).toEqual({ tenant, balance: '1001.5001' });
     expect((await cli(['credits', 'grant', '--tenant', tenant, '--amount', '0.125', '--json'])).json).toEqual({ tenant, balance: '1001.6251' });
-  });
+  }, 90000);
 
   test('--limit and prices follow the same rule', async () => {
     const tenant = await newTenant();

@@ -1,0 +1,55 @@
+import type { Logger } from '../log.ts';
+
+export interface ShutdownOptions {
+  /** Exit 1 if the steps have not finished after this long (a drain that hangs must not keep the pod). */
+  forceAfterMs: number;
+  /** Fields for the "shutting down" line (e.g. in-flight counts). */
+  describe?: () => Record<string, unknown>;
+  /** Fields for the "stopped" line. */
+  summary?: () => Record<string, unknown>;
+  exit?: (code: number) => void;
+}
+
+/**
+ * The one SIGTERM/SIGINT path of every long-running process: the first signal runs `steps`
+ * (drain in-flight work, then close NATS and PostgreSQL) and exits 0; a failure exits 1; a
+ * second signal, or steps still running after `forceAfterMs`, exits 1 at once.
+ */
+export function onShutdown(log: Logger, steps: () => Promise<void>, options: ShutdownOptions): { trigger(signal: string): Promise<void> } {
+  const exit = options.exit ?? ((code: number) => process.exit(code));
+  let running: Promise<void> | null = null;
+  const trigger = (signal: string): Promise<void> => {
+    if (running) {
+      log.warn('second signal: exiting now', { signal });
+      exit(1);
+      return running;
+    }
+    log.info('shutting down', { signal, ...options.describe?.() });
+    const force = setTimeout(() => {
+      log.error('shutdown did not finish in time: exiting', { after_ms: options.forceAfterMs });
+      exit(1);
+    }, options.forceAfterMs);
+    force.unref();
+    running = steps().then(
+      () => {
+        clearTimeout(force);
+        log.info('stopped', options.summary?.() ?? {});
+        exit(0);
+      },
+      (err: unknown) => {
+        clearTimeout(force);
+        log.error('shutdown failed', { err: err as Error });
+        exit(1);
+      },
+    );
+    return running;
+  };
+  process.on('SIGTERM', () => void trigger('SIGTERM'));
+  process.on('SIGINT', () => void trigger('SIGINT'));
+  return { trigger };
+}
+
+/** Closing steps that may fail without stopping the rest (a NATS drain on a dead connection). */
+export async function quietly(p: Promise<unknown> | undefined): Promise<void> {
+  await p?.catch(() => {});
+}
