@@ -1,5 +1,5 @@
 import { accessSync, constants } from 'node:fs';
-import { loadConfig, PortalEnvSchema, unsetEmpty } from '../config.ts';
+import { loadConfig, type PortalEnvSchema } from '../config.ts';
 import type { z } from 'zod';
 
 // Portal and Pix settings (environment). Documented in src/portal/README.md and .env.example.
@@ -30,10 +30,8 @@ export function isLoopbackHost(host: string): boolean {
 }
 
 /** Where the portal listens when PORTAL_HOST is not set: loopback in development, all interfaces otherwise. */
-export function defaultPortalHost(env: Record<string, string | undefined>): string {
-  const p = PortalEnvSchema.safeParse(unsetEmpty(env));
-  const dev = p.success && (p.data.CATRACA_DEV || p.data.PIX_PROVIDER === 'simulator');
-  return dev ? '127.0.0.1' : '0.0.0.0';
+export function defaultPortalHost(env: Pick<PortalEnv, 'CATRACA_DEV' | 'PIX_PROVIDER'>): string {
+  return env.CATRACA_DEV || env.PIX_PROVIDER === 'simulator' ? '127.0.0.1' : '0.0.0.0';
 }
 
 export interface BcbSettings {

@@ -3,7 +3,7 @@ import { connectBus } from '../bus/connect.ts';
 import { createPool } from '../db/pool.ts';
 import { createLogger, logCrashes } from '../log.ts';
 import { startPortal } from './server.ts';
-import { defaultPortalHost, loadPortalEnv, resolvePortalSetup } from './config.ts';
+import { defaultPortalHost, resolvePortalSetup } from './config.ts';
 import { createMetrics, registerMonitoring } from '../bus/monitoring.ts';
 import { VERSION } from '../version.ts';
 
@@ -12,10 +12,10 @@ const log = createLogger('portal');
 logCrashes(log);
 const config = loadConfig();
 // PORTAL_HOST unset: 127.0.0.1 in development (CATRACA_DEV=1 or PIX_PROVIDER=simulator), else 0.0.0.0.
-const host = config.PORTAL_HOST ?? defaultPortalHost(process.env);
+const host = config.PORTAL_HOST ?? defaultPortalHost(config);
 // Refuse a production-unsafe or incomplete Pix setup before connecting to anything.
 try {
-  resolvePortalSetup(loadPortalEnv(process.env), { host });
+  resolvePortalSetup(config, { host });
 } catch (err) {
   log.error('portal configuration refused', { error: (err as Error).message });
   process.stderr.write(`catraca portal: ${(err as Error).message}\n`);
@@ -23,7 +23,7 @@ try {
 }
 const db = createPool(config.DATABASE_URL);
 const nc = await connectBus(config.NATS_URL, `portal-${process.pid}`);
-const portal = await startPortal({ db, nc, host, port: config.PORTAL_PORT });
+const portal = await startPortal({ db, nc, host, port: config.PORTAL_PORT, config });
 log.info('portal ready', { url: portal.url });
 // Presence and process figures in `catraca status` / $SRV.STATS (the portal is not on the hot path).
 const metrics = createMetrics();

@@ -62,6 +62,8 @@ export interface StartPortalOptions {
   chargeExpiryS?: number;
   /** PUT /webhook/{chave} at start (default true). */
   registerWebhook?: boolean;
+  /** The process's parsed settings (src/config.ts), from main.ts; tests may give a raw `env` instead. */
+  config?: PortalEnv;
   env?: Record<string, string | undefined>;
 }
 
@@ -141,7 +143,7 @@ const one = (f: Form, k: string) => {
 };
 
 export async function startPortal(options: StartPortalOptions): Promise<Portal> {
-  const env: PortalEnv = loadPortalEnv(options.env ?? process.env);
+  const env: PortalEnv = options.config ?? loadPortalEnv(options.env ?? process.env);
   const db = options.db;
   const gatewayUrl = options.gatewayUrl ?? env.GATEWAY_PUBLIC_URL;
   const trustProxy = options.trustProxy ?? env.PORTAL_TRUST_PROXY;

@@ -82,10 +82,10 @@ describe('resolvePortalSetup: nothing defaults to the simulator', () => {
   });
 
   it('PORTAL_HOST unset: 127.0.0.1 in development, 0.0.0.0 otherwise', () => {
-    expect(defaultPortalHost({})).toBe('0.0.0.0');
-    expect(defaultPortalHost({ PIX_PROVIDER: 'bcb' })).toBe('0.0.0.0');
-    expect(defaultPortalHost({ CATRACA_DEV: '1' })).toBe('127.0.0.1');
-    expect(defaultPortalHost({ PIX_PROVIDER: 'simulator' })).toBe('127.0.0.1');
+    expect(defaultPortalHost(loadPortalEnv({}))).toBe('0.0.0.0');
+    expect(defaultPortalHost(loadPortalEnv({ PIX_PROVIDER: 'bcb' }))).toBe('0.0.0.0');
+    expect(defaultPortalHost(loadPortalEnv({ CATRACA_DEV: '1' }))).toBe('127.0.0.1');
+    expect(defaultPortalHost(loadPortalEnv({ PIX_PROVIDER: 'simulator' }))).toBe('127.0.0.1');
     expect(['127.0.0.1', '127.1.2.3', '::1', '[::1]', 'localhost', '::ffff:127.0.0.1'].every(isLoopbackHost)).toBe(true);
     expect(['0.0.0.0', '::', '10.0.0.1', '128.0.0.1', 'localhost.evil.com'].some(isLoopbackHost)).toBe(false);
   });
