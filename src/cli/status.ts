@@ -33,6 +33,8 @@ export interface InstanceRow {
 }
 
 const CATRACA = /^catraca-/;
+/** seconds (the histograms' unit) → ms to the µs */
+const ms = (seconds: number) => Math.round(seconds * 1e6) / 1000;
 
 /** Sum of every series of a metric (`name` and `name{…}`). */
 function sumSeries(rec: Record<string, number> | undefined, name: string): number | null {
@@ -64,8 +66,8 @@ export function toRow(s: ServiceStats, now = Date.now()): InstanceRow {
     jobs_total: sumSeries(d?.counters, HEADLINE.jobs),
     jobs_per_s: sumSeries(d?.rates, HEADLINE.jobs),
     errors_total: sumSeries(d?.counters, HEADLINE.errors),
-    latency_p50_ms: lat ? lat.p50 : null,
-    latency_p99_ms: lat ? lat.p99 : null,
+    latency_p50_ms: lat ? ms(lat.p50) : null,
+    latency_p99_ms: lat ? ms(lat.p99) : null,
     rss_mib: d?.process ? Math.round((d.process.rss_bytes / 2 ** 20) * 10) / 10 : null,
     event_loop_p99_ms: d?.process ? d.process.event_loop_p99_ms : null,
     counters: d?.counters ?? {},
