@@ -37,6 +37,8 @@ export interface WorkerOptions {
   log?: Logger;
   /** Called when a job ends: ms from acceptance to its last frame, and its outcome (monitoring). */
   onJobEnd?: (ms: number, outcome: UsageMessage['outcome']) => void;
+  /** Called at a job's first token: ms from acceptance (monitoring). */
+  onFirstToken?: (ms: number) => void;
 }
 
 export interface LatencySummary {
@@ -155,6 +157,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   let draining = false;
 
   const recordFirstToken = (ms: number) => {
+    options.onFirstToken?.(ms);
     ring[ringN++ % RING] = ms;
     ftCount++;
     ftSum += ms;

@@ -16,8 +16,8 @@ import { createGatewayMetrics } from './metrics.ts';
 import { AdmissionBatcher } from '../billing/admission-batcher.ts';
 import { Admission } from '../billing/admission.ts';
 import { Dispatcher } from './dispatcher.ts';
-import { registerMonitoring, renderPrometheus } from '../bus/monitoring.ts';
-import { startMetricsServer } from '../metrics/http.ts';
+import { registerMonitoring } from '../bus/monitoring.ts';
+import { serveMetrics } from '../metrics/http.ts';
 
 const log = createLogger('gateway');
 import { VERSION } from '../version.ts';
@@ -189,8 +189,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     app.listen(host, wantedPort, (token) => (token ? resolve(token) : reject(new Error(`cannot listen on ${host}:${wantedPort}`))));
   });
   const port = localPort(listenSocket);
-  const metricsServer =
-    config.METRICS_PORT === undefined ? undefined : await startMetricsServer(config.METRICS_HOST, config.METRICS_PORT, () => renderPrometheus(gm.metrics, { instance: doorId }));
+  const metricsServer = await serveMetrics(config, gm.metrics, { instance: doorId });
   log.info('front door listening', { door: doorId, host, port, metrics_port: metricsServer?.port ?? null });
 
   return {

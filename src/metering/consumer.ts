@@ -7,7 +7,8 @@ import { ensureUsageStream } from '../bus/connect.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
 import { createLogger } from '../log.ts';
 import { VERSION } from '../version.ts';
-import { createMetrics, HEADLINE, registerMonitoring, type Metrics } from '../bus/monitoring.ts';
+import { HEADLINE, registerMonitoring, sanitizeInstanceId } from '../bus/monitoring.ts';
+import { createMetrics, type Metrics } from '../metrics/registry.ts';
 
 const log = createLogger('metering');
 
@@ -39,12 +40,26 @@ export interface MeteringStats {
   lastLagMs: number;
   maxLagMs: number;
   openHolds: number;
+  openLeases: number;
 }
 
 export interface Metering {
+  /** the instance id it registered for monitoring */
+  instanceId: string;
   stats(): MeteringStats;
   metrics: Metrics;
   stop(): Promise<void>;
+}
+
+/** Open per-request holds and balance leases: how many, and how much they reserve (micro-BRL). */
+export async function openHolds(db: Pick<Db, 'query'>): Promise<{ holds: { count: number; micros: bigint }; leases: { count: number; micros: bigint } }> {
+  const { rows } = await db.query(
+    `select count(*) filter (where kind = 'request')::int as holds, coalesce(sum(amount_micros) filter (where kind = 'request'), 0)::bigint as held,
+            count(*) filter (where kind = 'lease')::int as leases, coalesce(sum(amount_micros) filter (where kind = 'lease'), 0)::bigint as leased
+       from holds`,
+  );
+  const r = rows[0] as { holds: number; held: bigint | string; leases: number; leased: bigint | string };
+  return { holds: { count: r.holds, micros: BigInt(r.held) }, leases: { count: r.leases, micros: BigInt(r.leased) } };
 }
 
 export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000): Promise<void> {
@@ -86,17 +101,21 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   await ensureMeteringConsumer(nc, opts.ackWaitMs);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
-  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0 };
+  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0, openLeases: 0 };
+  let heldMicros = { holds: 0, leases: 0 };
   const metrics = createMetrics();
   metrics.gauge(HEADLINE.inflight, 'Usage messages being settled', {}, () => buffer.length + flushing);
-  metrics.gauge('catraca_open_holds', 'Holds not yet settled or swept', {}, () => stats.openHolds);
+  metrics.gauge('catraca_open_holds', 'Per-request holds not yet settled or swept', {}, () => stats.openHolds);
+  metrics.gauge('catraca_open_leases', 'Balance leases not yet closed or swept', {}, () => stats.openLeases);
+  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'request' }, () => heldMicros.holds);
+  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'lease' }, () => heldMicros.leases);
   const mx = {
     jobs: metrics.counter(HEADLINE.jobs, 'Usage messages settled (acked)'),
     errors: metrics.counter(HEADLINE.errors, 'Settle failures (nak/term)'),
-    lag: metrics.histogram(HEADLINE.latency, 'Metering lag: usage ended_at to ledger commit, ms'),
-    lagNamed: metrics.histogram('catraca_metering_lag_ms', 'Usage ended_at to ledger row committed, ms'),
-    settled: metrics.counter('catraca_settled_total', 'Settlements by status', { status: 'settled' }),
-    duplicates: metrics.counter('catraca_settled_total', 'Settlements by status', { status: 'duplicate' }),
+    lag: metrics.histogram(HEADLINE.latency, 'Metering lag: usage ended_at to ledger commit, seconds'),
+    lagNamed: metrics.histogram('catraca_metering_lag_seconds', 'Usage ended_at to ledger row committed, seconds'),
+    settled: metrics.counter('catraca_usage_settled_total', 'Usage messages settled, by status: settled (debited once) or duplicate (already settled, a no-op)', { status: 'settled' }),
+    duplicates: metrics.counter('catraca_usage_settled_total', 'Usage messages settled, by status: settled (debited once) or duplicate (already settled, a no-op)', { status: 'duplicate' }),
     swept: metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper'),
   };
   let stopping = false;
@@ -137,8 +156,8 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
       stats.settled++;
       mx.settled.inc();
       stats.lastLagMs = Date.now() - usage.ended_at;
-      mx.lag.observe(stats.lastLagMs);
-      mx.lagNamed.observe(stats.lastLagMs);
+      mx.lag.observe(stats.lastLagMs / 1000);
+      mx.lagNamed.observe(stats.lastLagMs / 1000);
       if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
       if (result.debited < settlement.costMicros) log.warn('shortfall: cost exceeded available balance', { request_id: usage.request_id, cost: settlement.costMicros.toString(), debited: result.debited.toString() });
     } else {
@@ -240,8 +259,10 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const sweep = async () => {
     try {
       const n = await sweepExpiredHolds(db);
-      const { rows } = await db.query('select count(*)::int as n from holds');
-      stats.openHolds = rows[0].n;
+      const open = await openHolds(db);
+      stats.openHolds = open.holds.count;
+      stats.openLeases = open.leases.count;
+      heldMicros = { holds: Number(open.holds.micros), leases: Number(open.leases.micros) };
       if (n > 0) {
         stats.swept += n;
         mx.swept.inc(n);
@@ -254,9 +275,11 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const sweeper = setInterval(sweep, opts.sweepIntervalMs ?? 10000);
   sweeper.unref();
   void sweep();
-  const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: VERSION, instanceId: opts.instanceId ?? `metering-${process.pid}`, metrics });
+  const instanceId = sanitizeInstanceId(opts.instanceId ?? `metering-${process.pid}`);
+  const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: VERSION, instanceId, metrics });
 
   return {
+    instanceId,
     stats: () => ({ ...stats }),
     metrics,
     async stop() {
