@@ -3,7 +3,7 @@ import type { Db } from '../db/pool.ts';
 import { settle, settleBatch, sweepExpiredHolds, type Settlement, type SettleResult } from '../billing/ledger.ts';
 import { costMicros } from '../billing/money.ts';
 import { decodeJson, UsageMessageSchema, type UsageMessage } from '../bus/messages.ts';
-import { ensureUsageStream } from '../bus/connect.ts';
+import { ensureUsageStream, watchUsageBacklog, type UsageStreamSettings } from '../bus/usage-stream.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
 import { createLogger } from '../log.ts';
 import { VERSION } from '../version.ts';
@@ -27,6 +27,11 @@ export interface MeteringOptions {
   sweepIntervalMs?: number;
   ackWaitMs?: number;
   instanceId?: string;
+  /** USAGE stream settings (default: from the environment) */
+  stream?: UsageStreamSettings;
+  /** USAGE_BACKLOG_ALARM (0: no alarm) and how often the backlog is checked */
+  backlogAlarm?: number;
+  backlogIntervalMs?: number;
 }
 
 export interface MeteringStats {
@@ -62,8 +67,8 @@ export async function openHolds(db: Pick<Db, 'query'>): Promise<{ holds: { count
   return { holds: { count: r.holds, micros: BigInt(r.held) }, leases: { count: r.leases, micros: BigInt(r.leased) } };
 }
 
-export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000): Promise<void> {
-  await ensureUsageStream(nc);
+export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000, stream: UsageStreamSettings = {}): Promise<void> {
+  await ensureUsageStream(nc, stream);
   const jsm = await nc.jetstreamManager();
   const config = {
     durable_name: METERING_DURABLE,
@@ -98,7 +103,7 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const concurrency = opts.concurrency ?? 2;
   const batchSize = opts.batch ?? 128;
   const lingerMs = opts.lingerMs ?? 20;
-  await ensureMeteringConsumer(nc, opts.ackWaitMs);
+  await ensureMeteringConsumer(nc, opts.ackWaitMs, opts.stream);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
   const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0, openLeases: 0 };
@@ -118,6 +123,10 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
     duplicates: metrics.counter('catraca_usage_settled_total', 'Usage messages settled, by status: settled (debited once) or duplicate (already settled, a no-op)', { status: 'duplicate' }),
     swept: metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper'),
   };
+  // The backlog before the first pull: what waited while metering was away (alarm logged at once).
+  const backlog = watchUsageBacklog(nc, { threshold: opts.backlogAlarm ?? 10000, intervalMs: opts.backlogIntervalMs ?? 5000, metrics, log });
+  const atStart = await backlog.check();
+  if (atStart && atStart.messages > 0) log.info('usage waiting to be settled', { backlog: atStart.messages });
   let stopping = false;
   let messages: ConsumerMessages | undefined;
   const running = new Set<Promise<void>>();
@@ -290,6 +299,7 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
         start();
       }
       clearInterval(sweeper);
+      backlog.stop();
       await monitoring.stop().catch(() => {});
       await messages?.close().catch(() => {});
       // settle what was already pulled rather than leave it to redelivery
