@@ -56,6 +56,8 @@ export interface WorkerStats {
   draining: boolean;
   concurrency: number;
   inFlight: number;
+  /** in-flight jobs per pool (the concurrency limit is shared by the worker's pools) */
+  inFlightByPool: Record<string, number>;
   accepted: number;
   completed: number;
   failed: number;
@@ -81,6 +83,7 @@ type AbortWhy = 'cancel' | 'deadline' | 'drain';
 /** One accepted job while it runs: the sweeper sends its keepalives and enforces its deadline. */
 interface Running {
   ac: AbortController;
+  pool: string;
   why?: AbortWhy;
   deadline: number;
   lastSent: number;
@@ -387,7 +390,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     counters.accepted++;
     // Ack first: frames published after it on the same connection arrive after it.
     respond(msg, { ok: true, worker: id });
-    const entry: Running = { ac: new AbortController(), deadline: job.deadline, lastSent: acceptedAt };
+    const entry: Running = { ac: new AbortController(), pool, deadline: job.deadline, lastSent: acceptedAt };
     inflight.set(job.request_id, entry);
     entry.done = run(job, model, pool, acceptedAt, entry)
       .catch((e) => log.error('job crashed', { request_id: job.request_id, err: e as Error }))
@@ -463,12 +466,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const n = Math.min(ringN, RING);
     const sorted = Array.from(ring.subarray(0, n)).sort((a, b) => a - b);
     const q = (p: number) => (n === 0 ? 0 : sorted[Math.min(n - 1, Math.floor(p * n))]);
+    const byPool: Record<string, number> = Object.fromEntries(pools.map((p) => [p, 0]));
+    for (const e of inflight.values()) byPool[e.pool] = (byPool[e.pool] ?? 0) + 1;
     return {
       id,
       pools,
       draining,
       concurrency,
       inFlight: inflight.size,
+      inFlightByPool: byPool,
       ...counters,
       usagePending: pendingUsage.size,
       firstTokenMs: { count: ftCount, avg: ftCount ? ftSum / ftCount : 0, p50: q(0.5), p95: q(0.95), p99: q(0.99), max: ftMax },

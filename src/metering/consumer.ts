@@ -1,6 +1,6 @@
 import { AckPolicy, DeliverPolicy, type JsMsg, type NatsConnection, type ConsumerMessages } from 'nats';
 import type { Db } from '../db/pool.ts';
-import { settle, settleBatch, sweepExpiredHolds, type Settlement, type SettleResult } from '../billing/ledger.ts';
+import { openHolds, settle, settleBatch, sweepExpiredHolds, type Settlement, type SettleResult } from '../billing/ledger.ts';
 import { costMicros } from '../billing/money.ts';
 import { decodeJson, UsageMessageSchema, type UsageMessage } from '../bus/messages.ts';
 import { ensureUsageStream, watchUsageBacklog, type UsageStreamSettings } from '../bus/usage-stream.ts';
@@ -54,17 +54,6 @@ export interface Metering {
   stats(): MeteringStats;
   metrics: Metrics;
   stop(): Promise<void>;
-}
-
-/** Open per-request holds and balance leases: how many, and how much they reserve (micro-BRL). */
-export async function openHolds(db: Pick<Db, 'query'>): Promise<{ holds: { count: number; micros: bigint }; leases: { count: number; micros: bigint } }> {
-  const { rows } = await db.query(
-    `select count(*) filter (where kind = 'request')::int as holds, coalesce(sum(amount_micros) filter (where kind = 'request'), 0)::bigint as held,
-            count(*) filter (where kind = 'lease')::int as leases, coalesce(sum(amount_micros) filter (where kind = 'lease'), 0)::bigint as leased
-       from holds`,
-  );
-  const r = rows[0] as { holds: number; held: bigint | string; leases: number; leased: bigint | string };
-  return { holds: { count: r.holds, micros: BigInt(r.held) }, leases: { count: r.leases, micros: BigInt(r.leased) } };
 }
 
 export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000, stream: UsageStreamSettings = {}): Promise<void> {
