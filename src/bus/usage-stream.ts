@@ -182,7 +182,8 @@ export interface UsageBacklog {
 
 /** The USAGE backlog now (stream and metering consumer info). Throws when the stream does not exist. */
 export async function usageBacklog(nc: NatsConnection): Promise<UsageBacklog> {
-  const jsm = await nc.jetstreamManager();
+  // no $JS.API.INFO probe: the cli NATS role may read only USAGE's stream and consumer info
+  const jsm = await nc.jetstreamManager({ checkAPI: false });
   const stream = await jsm.streams.info(USAGE_STREAM);
   let pending: number | null = null;
   let ackPending: number | null = null;
