@@ -18,6 +18,7 @@ import { Admission } from '../billing/admission.ts';
 import { Dispatcher } from './dispatcher.ts';
 import { registerMonitoring } from '../bus/monitoring.ts';
 import { serveMetrics } from '../metrics/http.ts';
+import { tracerFromEnv, type Tracer } from '../tracing/tracer.ts';
 
 const log = createLogger('gateway');
 import { VERSION } from '../version.ts';
@@ -30,6 +31,8 @@ export interface GatewayOptions {
   port?: number;
   doorId?: string;
   portalUrl?: string;
+  /** Spans of requests; default from OTEL_* (no export when unset). */
+  tracer?: Tracer;
 }
 
 export interface Gateway {
@@ -94,8 +97,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   dispatcher.start();
   const poolGauges = setInterval(() => gm.trackPools(), 1000);
   poolGauges.unref();
+  const tracer = opts.tracer ?? tracerFromEnv('catraca-gateway');
   const chatDeps = {
-    config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl,
+    config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl, tracer,
     admission,
     dispatcher,
     metrics: gm,
@@ -132,7 +136,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const s = begin(res, req);
       const authorization = req.getHeader('authorization');
       const contentLength = Number(req.getHeader('content-length') || 0);
-      const chat = new ChatCompletion(chatDeps, s, authorization);
+      const chat = new ChatCompletion(chatDeps, s, authorization, req.getHeader('traceparent') || undefined);
       res.onAborted(() => chat.aborted());
       if (refuseIfDraining(s)) return;
       try {
@@ -210,6 +214,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       router.stop();
       await admission.close();
       await metricsServer?.close();
+      if (!opts.tracer) await tracer.shutdown();
       await monitoring.stop().catch(() => {});
       keys.close();
       catalog.stop();

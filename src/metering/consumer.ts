@@ -9,6 +9,7 @@ import { createLogger } from '../log.ts';
 import { VERSION } from '../version.ts';
 import { HEADLINE, registerMonitoring, sanitizeInstanceId } from '../bus/monitoring.ts';
 import { createMetrics, type Metrics } from '../metrics/registry.ts';
+import { tracerFromEnv, type Span, type Tracer } from '../tracing/tracer.ts';
 
 const log = createLogger('metering');
 
@@ -32,6 +33,8 @@ export interface MeteringOptions {
   /** USAGE_BACKLOG_ALARM (0: no alarm) and how often the backlog is checked */
   backlogAlarm?: number;
   backlogIntervalMs?: number;
+  /** One span per settled usage message (`settle`), child of the worker's; default from OTEL_* (no export when unset). */
+  tracer?: Tracer;
 }
 
 export interface MeteringStats {
@@ -92,6 +95,7 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const concurrency = opts.concurrency ?? 2;
   const batchSize = opts.batch ?? 128;
   const lingerMs = opts.lingerMs ?? 20;
+  const tracer = opts.tracer ?? tracerFromEnv('catraca-metering');
   await ensureMeteringConsumer(nc, opts.ackWaitMs, opts.stream);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
@@ -121,7 +125,8 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const running = new Set<Promise<void>>();
 
   /** Parses a message; an unreadable one is terminated (it can never settle). */
-  const parse = (msg: JsMsg): { msg: JsMsg; usage: UsageMessage; settlement: Settlement } | null => {
+  type Item = { msg: JsMsg; usage: UsageMessage; settlement: Settlement; span?: Span };
+  const parse = (msg: JsMsg): Item | null => {
     try {
       const usage = UsageMessageSchema.parse(decodeJson(msg.data));
       const costMicros_ = costMicros(usage.prompt_tokens, usage.completion_tokens, { input: BigInt(usage.input_price), output: BigInt(usage.output_price) });
@@ -145,8 +150,11 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   };
 
   /** Acks (after the commit) or terminates one message according to its settlement result. */
-  const conclude = async (item: { msg: JsMsg; usage: UsageMessage; settlement: Settlement }, result: SettleResult): Promise<void> => {
+  const conclude = async (item: Item, result: SettleResult): Promise<void> => {
     const { msg, usage, settlement } = item;
+    item.span?.setAttributes({ 'catraca.settle_status': result.status, 'catraca.debited_micros': Number(result.debited ?? 0), 'catraca.redelivered': msg.redelivered });
+    if (result.status === 'unknown_tenant') item.span?.setStatus('error', 'unknown tenant');
+    item.span?.end();
     if (result.status === 'duplicate') {
       stats.duplicates++;
       mx.duplicates.inc();
@@ -178,6 +186,14 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const settleMessages = async (msgs: JsMsg[]): Promise<void> => {
     const items = msgs.map(parse).filter((x) => x !== null);
     if (items.length === 0) return;
+    // one span per usage message (the request), child of the worker's job span
+    for (const item of items) {
+      item.span = tracer.startSpan('settle', {
+        parent: item.msg.headers?.get('traceparent'),
+        kind: 'consumer',
+        attributes: { 'catraca.request_id': item.usage.request_id, 'catraca.tenant_id': item.usage.tenant_id, 'catraca.batch_size': items.length },
+      });
+    }
     try {
       const results = items.length === 1 ? [await settle(db, items[0].settlement)] : await settleBatch(db, items.map((i) => i.settlement));
       await Promise.all(items.map((item, i) => conclude(item, results[i])));
@@ -187,6 +203,7 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
         stats.failures++;
         mx.errors.inc();
         log.warn('settlement failed; will be redelivered', { request_id: items[0].usage.request_id, err: err as Error });
+        items[0].span?.setStatus('error', 'settlement failed; redelivered').end();
         items[0].msg.nak(1000);
         return;
       }
@@ -294,6 +311,7 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
       // settle what was already pulled rather than leave it to redelivery
       while (running.size > 0) await Promise.allSettled([...running]);
       await Promise.race([looping, new Promise((r) => setTimeout(r, 2000))]);
+      if (!opts.tracer) await tracer.shutdown();
     },
   };
 }
