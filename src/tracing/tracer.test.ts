@@ -16,6 +16,7 @@ describe('Tracer', () => {
     child.setAttributes({ n: 3, ok: true, none: undefined }).addLink(`00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`).addLink('garbage').setStatus('error', 'boom');
     child.end();
     child.end(); // once
+    child.setAttribute('late', 1).addLink(`00-${'c'.repeat(32)}-${'d'.repeat(16)}-01`).setStatus('ok'); // ignored once ended
     const root = t.startSpan('chat.completions', { parent: 'not-a-traceparent' });
     expect(root.parentSpanId).toBeNull();
     expect(root.traceId).not.toBe(child.traceId);
@@ -28,6 +29,8 @@ describe('Tracer', () => {
       kind: 'consumer', attributes: { pool: 'sim', n: 3, ok: true }, links: [{ traceId: 'a'.repeat(32), spanId: 'b'.repeat(16) }], status: { code: 'error', message: 'boom' },
     });
     expect(mem.spans[0]!.endTime).toBeGreaterThanOrEqual(mem.spans[0]!.startTime);
+    expect(mem.spans[0]!.attributes).toEqual({ pool: 'sim', n: 3, ok: true });
+    expect(mem.spans[0]!.links).toHaveLength(1);
   });
 
   it('an unsampled parent is propagated but not exported; without an exporter nothing is recorded', () => {

@@ -74,8 +74,9 @@ export class Span {
   traceparent(): string {
     return formatTraceparent(this.context);
   }
+  // an ended span is immutable (the exporter holds what it had): later changes are ignored
   setAttribute(key: string, value: AttributeValue | undefined | null): this {
-    if (value !== undefined && value !== null) this.attributes[key] = value;
+    if (!this.ended && value !== undefined && value !== null) this.attributes[key] = value;
     return this;
   }
   setAttributes(attrs: Record<string, AttributeValue | undefined | null>): this {
@@ -83,13 +84,14 @@ export class Span {
     return this;
   }
   setStatus(code: 'ok' | 'error', message?: string): this {
+    if (this.ended) return this;
     this.status = message === undefined ? { code } : { code, message };
     return this;
   }
   /** Links another span (e.g. the worker's, from the first frame's `traceparent`). Invalid values are ignored. */
   addLink(traceparent: string | SpanContext | null | undefined): this {
     const ctx = typeof traceparent === 'string' ? parseTraceparent(traceparent) : traceparent;
-    if (ctx) this.links.push({ traceId: ctx.traceId, spanId: ctx.spanId });
+    if (ctx && !this.ended) this.links.push({ traceId: ctx.traceId, spanId: ctx.spanId });
     return this;
   }
   get isEnded(): boolean {

@@ -396,7 +396,7 @@ export class ChatCompletion {
     if (!this.workerId || this.upstreamDone) this.deps.router.unregister(this.s.requestId);
     this.deps.onFinish?.(status, this.firstByteAt === null ? null : this.firstByteAt - this.startedAt, this.startedAt);
     if (this.span) {
-      this.span.setAttributes({ 'http.response.status_code': status, 'catraca.worker': this.workerId });
+      this.span.setAttribute('http.response.status_code', status);
       if (status >= 500) this.span.setStatus('error');
       this.span.end();
     }
