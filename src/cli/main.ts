@@ -5,7 +5,6 @@ import { pathToFileURL } from 'node:url';
 import { VERSION } from '../version.ts';
 import { creditsGrant, keyCreate, keyList, keyRevoke, ledgerCheckCommand, modelList, modelSet, tenantCreate, tenantList } from './commands.ts';
 import { CliError, createContext, UsageError, type CliContext } from './context.ts';
-import { runStatus } from './status.ts';
 
 const AMOUNTS = `Amounts (--amount, --limit, prices) are BRL with at most 6 decimals and ONE decimal separator,
 a dot or a comma ("12.34", "12,34", "0.000012"). Thousands separators are refused ("1.000,00",
@@ -148,6 +147,8 @@ async function runStatusCommand(ctx: CliContext, args: string[]): Promise<number
   try {
     databaseUrl = ctx.databaseUrl();
   } catch {}
+  // loaded on demand: the other commands need none of its modules (pg pool, JetStream, stack helpers)
+  const { runStatus } = await import('./status.ts');
   return runStatus({ natsUrl, databaseUrl, json: ctx.json, args: args.filter((a) => a !== '--json') });
 }
 

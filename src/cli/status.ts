@@ -5,7 +5,6 @@ import { natsOptions, redactNatsUrl } from '../bus/connect.ts';
 import { usageBacklog, type UsageBacklog } from '../bus/usage-stream.ts';
 import { openHolds } from '../billing/ledger.ts';
 import { formatBrl } from '../billing/money.ts';
-import { redactUrl } from '../stack/services.ts';
 
 // `catraca status [--json] [--watch] [--service gateway|worker|metering|portal] [--wait-ms MS]`
 // Discovers every catraca instance through `$SRV.STATS` (nats.js micro services, see
@@ -256,6 +255,17 @@ export function formatReport(r: StatusReport): string {
   out.push('');
   out.push(formatTable(r.instances));
   return out.join('\n');
+}
+
+/** postgres://user:secret@host/db → postgres://user:***@host/db */
+function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return url.replace(/:\/\/([^:/@]+):[^@]*@/, '://$1:***@');
+  }
 }
 
 const USAGE = `usage: catraca status [--json] [--watch] [--service gateway|worker|metering|portal] [--wait-ms MS]`;
