@@ -57,6 +57,12 @@ export const ConfigSchema = PortalEnvSchema.extend({
     (v) => (v === '' ? undefined : v),
     z.union([z.literal('auto'), z.coerce.number().int().min(1).max(5)]).default('auto'),
   ),
+  /** Byte limit of the USAGE stream (work-queue retention, discard new): beyond it publishes are refused and retried by the workers, never older usage dropped. */
+  USAGE_MAX_BYTES: z.coerce.number().int().positive().default(1024 ** 3),
+  /** Metering logs at error level and sets catraca_usage_backlog_alarm while more usage messages than this wait to be settled; 0 = no alarm. */
+  USAGE_BACKLOG_ALARM: int(10000),
+  /** How often metering checks the USAGE backlog. */
+  USAGE_BACKLOG_INTERVAL_MS: z.coerce.number().int().positive().default(5000),
   DATABASE_URL: z.string().default('postgres://postgres@127.0.0.1:5432/catraca'),
   GATEWAY_HOST: z.string().default('0.0.0.0'),
   GATEWAY_PORT: int(8080),

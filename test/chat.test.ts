@@ -350,7 +350,7 @@ describe('monitoring', () => {
     const text = await res.text();
     expect(text).toMatch(/^# TYPE catraca_jobs_total counter$/m);
     expect(text).toMatch(/^catraca_http_responses_total\{instance="[^"]+",status="200"\} [1-9]\d*$/m);
-    expect(text).toMatch(/^# TYPE catraca_admit_ms histogram$/m);
+    expect(text).toMatch(/^# TYPE catraca_admit_seconds histogram$/m);
   });
 
   it('every process answers $SRV.PING over NATS', async () => {
@@ -364,7 +364,7 @@ describe('monitoring', () => {
     const client = stack.nc.services.client();
     const data: Record<string, { histograms: Record<string, { count: number }>; counters: Record<string, number> }> = {};
     for await (const s of await client.stats()) data[s.name] = s.endpoints![0].data as (typeof data)[string];
-    expect(data['catraca-worker'].histograms.catraca_latency_ms.count).toBeGreaterThan(0);
+    expect(data['catraca-worker'].histograms.catraca_latency_seconds.count).toBeGreaterThan(0);
     expect(data['catraca-metering'].counters.catraca_jobs_total).toBeGreaterThan(0);
     expect(data['catraca-gateway'].counters.catraca_jobs_total).toBeGreaterThan(0);
   });

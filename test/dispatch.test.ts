@@ -35,8 +35,8 @@ const ledgerRows = async (tenantId: string) => (await stack.db.query(`select cou
 async function workerAccepted(): Promise<number> {
   const client = stack.nc.services.client();
   for await (const s of await client.stats('catraca-worker')) {
-    const data = s.endpoints![0].data as { gauges: Record<string, number> };
-    return data.gauges.catraca_jobs_accepted;
+    const data = s.endpoints![0].data as { counters: Record<string, number> };
+    return data.counters.catraca_jobs_accepted_total;
   }
   return NaN;
 }

@@ -30,10 +30,11 @@ const tenantState = async (tenantId: string) =>
 const leasesOf = async (tenantId: string) =>
   (await stack.db.query(`select count(*)::int as n from holds where tenant_id = $1 and kind = 'lease'`, [tenantId])).rows[0].n as number;
 
-async function metric(door: Proc, name: string): Promise<number> {
+/** A counter or gauge of a front door's /metrics; `label` (e.g. `via="lease"`) picks one series. */
+async function metric(door: Proc, name: string, label = ''): Promise<number> {
   const port = JSON.parse(door.lines.find((l) => l.includes('front door listening'))!).metrics_port;
   const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
-  const m = new RegExp(`^${name}\\{[^}]*\\} (\\d+)$`, 'm').exec(text);
+  const m = new RegExp(`^${name}\\{[^}]*${label}[^}]*\\} (\\d+)$`, 'm').exec(text);
   return m ? Number(m[1]) : 0;
 }
 
@@ -50,7 +51,7 @@ describe('admission leases', () => {
   it('two front doors drain one tenant to exactly zero: every micro-real spent once, no overdraft', { timeout: 90000 }, async () => {
     const t = await stack.tenant('0.100000'); // 100 000 µBRL = exactly 1 000 requests of 100 tokens
     const body = { max_tokens: 100, sim: { output_tokens: 100 } };
-    const leasedBefore = (await metric(stack.gateways[0], 'catraca_admissions_leased')) + (await metric(stack.gateways[1], 'catraca_admissions_leased'));
+    const leasedBefore = (await metric(stack.gateways[0], 'catraca_admissions_total', 'via="lease"')) + (await metric(stack.gateways[1], 'catraca_admissions_total', 'via="lease"'));
     let ok = 0;
     let refusedInARow = 0;
     let i = 0;
@@ -75,7 +76,7 @@ describe('admission leases', () => {
       }),
     );
     expect(ok).toBe(1000);
-    const leased = (await metric(stack.gateways[0], 'catraca_admissions_leased')) + (await metric(stack.gateways[1], 'catraca_admissions_leased'));
+    const leased = (await metric(stack.gateways[0], 'catraca_admissions_total', 'via="lease"')) + (await metric(stack.gateways[1], 'catraca_admissions_total', 'via="lease"'));
     // while the tenant was rich, requests were admitted from leases in memory; near the end, one by one
     expect(leased - leasedBefore).toBeGreaterThan(100);
     await stack.waitNoHolds(t.tenantId, 15000);
@@ -86,7 +87,7 @@ describe('admission leases', () => {
 
   it('leases turn over under load: each window closes its lease exactly, nothing stays held', { timeout: 60000 }, async () => {
     const t = await stack.tenant('10.00');
-    const opened = await metric(stack.gateways[0], 'catraca_leases_opened');
+    const opened = await metric(stack.gateways[0], 'catraca_leases_opened_total');
     const ids: string[] = [];
     const until = Date.now() + 3500; // three and a half lease windows
     await Promise.all(
@@ -99,7 +100,7 @@ describe('admission leases', () => {
         }
       }),
     );
-    expect((await metric(stack.gateways[0], 'catraca_leases_opened')) - opened).toBeGreaterThanOrEqual(3);
+    expect((await metric(stack.gateways[0], 'catraca_leases_opened_total')) - opened).toBeGreaterThanOrEqual(3);
     await stack.waitSettled(ids, 20000);
     await stack.waitNoHolds(t.tenantId, 15000);
     expect(await tenantState(t.tenantId)).toEqual({ balance_micros: 10_000_000n - 7n * BigInt(ids.length), held_micros: 0n });

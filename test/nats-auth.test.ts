@@ -304,9 +304,11 @@ describe('a stack whose processes each use their role', () => {
       if (status !== 401) await new Promise((r) => setTimeout(r, 50));
     }
     expect(status).toBe(401);
-    const st = JSON.parse((await cli(['status', '--json'])).stdout) as { instances: Array<{ instance: string }> };
+    const st = JSON.parse((await cli(['status', '--json'])).stdout) as { instances: Array<{ instance: string }>; usage: Record<string, unknown> };
     const instances = st.instances.map((i) => i.instance);
     expect(instances).toEqual(expect.arrayContaining(['gw_auth', 'wk_auth_e2e', 'mt_auth']));
+    // the cli role reads the usage backlog (stream and consumer info, nothing more)
+    expect(st.usage).toMatchObject({ messages: 0, pending: 0, ack_pending: 0, retention: 'workqueue' });
 
     expect(violations(from)).toEqual([]);
     const lines = [...stack.allLogLines(), revoked.stdout, revoked.stderr];

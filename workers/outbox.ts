@@ -1,4 +1,4 @@
-import type { NatsConnection } from 'nats';
+import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from 'nats';
 
 /**
  * Frames published in one event-loop turn go out in one socket write. nats.js flushes once per
@@ -7,23 +7,29 @@ import type { NatsConnection } from 'nats';
  * lets every frame produced in that phase, across all streams, share one write. Order is kept.
  */
 export function createOutbox(nc: NatsConnection, onError: (err: unknown, subject: string) => void) {
-  let pending: Array<[string, Uint8Array | string]> = [];
+  let pending: Array<[string, Uint8Array | string, MsgHdrs | undefined]> = [];
   let scheduled = false;
   const flush = () => {
     scheduled = false;
     const batch = pending;
     pending = [];
-    for (const [subject, data] of batch) {
+    for (const [subject, data, headers] of batch) {
       try {
-        nc.publish(subject, data);
+        nc.publish(subject, data, headers && { headers });
       } catch (err) {
         onError(err, subject);
       }
     }
   };
   return {
-    publish(subject: string, data: Uint8Array | string): void {
-      pending.push([subject, data]);
+    /** `headers`: NATS headers of this message (the first frame's `traceparent`). */
+    publish(subject: string, data: Uint8Array | string, headers?: Record<string, string>): void {
+      let h: MsgHdrs | undefined;
+      if (headers) {
+        h = natsHeaders();
+        for (const k in headers) h.set(k, headers[k]!);
+      }
+      pending.push([subject, data, h]);
       if (!scheduled) {
         scheduled = true;
         setImmediate(flush);

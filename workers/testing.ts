@@ -93,10 +93,13 @@ export async function usageOf(nc: NatsConnection, pool: string, requestId: strin
     const info = await jsm.streams.info(USAGE_STREAM, { subjects_filter: subj });
     const total = info.state.subjects?.[subj] ?? 0;
     if (total > 0) {
-      // A plain ephemeral pull consumer: filter_subject works on nats-server 2.9 (Debian's).
+      // A plain ephemeral pull consumer: filter_subject works on nats-server 2.9 (Debian's). USAGE
+      // is a work queue: its consumers ack explicitly, and what this one reads and never acks
+      // stays in the stream for the next reader once it is deleted.
       const ci = await jsm.consumers.add(USAGE_STREAM, {
         filter_subject: subj,
-        ack_policy: AckPolicy.None,
+        ack_policy: AckPolicy.Explicit,
+        ack_wait: 60 * 1e9,
         deliver_policy: DeliverPolicy.All,
         inactive_threshold: 30 * 1e9,
       });

@@ -13,6 +13,7 @@ import { Catalog, type CatalogEntry, type ModelSource } from '../src/catalog/cat
 import { createPool, type Db } from '../src/db/pool.ts';
 import { sleep } from './adapters/shared/abort.ts';
 import { createOutbox } from './outbox.ts';
+import { tracerFromEnv, type Span, type Tracer } from '../src/tracing/tracer.ts';
 import { defaultConcurrency } from './capacity.ts';
 
 // One worker process: queue-group subscriber of each of its pools, bounded concurrency, frames
@@ -37,6 +38,10 @@ export interface WorkerOptions {
   log?: Logger;
   /** Called when a job ends: ms from acceptance to its last frame, and its outcome (monitoring). */
   onJobEnd?: (ms: number, outcome: UsageMessage['outcome']) => void;
+  /** One span per job (`job`), child of the front door's; default from OTEL_* (no export when unset). */
+  tracer?: Tracer;
+  /** Called at a job's first token: ms from acceptance (monitoring). */
+  onFirstToken?: (ms: number) => void;
 }
 
 export interface LatencySummary {
@@ -54,6 +59,8 @@ export interface WorkerStats {
   draining: boolean;
   concurrency: number;
   inFlight: number;
+  /** in-flight jobs per pool (the concurrency limit is shared by the worker's pools) */
+  inFlightByPool: Record<string, number>;
   accepted: number;
   completed: number;
   failed: number;
@@ -79,6 +86,8 @@ type AbortWhy = 'cancel' | 'deadline' | 'drain';
 /** One accepted job while it runs: the sweeper sends its keepalives and enforces its deadline. */
 interface Running {
   ac: AbortController;
+  pool: string;
+  span: Span;
   why?: AbortWhy;
   deadline: number;
   lastSent: number;
@@ -107,6 +116,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const concurrency = options.concurrency ?? (config.WORKER_CONCURRENCY || defaultConcurrency(config.WORKER_STREAM_MEMORY_MB));
   const keepaliveMs = options.keepaliveMs ?? config.KEEPALIVE_MS;
   const drainTimeoutMs = options.drainTimeoutMs ?? DRAIN_TIMEOUT_MS;
+  const tracer = options.tracer ?? tracerFromEnv('catraca-worker');
   const registry = options.registry ?? createRegistry(config);
   const pools = [...new Set(options.pools.map((p) => p.trim()).filter(Boolean))];
   if (pools.length === 0) throw new Error('a worker needs at least one pool');
@@ -155,6 +165,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   let draining = false;
 
   const recordFirstToken = (ms: number) => {
+    options.onFirstToken?.(ms);
     ring[ringN++ % RING] = ms;
     ftCount++;
     ftSum += ms;
@@ -162,13 +173,14 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   };
 
   // ---- usage: at least once to JetStream, exactly once in effect (msgID dedupe) ----
-  function publishUsage(pool: string, msg: UsageMessage): void {
+  function publishUsage(pool: string, msg: UsageMessage, traceparent: string): void {
     const data = encode(msg);
+    const hdrs = { traceparent };
     const p = (async () => {
       let delay = 100;
       for (let attempt = 1; ; attempt++) {
         try {
-          await publishToStream(requests, subjects.usage(pool), data, msg.request_id, USAGE_PUBLISH_TIMEOUT_MS);
+          await publishToStream(requests, subjects.usage(pool), data, msg.request_id, USAGE_PUBLISH_TIMEOUT_MS, hdrs);
           return;
         } catch (err) {
           if (nc.isClosed()) {
@@ -195,9 +207,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const adapter = registry.forProtocol(model.protocol);
     const call: UpstreamCall = newCall(job, model);
     let seq = 0;
+    // the first frame carries the job span's traceparent (the front door links it)
+    const first = { traceparent: entry.span.traceparent() };
     const send = (frame: OutFrame) => {
       entry.lastSent = Date.now();
-      outbox.publish(job.reply_to, encodeFrame(seq++, frame));
+      outbox.publish(job.reply_to, encodeFrame(seq, frame), seq === 0 ? first : undefined);
+      seq++;
     };
     entry.keepalive = () => send(KEEPALIVE);
 
@@ -299,6 +314,8 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
 
     options.onJobEnd?.(Date.now() - acceptedAt, outcome);
+    entry.span.setAttributes({ 'catraca.outcome': outcome, 'catraca.prompt_tokens': usage.prompt_tokens, 'catraca.completion_tokens': usage.completion_tokens, 'catraca.estimated': estimated });
+    if (outcome === 'error') entry.span.setStatus('error');
     publishUsage(pool, {
       v: 1,
       request_id: job.request_id,
@@ -315,7 +332,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       ...(job.hold ? { hold: job.hold } : {}),
       ended_at: Date.now(),
       worker: id,
-    });
+    }, entry.span.traceparent());
   }
 
   // ---- subscriptions ----
@@ -371,6 +388,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   };
 
   const accept = (msg: Msg, job: Job, model: CatalogEntry, pool: string, acceptedAt: number) => {
+    const parent = msg.headers?.get('traceparent');
     if (draining) return respond(msg, { ok: false, code: 'draining', message: `Worker ${id} is shutting down.` });
     if (inflight.size >= concurrency) {
       counters.busy++;
@@ -384,11 +402,20 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     counters.accepted++;
     // Ack first: frames published after it on the same connection arrive after it.
     respond(msg, { ok: true, worker: id });
-    const entry: Running = { ac: new AbortController(), deadline: job.deadline, lastSent: acceptedAt };
+    const span = tracer.startSpan('job', {
+      parent,
+      kind: 'consumer',
+      attributes: { 'catraca.request_id': job.request_id, 'catraca.pool': pool, 'catraca.model': job.model.id, 'catraca.worker': id },
+    });
+    const entry: Running = { ac: new AbortController(), pool, span, deadline: job.deadline, lastSent: acceptedAt };
     inflight.set(job.request_id, entry);
     entry.done = run(job, model, pool, acceptedAt, entry)
-      .catch((e) => log.error('job crashed', { request_id: job.request_id, err: e as Error }))
+      .catch((e) => {
+        span.setStatus('error', 'job crashed');
+        log.error('job crashed', { request_id: job.request_id, err: e as Error });
+      })
       .finally(() => {
+        span.end();
         inflight.delete(job.request_id);
         announceCapacity();
       });
@@ -451,6 +478,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       requests.close();
       clearInterval(sweeper);
       ownCatalog?.stop();
+      if (!options.tracer) await tracer.shutdown();
       await ownDb?.end().catch(() => {});
       if (ownConnection) await nc.drain().catch(() => {});
       log.info('worker stopped', { worker: id });
@@ -460,12 +488,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     const n = Math.min(ringN, RING);
     const sorted = Array.from(ring.subarray(0, n)).sort((a, b) => a - b);
     const q = (p: number) => (n === 0 ? 0 : sorted[Math.min(n - 1, Math.floor(p * n))]);
+    const byPool: Record<string, number> = Object.fromEntries(pools.map((p) => [p, 0]));
+    for (const e of inflight.values()) byPool[e.pool] = (byPool[e.pool] ?? 0) + 1;
     return {
       id,
       pools,
       draining,
       concurrency,
       inFlight: inflight.size,
+      inFlightByPool: byPool,
       ...counters,
       usagePending: pendingUsage.size,
       firstTokenMs: { count: ftCount, avg: ftCount ? ftSum / ftCount : 0, p50: q(0.5), p95: q(0.95), p99: q(0.99), max: ftMax },

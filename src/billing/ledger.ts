@@ -111,3 +111,14 @@ export async function settleBatch(db: DbClient, items: Settlement[]): Promise<Se
   const { rows } = await db.query({ name: 'catraca_settle_batch', text: 'select * from catraca_settle_batch($1::jsonb)', values: [JSON.stringify(payload)] });
   return rows.map(({ request_id: _id, ...r }) => r as SettleResult);
 }
+
+/** Open per-request holds and balance leases: how many, and how much they reserve (micro-BRL). */
+export async function openHolds(db: DbClient): Promise<{ holds: { count: number; micros: bigint }; leases: { count: number; micros: bigint } }> {
+  const { rows } = await db.query(
+    `select count(*) filter (where kind = 'request')::int as holds, coalesce(sum(amount_micros) filter (where kind = 'request'), 0)::bigint as held,
+            count(*) filter (where kind = 'lease')::int as leases, coalesce(sum(amount_micros) filter (where kind = 'lease'), 0)::bigint as leased
+       from holds`,
+  );
+  const r = rows[0] as { holds: number; held: bigint | string; leases: number; leased: bigint | string };
+  return { holds: { count: r.holds, micros: BigInt(r.held) }, leases: { count: r.leases, micros: BigInt(r.leased) } };
+}

@@ -1,17 +1,5 @@
-import {
-  connect,
-  type ConnectionOptions,
-  DiscardPolicy,
-  ErrorCode,
-  type NatsConnection,
-  RetentionPolicy,
-  type StreamConfig,
-  type StreamInfo,
-  StorageType,
-} from 'nats';
-import { ConfigSchema } from '../config.ts';
+import { connect, type ConnectionOptions, type NatsConnection } from 'nats';
 import { createLogger } from '../log.ts';
-import { subjects, USAGE_STREAM } from './subjects.ts';
 
 const log = createLogger('bus');
 
@@ -112,15 +100,6 @@ export async function connectBus(url: string, name: string): Promise<NatsConnect
   return nc;
 }
 
-// ------------------------------------------------------------------------------- USAGE stream
-
-export type ReplicasSetting = 'auto' | number;
-
-/** USAGE_REPLICAS from the environment (src/config.ts): `auto` (default) or 1–5. */
-export function usageReplicasSetting(env: Record<string, string | undefined> = process.env): ReplicasSetting {
-  return ConfigSchema.shape.USAGE_REPLICAS.parse(env.USAGE_REPLICAS);
-}
-
 /**
  * How many servers the cluster we are connected to has, from the server's INFO: 1 when it is not
  * clustered, else the number of client URLs it announces (every node's, its own included).
@@ -132,96 +111,5 @@ export function natsClusterSize(nc: NatsConnection): number {
   return new Set(info.connect_urls ?? []).size;
 }
 
-export interface UsageStreamResult {
-  action: 'created' | 'updated' | 'unchanged' | 'not_permitted';
-  replicas: number;
-}
-
-const isPermissionError = (err: unknown) => (err as { code?: string })?.code === ErrorCode.PermissionsViolation;
-const isNotFound = (err: unknown) => /not found/i.test(String((err as Error)?.message));
-
-function differs(have: StreamConfig, want: Partial<StreamConfig>): boolean {
-  return (
-    JSON.stringify(have.subjects ?? []) !== JSON.stringify(want.subjects) ||
-    have.retention !== want.retention ||
-    have.storage !== want.storage ||
-    have.discard !== want.discard ||
-    have.max_age !== want.max_age ||
-    have.duplicate_window !== want.duplicate_window ||
-    (have.num_replicas || 1) !== want.num_replicas
-  );
-}
-
-/**
- * Creates the USAGE stream, or updates it when its configuration differs: file storage, 7-day
- * retention, 2-minute duplicate window keyed by msgID, and `replicas` copies:
- *   - `auto` (USAGE_REPLICAS unset): min(3, servers in the cluster), and never fewer than the
- *     stream already has — a stream created with 1 replica on a single server is scaled to 3 once
- *     the cluster has three nodes (its consumers follow), and a process that sees a node down
- *     never scales it back;
- *   - a number: exactly that many (scaling down included; more than the cluster has fails).
- * A NATS user without the right to create or update the stream (a worker, see
- * deploy/nats/auth.conf) leaves it as it is and says so: metering, which may, creates it, and
- * usage publishes are retried until it exists.
- */
-export async function ensureUsageStream(nc: NatsConnection, opts: { replicas?: ReplicasSetting } = {}): Promise<UsageStreamResult> {
-  const setting = opts.replicas ?? usageReplicasSetting();
-  const jsm = await nc.jetstreamManager();
-  let existing: StreamInfo | undefined;
-  try {
-    existing = await jsm.streams.info(USAGE_STREAM);
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-  }
-  let replicas: number;
-  if (setting === 'auto') {
-    let size = natsClusterSize(nc);
-    if (size === 0) {
-      log.warn('NATS cluster size unknown (the server announces no client URLs); set USAGE_REPLICAS', { stream: USAGE_STREAM });
-      size = 1;
-    }
-    replicas = Math.max(existing?.config.num_replicas || 1, Math.min(3, size));
-  } else {
-    replicas = setting;
-  }
-  const config: Partial<StreamConfig> & { name: string } = {
-    name: USAGE_STREAM,
-    subjects: [subjects.usageWildcard],
-    retention: RetentionPolicy.Limits,
-    storage: StorageType.File,
-    discard: DiscardPolicy.Old,
-    max_age: 7 * 24 * 3600 * 1e9,
-    duplicate_window: 2 * 60 * 1e9,
-    num_replicas: replicas,
-  };
-
-  if (!existing) {
-    try {
-      await jsm.streams.add(config);
-      log.info('USAGE stream created', { replicas });
-      return { action: 'created', replicas };
-    } catch (err) {
-      if (isPermissionError(err)) {
-        log.warn('the USAGE stream does not exist and this NATS user may not create it: metering creates it; usage publishes are retried until then', { stream: USAGE_STREAM });
-        return { action: 'not_permitted', replicas: 0 };
-      }
-      // another process created it meanwhile (with a different configuration): update below
-      if (!/already in use/i.test(String((err as Error).message))) throw err;
-      existing = await jsm.streams.info(USAGE_STREAM);
-    }
-  }
-  if (!differs(existing.config, config)) return { action: 'unchanged', replicas: existing.config.num_replicas || 1 };
-  try {
-    await jsm.streams.update(USAGE_STREAM, config);
-  } catch (err) {
-    if (isPermissionError(err)) {
-      log.warn('the USAGE stream differs from this process\'s settings and this NATS user may not update it: left as it is (metering updates it)', {
-        stream: USAGE_STREAM, replicas: existing.config.num_replicas, wanted_replicas: replicas,
-      });
-      return { action: 'not_permitted', replicas: existing.config.num_replicas || 1 };
-    }
-    throw err;
-  }
-  if ((existing.config.num_replicas || 1) !== replicas) log.info('USAGE stream replicas changed', { from: existing.config.num_replicas || 1, to: replicas });
-  return { action: 'updated', replicas };
-}
+// The USAGE stream moved to ./usage-stream.ts; these names stay importable from here.
+export { ensureUsageStream, usageReplicasSetting, type ReplicasSetting, type UsageStreamResult } from './usage-stream.ts';

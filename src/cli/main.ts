@@ -5,7 +5,6 @@ import { pathToFileURL } from 'node:url';
 import { VERSION } from '../version.ts';
 import { creditsGrant, keyCreate, keyList, keyRevoke, ledgerCheckCommand, modelList, modelSet, tenantCreate, tenantList } from './commands.ts';
 import { CliError, createContext, UsageError, type CliContext } from './context.ts';
-import { runStatus } from './status.ts';
 
 const AMOUNTS = `Amounts (--amount, --limit, prices) are BRL with at most 6 decimals and ONE decimal separator,
 a dot or a comma ("12.34", "12,34", "0.000012"). Thousands separators are refused ("1.000,00",
@@ -101,7 +100,11 @@ debited twice. Exit 1 when anything does not match.`,
   status: {
     run: runStatusCommand,
     synopsis: `status [--watch] [--service gateway|worker|metering|portal] (health of a running stack)`,
-    help: `One row per running instance, from NATS ($SRV.STATS): in flight, jobs, errors, latency, memory.
+    help: `NATS and PostgreSQL health; the usage backlog (metering's pending and unacknowledged USAGE
+messages); open holds and leases (count, sum); per pool the workers, jobs in flight, capacity and
+jobs waiting in front doors; one row per running instance, from NATS ($SRV.STATS): in flight,
+jobs, errors, latency, memory. Exit 1 when NATS cannot be reached, no instance answers, or
+PostgreSQL does not answer. No escape codes unless stdout is a terminal.
   --watch     refresh every second until Ctrl-C
   --service   only that service
   --wait-ms   how long to collect answers (default 1000)`,
@@ -139,7 +142,14 @@ function commandHelp(name: string): string {
 async function runStatusCommand(ctx: CliContext, args: string[]): Promise<number | void> {
   const natsUrl = ctx.natsUrl();
   if (!natsUrl) throw new CliError('status: no NATS to ask: start the stack with `npm start` in this checkout, or set NATS_URL');
-  return runStatus({ natsUrl, json: ctx.json, args: args.filter((a) => a !== '--json') });
+  // PostgreSQL is optional here: without one, holds and leases are not shown
+  let databaseUrl: string | null = null;
+  try {
+    databaseUrl = ctx.databaseUrl();
+  } catch {}
+  // loaded on demand: the other commands need none of its modules (pg pool, JetStream, stack helpers)
+  const { runStatus } = await import('./status.ts');
+  return runStatus({ natsUrl, databaseUrl, json: ctx.json, args: args.filter((a) => a !== '--json') });
 }
 
 export interface RunOptions {

@@ -20,9 +20,9 @@ describe('catraca status', () => {
     g.counter('catraca_jobs_total', 'Requests answered').inc(40);
     g.counter('catraca_errors_total', 'Errors', { code: '502' }).inc(1);
     g.counter('catraca_errors_total', 'Errors', { code: '504' }).inc(2);
-    const h = g.histogram('catraca_latency_ms', 'Request time', {}, [1, 10, 100]);
-    for (let i = 0; i < 99; i++) h.observe(5);
-    h.observe(50);
+    const h = g.histogram('catraca_latency_seconds', 'Request time', {}, [0.001, 0.01, 0.1]);
+    for (let i = 0; i < 99; i++) h.observe(0.005);
+    h.observe(0.05);
     const w = createMetrics();
     w.gauge('catraca_inflight', 'Jobs streaming').set(7);
     stops.push((await registerMonitoring(nc, { name: 'catraca-gateway', version: '0.1.0', instanceId: gw, metrics: g })).stop);
@@ -45,7 +45,7 @@ describe('catraca status', () => {
     expect(g.inflight).toBe(3);
     expect(g.jobs_total).toBe(40);
     expect(g.errors_total).toBe(3); // 1 + 2 over both label sets
-    // 99 × 5 ms in (1,10], 1 × 50 ms in (10,100]: p50 rank 50 → 1 + 9·50/99, p99 rank 99 → top of (1,10] = 10
+    // 99 × 5 ms in (1,10] ms, 1 × 50 ms in (10,100] ms: p50 rank 50 → 1 + 9·50/99 ms (kept to the µs), p99 rank 99 → top of (1,10] = 10 ms
     expect(g.latency_p50_ms).toBe(5.545);
     expect(g.latency_p99_ms).toBe(10);
     expect(g.pid).toBe(process.pid);

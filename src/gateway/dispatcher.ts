@@ -43,6 +43,8 @@ interface Waiter {
   pool: string;
   tenant: string;
   payload: Uint8Array;
+  /** NATS headers of the job message (its `traceparent`) */
+  headers?: Record<string, string>;
   enqueuedAt: number;
   deadline: number;
   resolve: (r: { worker: string }) => void;
@@ -120,7 +122,7 @@ export class Dispatcher {
     return this.waitingTotal;
   }
 
-  submit(pool: string, tenant: string, payload: Uint8Array): Ticket {
+  submit(pool: string, tenant: string, payload: Uint8Array, headers?: Record<string, string>): Ticket {
     let resolve!: Waiter['resolve'];
     let reject!: Waiter['reject'];
     const result = new Promise<{ worker: string }>((res, rej) => {
@@ -128,7 +130,7 @@ export class Dispatcher {
       reject = rej;
     });
     const now = Date.now();
-    const w: Waiter = { pool, tenant, payload, enqueuedAt: now, deadline: now + this.opts.maxWaitMs, resolve, reject, state: 'sending' };
+    const w: Waiter = { pool, tenant, payload, headers, enqueuedAt: now, deadline: now + this.opts.maxWaitMs, resolve, reject, state: 'sending' };
     const q = this.pools.get(pool);
     // Others are already waiting for this pool: join them rather than jump the queue.
     if (q && q.size > 0) this.enqueue(w);
@@ -146,7 +148,7 @@ export class Dispatcher {
   private async first(w: Waiter): Promise<void> {
     const attempts = this.opts.attempts ?? 3;
     for (let i = 0; i < attempts; i++) {
-      const a = await this.attempt(subjects.job(w.pool), w.payload);
+      const a = await this.attempt(subjects.job(w.pool), w.payload, w.headers);
       // a worker that took it is named even when the client left (the caller cancels the job there)
       if (a.ok) return this.finish(w, null, a.worker);
       if (a.refusal === 'fatal') return this.finish(w, a.error!);
@@ -225,7 +227,7 @@ export class Dispatcher {
         const w = this.next(q);
         if (!w) return;
         w.state = 'sending';
-        const a = await this.attempt(worker ? subjects.jobDirect(pool, worker) : subjects.job(pool), w.payload);
+        const a = await this.attempt(worker ? subjects.jobDirect(pool, worker) : subjects.job(pool), w.payload, w.headers);
         if (!a.ok && w.cancelled) {
           this.finish(w, errors.cancelled());
           continue;
@@ -245,10 +247,10 @@ export class Dispatcher {
     }
   }
 
-  private async attempt(subject: string, payload: Uint8Array): Promise<Attempt> {
+  private async attempt(subject: string, payload: Uint8Array, headers?: Record<string, string>): Promise<Attempt> {
     let reply;
     try {
-      reply = await this.requests.request(subject, payload, this.opts.ackTimeoutMs ?? 5000);
+      reply = await this.requests.request(subject, payload, this.opts.ackTimeoutMs ?? 5000, headers);
     } catch (err) {
       // a worker addressed directly may have gone: the queue group or another announcement will do
       if (err === NO_RESPONDERS && subject.split('.').length > 3) return { ok: false, refusal: 'busy' };

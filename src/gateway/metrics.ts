@@ -1,4 +1,5 @@
-import { createMetrics, HEADLINE, type Counter, type Metrics } from '../bus/monitoring.ts';
+import { HEADLINE } from '../bus/monitoring.ts';
+import { createMetrics, type Counter, type Metrics } from '../metrics/registry.ts';
 
 /** The front door's figures, shared by `/metrics` (Prometheus) and `$SRV.STATS` (NATS). */
 export function createGatewayMetrics(
@@ -12,17 +13,18 @@ export function createGatewayMetrics(
   metrics.gauge('catraca_open_streams', 'Requests with frames being relayed', {}, openStreams);
   const jobs = metrics.counter(HEADLINE.jobs, 'Requests answered (any status)');
   const errors = metrics.counter(HEADLINE.errors, '5xx answers and mid-stream errors');
-  const latency = metrics.histogram(HEADLINE.latency, 'Request total time, ms');
-  const ttft = metrics.histogram('catraca_ttft_ms', 'Request received to first content byte, ms');
-  const admit = metrics.histogram('catraca_admit_ms', 'Hold (catraca_admit) round trip, ms');
+  const latency = metrics.histogram(HEADLINE.latency, 'Request total time, seconds');
+  const ttft = metrics.histogram('catraca_ttft_seconds', 'Request received to first content byte, seconds');
+  const admit = metrics.histogram('catraca_admit_seconds', 'Admission (a hold, or a lease in memory) round trip, seconds');
   const noResponders = metrics.counter('catraca_no_responders_total', 'Jobs with no worker listening (503)');
   const byStatus = new Map<number, Counter>();
   const waitedByPool = new Map<string, ReturnType<Metrics['histogram']>>();
   const waitingGauges = new Set<string>();
   if (admission) {
-    metrics.gauge('catraca_admissions_leased', 'Requests admitted from a balance lease in memory (no PostgreSQL call)', {}, () => admission.counts.leased);
-    metrics.gauge('catraca_admissions_per_request', 'Requests admitted with a hold of their own (one PostgreSQL call)', {}, () => admission.counts.perRequest);
-    metrics.gauge('catraca_leases_opened', 'Balance leases opened by this front door', {}, () => admission.counts.leasesOpened);
+    const help = 'Requests admitted: via="lease" from a balance lease in memory (no PostgreSQL call), via="hold" with a hold of their own';
+    metrics.counter('catraca_admissions_total', help, { via: 'lease' }, () => admission.counts.leased);
+    metrics.counter('catraca_admissions_total', help, { via: 'hold' }, () => admission.counts.perRequest);
+    metrics.counter('catraca_leases_opened_total', 'Balance leases opened by this front door', {}, () => admission.counts.leasesOpened);
     metrics.gauge('catraca_leases_open', 'Balance leases this front door admits from now', {}, () => admission.leases);
   }
 
@@ -34,17 +36,17 @@ export function createGatewayMetrics(
       if (!c) byStatus.set(status, (c = metrics.counter('catraca_http_responses_total', 'Responses by HTTP status', { status: String(status) })));
       c.inc();
       if (status >= 500) errors.inc();
-      latency.observe(Date.now() - startedAt);
-      if (ttfbMs !== null) ttft.observe(ttfbMs);
+      latency.observe((Date.now() - startedAt) / 1000);
+      if (ttfbMs !== null) ttft.observe(ttfbMs / 1000);
     },
     midStreamError: () => errors.inc(),
-    admitted: (ms: number) => admit.observe(ms),
+    admitted: (ms: number) => admit.observe(ms / 1000),
     noResponders: () => noResponders.inc(),
     /** a job that waited for a worker slot got one after `ms` */
     waited(pool: string, ms: number) {
       let h = waitedByPool.get(pool);
-      if (!h) waitedByPool.set(pool, (h = metrics.histogram('catraca_dispatch_wait_ms', 'Wait for a worker slot of jobs that had to wait, ms', { pool })));
-      h.observe(ms);
+      if (!h) waitedByPool.set(pool, (h = metrics.histogram('catraca_dispatch_wait_seconds', 'Wait for a worker slot of jobs that had to wait, seconds', { pool })));
+      h.observe(ms / 1000);
     },
     /** registers the waiting-jobs gauge of each pool as it appears */
     trackPools() {

@@ -16,8 +16,9 @@ import { createGatewayMetrics } from './metrics.ts';
 import { AdmissionBatcher } from '../billing/admission-batcher.ts';
 import { Admission } from '../billing/admission.ts';
 import { Dispatcher } from './dispatcher.ts';
-import { registerMonitoring, renderPrometheus } from '../bus/monitoring.ts';
-import { startMetricsServer } from '../metrics/http.ts';
+import { registerMonitoring } from '../bus/monitoring.ts';
+import { serveMetrics } from '../metrics/http.ts';
+import { tracerFromEnv, type Tracer } from '../tracing/tracer.ts';
 
 const log = createLogger('gateway');
 import { VERSION } from '../version.ts';
@@ -30,6 +31,8 @@ export interface GatewayOptions {
   port?: number;
   doorId?: string;
   portalUrl?: string;
+  /** Spans of requests; default from OTEL_* (no export when unset). */
+  tracer?: Tracer;
 }
 
 export interface Gateway {
@@ -94,8 +97,9 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   dispatcher.start();
   const poolGauges = setInterval(() => gm.trackPools(), 1000);
   poolGauges.unref();
+  const tracer = opts.tracer ?? tracerFromEnv('catraca-gateway');
   const chatDeps = {
-    config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl,
+    config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl, tracer,
     admission,
     dispatcher,
     metrics: gm,
@@ -132,7 +136,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       const s = begin(res, req);
       const authorization = req.getHeader('authorization');
       const contentLength = Number(req.getHeader('content-length') || 0);
-      const chat = new ChatCompletion(chatDeps, s, authorization);
+      const chat = new ChatCompletion(chatDeps, s, authorization, req.getHeader('traceparent') || undefined);
       res.onAborted(() => chat.aborted());
       if (refuseIfDraining(s)) return;
       try {
@@ -189,8 +193,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     app.listen(host, wantedPort, (token) => (token ? resolve(token) : reject(new Error(`cannot listen on ${host}:${wantedPort}`))));
   });
   const port = localPort(listenSocket);
-  const metricsServer =
-    config.METRICS_PORT === undefined ? undefined : await startMetricsServer(config.METRICS_HOST, config.METRICS_PORT, () => renderPrometheus(gm.metrics, { instance: doorId }));
+  const metricsServer = await serveMetrics(config, gm.metrics, { instance: doorId });
   log.info('front door listening', { door: doorId, host, port, metrics_port: metricsServer?.port ?? null });
 
   return {
@@ -211,6 +214,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       router.stop();
       await admission.close();
       await metricsServer?.close();
+      if (!opts.tracer) await tracer.shutdown();
       await monitoring.stop().catch(() => {});
       keys.close();
       catalog.stop();

@@ -1,4 +1,4 @@
-import type { NatsConnection, Subscription } from 'nats';
+import type { Msg, NatsConnection, Subscription } from 'nats';
 import { splitFrame, type RawFrame } from '../bus/frames.ts';
 import { subjects } from '../bus/subjects.ts';
 import { errors, type CatracaError } from '../errors.ts';
@@ -7,6 +7,8 @@ export interface FrameSink {
   /** A frame in sequence; its payload is only valid during the call. */
   onFrame(frame: RawFrame): void;
   onFailure(err: CatracaError): void;
+  /** The `traceparent` NATS header of the stream's first frame: the worker's span. */
+  onTrace?(traceparent: string): void;
 }
 
 interface Route {
@@ -32,7 +34,7 @@ export class StreamRouter {
 
   start(): void {
     this.sub = this.nc.subscribe(subjects.streamWildcard(this.doorId), {
-      callback: (_err, msg) => this.dispatch(msg.subject.slice(this.prefixLength), msg.data),
+      callback: (_err, msg) => this.dispatch(msg.subject.slice(this.prefixLength), msg.data, msg),
     });
     this.sweeper = setInterval(() => this.sweep(), Math.min(1000, this.idleTimeoutMs));
     this.sweeper.unref();
@@ -54,7 +56,7 @@ export class StreamRouter {
     return this.routes.size;
   }
 
-  private dispatch(requestId: string, data: Uint8Array): void {
+  private dispatch(requestId: string, data: Uint8Array, msg?: Msg): void {
     const route = this.routes.get(requestId);
     if (!route) return; // client gone; the worker still settles usage
     const frame = splitFrame(data);
@@ -65,6 +67,10 @@ export class StreamRouter {
     if (frame.seq !== route.nextSeq) {
       this.fail(requestId, route, errors.upstream(502, 'stream_gap', `Frames were lost between worker and gateway (expected ${route.nextSeq}, got ${frame.seq}).`));
       return;
+    }
+    if (frame.seq === 0 && msg?.headers) {
+      const tp = msg.headers.get('traceparent');
+      if (tp) route.sink.onTrace?.(tp);
     }
     route.nextSeq++;
     route.lastFrameAt = Date.now();

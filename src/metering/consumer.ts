@@ -1,13 +1,15 @@
 import { AckPolicy, DeliverPolicy, type JsMsg, type NatsConnection, type ConsumerMessages } from 'nats';
 import type { Db } from '../db/pool.ts';
-import { settle, settleBatch, sweepExpiredHolds, type Settlement, type SettleResult } from '../billing/ledger.ts';
+import { openHolds, settle, settleBatch, sweepExpiredHolds, type Settlement, type SettleResult } from '../billing/ledger.ts';
 import { costMicros } from '../billing/money.ts';
 import { decodeJson, UsageMessageSchema, type UsageMessage } from '../bus/messages.ts';
-import { ensureUsageStream } from '../bus/connect.ts';
+import { ensureUsageStream, watchUsageBacklog, type UsageStreamSettings } from '../bus/usage-stream.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
 import { createLogger } from '../log.ts';
 import { VERSION } from '../version.ts';
-import { createMetrics, HEADLINE, registerMonitoring, type Metrics } from '../bus/monitoring.ts';
+import { HEADLINE, registerMonitoring, sanitizeInstanceId } from '../bus/monitoring.ts';
+import { createMetrics, type Metrics } from '../metrics/registry.ts';
+import { tracerFromEnv, type Span, type Tracer } from '../tracing/tracer.ts';
 
 const log = createLogger('metering');
 
@@ -26,6 +28,13 @@ export interface MeteringOptions {
   sweepIntervalMs?: number;
   ackWaitMs?: number;
   instanceId?: string;
+  /** USAGE stream settings (default: from the environment) */
+  stream?: UsageStreamSettings;
+  /** USAGE_BACKLOG_ALARM (0: no alarm) and how often the backlog is checked */
+  backlogAlarm?: number;
+  backlogIntervalMs?: number;
+  /** One span per settled usage message (`settle`), child of the worker's; default from OTEL_* (no export when unset). */
+  tracer?: Tracer;
 }
 
 export interface MeteringStats {
@@ -39,16 +48,19 @@ export interface MeteringStats {
   lastLagMs: number;
   maxLagMs: number;
   openHolds: number;
+  openLeases: number;
 }
 
 export interface Metering {
+  /** the instance id it registered for monitoring */
+  instanceId: string;
   stats(): MeteringStats;
   metrics: Metrics;
   stop(): Promise<void>;
 }
 
-export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000): Promise<void> {
-  await ensureUsageStream(nc);
+export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000, stream: UsageStreamSettings = {}): Promise<void> {
+  await ensureUsageStream(nc, stream);
   const jsm = await nc.jetstreamManager();
   const config = {
     durable_name: METERING_DURABLE,
@@ -83,28 +95,38 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const concurrency = opts.concurrency ?? 2;
   const batchSize = opts.batch ?? 128;
   const lingerMs = opts.lingerMs ?? 20;
-  await ensureMeteringConsumer(nc, opts.ackWaitMs);
+  const tracer = opts.tracer ?? tracerFromEnv('catraca-metering');
+  await ensureMeteringConsumer(nc, opts.ackWaitMs, opts.stream);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
-  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0 };
+  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0, openLeases: 0 };
+  let heldMicros = { holds: 0, leases: 0 };
   const metrics = createMetrics();
   metrics.gauge(HEADLINE.inflight, 'Usage messages being settled', {}, () => buffer.length + flushing);
-  metrics.gauge('catraca_open_holds', 'Holds not yet settled or swept', {}, () => stats.openHolds);
+  metrics.gauge('catraca_open_holds', 'Per-request holds not yet settled or swept', {}, () => stats.openHolds);
+  metrics.gauge('catraca_open_leases', 'Balance leases not yet closed or swept', {}, () => stats.openLeases);
+  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'request' }, () => heldMicros.holds);
+  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'lease' }, () => heldMicros.leases);
   const mx = {
     jobs: metrics.counter(HEADLINE.jobs, 'Usage messages settled (acked)'),
     errors: metrics.counter(HEADLINE.errors, 'Settle failures (nak/term)'),
-    lag: metrics.histogram(HEADLINE.latency, 'Metering lag: usage ended_at to ledger commit, ms'),
-    lagNamed: metrics.histogram('catraca_metering_lag_ms', 'Usage ended_at to ledger row committed, ms'),
-    settled: metrics.counter('catraca_settled_total', 'Settlements by status', { status: 'settled' }),
-    duplicates: metrics.counter('catraca_settled_total', 'Settlements by status', { status: 'duplicate' }),
+    lag: metrics.histogram(HEADLINE.latency, 'Metering lag: usage ended_at to ledger commit, seconds'),
+    lagNamed: metrics.histogram('catraca_metering_lag_seconds', 'Usage ended_at to ledger row committed, seconds'),
+    settled: metrics.counter('catraca_usage_settled_total', 'Usage messages settled, by status: settled (debited once) or duplicate (already settled, a no-op)', { status: 'settled' }),
+    duplicates: metrics.counter('catraca_usage_settled_total', 'Usage messages settled, by status: settled (debited once) or duplicate (already settled, a no-op)', { status: 'duplicate' }),
     swept: metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper'),
   };
+  // The backlog before the first pull: what waited while metering was away (alarm logged at once).
+  const backlog = watchUsageBacklog(nc, { threshold: opts.backlogAlarm ?? 10000, intervalMs: opts.backlogIntervalMs ?? 5000, metrics, log });
+  const atStart = await backlog.check();
+  if (atStart && atStart.messages > 0) log.info('usage waiting to be settled', { backlog: atStart.messages });
   let stopping = false;
   let messages: ConsumerMessages | undefined;
   const running = new Set<Promise<void>>();
 
   /** Parses a message; an unreadable one is terminated (it can never settle). */
-  const parse = (msg: JsMsg): { msg: JsMsg; usage: UsageMessage; settlement: Settlement } | null => {
+  type Item = { msg: JsMsg; usage: UsageMessage; settlement: Settlement; span?: Span };
+  const parse = (msg: JsMsg): Item | null => {
     try {
       const usage = UsageMessageSchema.parse(decodeJson(msg.data));
       const costMicros_ = costMicros(usage.prompt_tokens, usage.completion_tokens, { input: BigInt(usage.input_price), output: BigInt(usage.output_price) });
@@ -128,8 +150,11 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   };
 
   /** Acks (after the commit) or terminates one message according to its settlement result. */
-  const conclude = async (item: { msg: JsMsg; usage: UsageMessage; settlement: Settlement }, result: SettleResult): Promise<void> => {
+  const conclude = async (item: Item, result: SettleResult): Promise<void> => {
     const { msg, usage, settlement } = item;
+    item.span?.setAttributes({ 'catraca.settle_status': result.status, 'catraca.debited_micros': Number(result.debited ?? 0), 'catraca.redelivered': msg.redelivered });
+    if (result.status === 'unknown_tenant') item.span?.setStatus('error', 'unknown tenant');
+    item.span?.end();
     if (result.status === 'duplicate') {
       stats.duplicates++;
       mx.duplicates.inc();
@@ -137,8 +162,8 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
       stats.settled++;
       mx.settled.inc();
       stats.lastLagMs = Date.now() - usage.ended_at;
-      mx.lag.observe(stats.lastLagMs);
-      mx.lagNamed.observe(stats.lastLagMs);
+      mx.lag.observe(stats.lastLagMs / 1000);
+      mx.lagNamed.observe(stats.lastLagMs / 1000);
       if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
       if (result.debited < settlement.costMicros) log.warn('shortfall: cost exceeded available balance', { request_id: usage.request_id, cost: settlement.costMicros.toString(), debited: result.debited.toString() });
     } else {
@@ -161,6 +186,14 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const settleMessages = async (msgs: JsMsg[]): Promise<void> => {
     const items = msgs.map(parse).filter((x) => x !== null);
     if (items.length === 0) return;
+    // one span per usage message (the request), child of the worker's job span
+    for (const item of items) {
+      item.span = tracer.startSpan('settle', {
+        parent: item.msg.headers?.get('traceparent'),
+        kind: 'consumer',
+        attributes: { 'catraca.request_id': item.usage.request_id, 'catraca.tenant_id': item.usage.tenant_id, 'catraca.batch_size': items.length },
+      });
+    }
     try {
       const results = items.length === 1 ? [await settle(db, items[0].settlement)] : await settleBatch(db, items.map((i) => i.settlement));
       await Promise.all(items.map((item, i) => conclude(item, results[i])));
@@ -170,6 +203,7 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
         stats.failures++;
         mx.errors.inc();
         log.warn('settlement failed; will be redelivered', { request_id: items[0].usage.request_id, err: err as Error });
+        items[0].span?.setStatus('error', 'settlement failed; redelivered').end();
         items[0].msg.nak(1000);
         return;
       }
@@ -240,8 +274,10 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const sweep = async () => {
     try {
       const n = await sweepExpiredHolds(db);
-      const { rows } = await db.query('select count(*)::int as n from holds');
-      stats.openHolds = rows[0].n;
+      const open = await openHolds(db);
+      stats.openHolds = open.holds.count;
+      stats.openLeases = open.leases.count;
+      heldMicros = { holds: Number(open.holds.micros), leases: Number(open.leases.micros) };
       if (n > 0) {
         stats.swept += n;
         mx.swept.inc(n);
@@ -254,9 +290,11 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const sweeper = setInterval(sweep, opts.sweepIntervalMs ?? 10000);
   sweeper.unref();
   void sweep();
-  const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: VERSION, instanceId: opts.instanceId ?? `metering-${process.pid}`, metrics });
+  const instanceId = sanitizeInstanceId(opts.instanceId ?? `metering-${process.pid}`);
+  const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: VERSION, instanceId, metrics });
 
   return {
+    instanceId,
     stats: () => ({ ...stats }),
     metrics,
     async stop() {
@@ -267,11 +305,13 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
         start();
       }
       clearInterval(sweeper);
+      backlog.stop();
       await monitoring.stop().catch(() => {});
       await messages?.close().catch(() => {});
       // settle what was already pulled rather than leave it to redelivery
       while (running.size > 0) await Promise.allSettled([...running]);
       await Promise.race([looping, new Promise((r) => setTimeout(r, 2000))]);
+      if (!opts.tracer) await tracer.shutdown();
     },
   };
 }

@@ -4,7 +4,9 @@ import { createPool } from '../db/pool.ts';
 import { createLogger, logCrashes } from '../log.ts';
 import { startPortal } from './server.ts';
 import { defaultPortalHost, resolvePortalSetup } from './config.ts';
-import { createMetrics, registerMonitoring } from '../bus/monitoring.ts';
+import { registerMonitoring, sanitizeInstanceId } from '../bus/monitoring.ts';
+import { createMetrics, type Counter } from '../metrics/registry.ts';
+import { serveMetrics } from '../metrics/http.ts';
 import { VERSION } from '../version.ts';
 
 // Portal process: web UI for tenants (sign-up, Pix top-ups, keys, usage) and the Pix webhook.
@@ -23,11 +25,19 @@ try {
 }
 const db = createPool(config.DATABASE_URL);
 const nc = await connectBus(config.NATS_URL, `portal-${process.pid}`);
-const portal = await startPortal({ db, nc, host, port: config.PORTAL_PORT, config });
-log.info('portal ready', { url: portal.url });
-// Presence and process figures in `catraca status` / $SRV.STATS (the portal is not on the hot path).
 const metrics = createMetrics();
-const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', version: VERSION, instanceId: config.CATRACA_INSTANCE ?? `portal-${process.pid}`, metrics });
+const byStatus = new Map<number, Counter>();
+const responses = (status: number) => {
+  let c = byStatus.get(status);
+  if (!c) byStatus.set(status, (c = metrics.counter('catraca_http_responses_total', 'Portal responses by HTTP status', { status: String(status) })));
+  return c;
+};
+const portal = await startPortal({ db, nc, host, port: config.PORTAL_PORT, config, onResponse: (status) => responses(status).inc() });
+// Presence and process figures in `catraca status` / $SRV.STATS and on /metrics (METRICS_PORT).
+const instance = sanitizeInstanceId(config.CATRACA_INSTANCE ?? `portal-${process.pid}`);
+const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', version: VERSION, instanceId: instance, metrics });
+const metricsServer = await serveMetrics(config, metrics, { instance });
+log.info('portal ready', { url: portal.url, metrics_port: metricsServer?.port ?? null });
 
 let stopping = false;
 async function shutdown(signal: string) {
@@ -39,6 +49,7 @@ async function shutdown(signal: string) {
   try {
     await portal.close();
     await monitoring.stop().catch(() => {});
+    await metricsServer?.close().catch(() => {});
     await nc.drain();
     await db.end();
   } finally {

@@ -55,6 +55,8 @@ export interface StartPortalOptions {
   gatewayUrl?: string;
   publicUrl?: string;
   secureCookies?: 'auto' | boolean;
+  /** Called once per answered request with its HTTP status (metrics). */
+  onResponse?: (status: number) => void;
   trustProxy?: boolean;
   /** Sign-up attempts per client address per hour (default PORTAL_SIGNUP_LIMIT_PER_HOUR, 10). */
   signupLimitPerHour?: number;
@@ -514,6 +516,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   }
 
   const server = http.createServer((req, res) => {
+    if (options.onResponse) res.once('finish', () => options.onResponse!(res.statusCode));
     void (async () => {
       const url = new URL(req.url ?? '/', 'http://portal');
       const cookies = parseCookies(req.headers.cookie);

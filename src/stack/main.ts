@@ -67,6 +67,12 @@ export interface StackOptions {
   /** Default: GATEWAY_PORT / PORTAL_PORT of the config (8080 / 8081). */
   gatewayPort?: number;
   portalPort?: number;
+  /**
+   * Internal Prometheus /metrics port of each process (its METRICS_PORT, on 127.0.0.1); null = not
+   * served, 0 = any free port. Default: GATEWAY_/WORKER_/METERING_/PORTAL_METRICS_PORT from the
+   * environment (`off` = not served), else 9464, 9465, 9466, 9467.
+   */
+  metricsPorts?: Partial<Record<ProcessName, number | null>>;
   /** Which processes to run (default all; the portal only when its entry exists). */
   processes?: ProcessName[];
   /** Extra environment for the children. */
@@ -96,6 +102,21 @@ export interface StackUrls {
   portal_url: string | null;
 }
 
+export const DEFAULT_METRICS_PORTS: Record<ProcessName, number> = { gateway: 9464, worker: 9465, metering: 9466, portal: 9467 };
+
+/** Each process's metrics port for `npm start`: <NAME>_METRICS_PORT (a port, or `off`), else the default. */
+export function metricsPortsFromEnv(env: Record<string, string | undefined> = process.env): Record<ProcessName, number | null> {
+  const out = { ...DEFAULT_METRICS_PORTS } as Record<ProcessName, number | null>;
+  for (const p of Object.keys(DEFAULT_METRICS_PORTS) as ProcessName[]) {
+    const v = env[`${p.toUpperCase()}_METRICS_PORT`]?.trim();
+    if (v === undefined || v === '') continue;
+    if (v === 'off') out[p] = null;
+    else if (/^\d+$/.test(v) && Number(v) <= 65535) out[p] = Number(v);
+    else throw new Error(`${p.toUpperCase()}_METRICS_PORT must be a port number or "off", not ${JSON.stringify(v)}`);
+  }
+  return out;
+}
+
 export interface RunningStack {
   urls: StackUrls;
   demo: { tenantId: string; keyId: string; key: string };
@@ -103,6 +124,8 @@ export interface RunningStack {
   /** Whether every process reported ready (and the gateway port answered) before startStack returned. */
   ready: boolean;
   processes: ProcessName[];
+  /** The /metrics port of each running process (null: not served; 0 = a free port, see its log line). */
+  metricsPorts: Partial<Record<ProcessName, number | null>>;
   /** Current pid of each child (changes when one is restarted). */
   pids(): Record<string, number | undefined>;
   stop(): Promise<void>;
@@ -135,6 +158,15 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
   for (const [name, port] of [['gateway', gatewayPort], ['portal', portalPort]] as const) {
     if (processes.includes(name) && (await tcpReachable('127.0.0.1', port, 500))) {
       throw new Error(`port ${port} for the ${name} is already in use; stop whatever listens there or set ${name.toUpperCase()}_PORT`);
+    }
+  }
+  const metricsPorts: Partial<Record<ProcessName, number | null>> = {};
+  const fromEnv = metricsPortsFromEnv();
+  for (const p of processes) metricsPorts[p] = options.metricsPorts && p in options.metricsPorts ? options.metricsPorts[p]! : fromEnv[p];
+  for (const p of processes) {
+    const port = metricsPorts[p];
+    if (port && (await tcpReachable('127.0.0.1', port, 500))) {
+      throw new Error(`metrics port ${port} for the ${p} is already in use; stop whatever listens there or set ${p.toUpperCase()}_METRICS_PORT (a port, or off)`);
     }
   }
 
@@ -209,7 +241,12 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       entry: entryFile(root, p),
       cwd: root,
       ready: READY[p],
-      env: p === 'worker' ? { WORKER_POOLS: 'sim,openai,anthropic', ...env } : env,
+      env: {
+        ...(p === 'worker' ? { WORKER_POOLS: 'sim,openai,anthropic' } : {}),
+        // each process its own internal /metrics port, on loopback (METRICS_HOST's default)
+        ...(metricsPorts[p] == null ? {} : { METRICS_PORT: String(metricsPorts[p]) }),
+        ...env,
+      },
     }));
     const output =
       options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
@@ -237,6 +274,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       embedded: { nats: nats.embedded, postgres: pg.embedded },
       ready,
       processes,
+      metricsPorts,
       pids: () => supervisor.pids(),
       stop: () => (stopped ??= cleanup()),
     };
@@ -256,6 +294,9 @@ export function banner(stack: RunningStack): string {
     `  Base URL    ${base_url}`,
     `  Portal      ${portal_url ?? '(portal not available in this checkout)'}`,
     `  Demo key    ${key}`,
+    ...(Object.values(stack.metricsPorts).some((p) => p)
+      ? [`  Metrics     ${Object.entries(stack.metricsPorts).filter(([, p]) => p).map(([n, p]) => `${n} :${p}`).join('  ')}  (http://127.0.0.1:PORT/metrics)`]
+      : []),
     '              (tenant "Demo", R$ 100,00 granted once; a new demo key is made on every start',
     '               and the previous one is revoked)',
     '',

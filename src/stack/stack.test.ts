@@ -74,11 +74,13 @@ describe('startStack without children', () => {
 describe('startStack runs the portal in development mode (npm start, as for a new user)', () => {
   test('the portal gets CATRACA_DEV=1 and 127.0.0.1: the simulator and its pay button work, on loopback only', async () => {
     const portalPort = await freePort();
+    const portalMetricsPort = await freePort();
     const stack = await startStack({
       root: ROOT,
       natsUrl: process.env.NATS_URL,
       databaseUrl: process.env.DATABASE_URL,
       portalPort,
+      metricsPorts: { portal: portalMetricsPort },
       processes: ['portal'],
       writeState: false,
       dataDir: mkdtempSync(join(tmpdir(), 'catraca-stack-')),
@@ -102,6 +104,18 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
       expect(JSON.parse((await c.get(`${topup.location}/status`)).text)).toMatchObject({ status: 'CONCLUIDA', balance_micros: '50000000' });
       const { rows } = await db.query(`select id from models where id like 'sim/%' order by id`);
       expect(rows.map((r) => r.id)).toEqual(['sim/echo', 'sim/lorem']);
+      // the portal's own /metrics, on its internal port: each answered request counted once
+      expect(stack.metricsPorts).toEqual({ portal: portalMetricsPort });
+      const ok200 = async () => seriesValue(await scrape(portalMetricsPort), 'catraca_http_responses_total', 'status="200"');
+      const before = await ok200();
+      for (let i = 0; i < 4; i++) expect((await fetch(`${stack.urls.portal_url}/healthz`)).status).toBe(200);
+      expect((await ok200()) - before).toBe(4);
+      const text = await scrape(portalMetricsPort);
+      for (const name of PROCESS_METRICS) expect(text).toMatch(new RegExp(`^# TYPE ${name} `, 'm'));
+      // never on the public port (there /metrics is just an unknown page: a redirect to sign-in)
+      const pub = await fetch(`${stack.urls.portal_url}/metrics`, { redirect: 'manual' });
+      expect(pub.status).not.toBe(200);
+      expect(await pub.text()).not.toContain('# TYPE');
     } finally {
       await stack.stop();
     }
@@ -114,6 +128,27 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
   });
 });
 
+/** Prometheus text of a process's internal /metrics. */
+async function scrape(port: number): Promise<string> {
+  const res = await fetch(`http://127.0.0.1:${port}/metrics`);
+  expect(res.status).toBe(200);
+  expect(res.headers.get('content-type')).toBe('text/plain; version=0.0.4');
+  return res.text();
+}
+/** Sum of the series of `name` whose labels contain `label` (every series without one). */
+function seriesValue(text: string, name: string, label = ''): number {
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
+    if (m && m[1] === name && (m[2] ?? '').includes(label)) sum += Number(m[3]);
+  }
+  return sum;
+}
+const PROCESS_METRICS = [
+  'process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_start_time_seconds', 'process_open_fds',
+  'nodejs_heap_size_used_bytes', 'nodejs_eventloop_lag_seconds', 'nodejs_version_info', 'catraca_build_info',
+];
+
 const haveEntries = (['gateway', 'worker', 'metering'] as const).every((p) => existsSync(join(ROOT, ENTRY_POINTS[p])));
 
 describe.runIf(haveEntries)('startStack with gateway, worker and metering', () => {
@@ -125,6 +160,7 @@ describe.runIf(haveEntries)('startStack with gateway, worker and metering', () =
       natsUrl: '', // a nats-server of its own: never share jobs with other test files
       databaseUrl: process.env.DATABASE_URL,
       gatewayPort: await freePort(),
+      metricsPorts: { gateway: await freePort(), worker: await freePort(), metering: await freePort() },
       processes: ['gateway', 'worker', 'metering'],
       writeState: false,
       dataDir: mkdtempSync(join(tmpdir(), 'catraca-stack-')),
@@ -153,6 +189,53 @@ describe.runIf(haveEntries)('startStack with gateway, worker and metering', () =
     // child output is prefixed with its name
     expect(lines.some((l) => /^gateway\s+\| /.test(l))).toBe(true);
   });
+
+  test('every process serves /metrics on its own internal port; the counters move by exactly the requests sent', async () => {
+    const ports = stack.metricsPorts as Record<'gateway' | 'worker' | 'metering', number>;
+    const expected = {
+      gateway: ['catraca_jobs_total counter', 'catraca_http_responses_total counter', 'catraca_admissions_total counter', 'catraca_leases_opened_total counter',
+        'catraca_latency_seconds histogram', 'catraca_ttft_seconds histogram', 'catraca_admit_seconds histogram', 'catraca_inflight gauge'],
+      worker: ['catraca_jobs_total counter', 'catraca_jobs_accepted_total counter', 'catraca_latency_seconds histogram', 'catraca_upstream_ttft_seconds histogram',
+        'catraca_worker_capacity gauge', 'catraca_usage_pending gauge'],
+      metering: ['catraca_jobs_total counter', 'catraca_usage_settled_total counter', 'catraca_metering_lag_seconds histogram', 'catraca_open_holds gauge',
+        'catraca_open_leases gauge', 'catraca_usage_backlog_messages gauge'],
+    };
+    for (const [proc, names] of Object.entries(expected)) {
+      const text = await scrape(ports[proc as keyof typeof ports]);
+      for (const n of [...names, ...PROCESS_METRICS.map((x) => `${x} ${x.endsWith('_total') ? 'counter' : 'gauge'}`)]) {
+        expect(text, `${proc}: ${n}`).toMatch(new RegExp(`^# TYPE ${n}$`, 'm'));
+      }
+      // never a duration in ms: Prometheus base units
+      expect(text).not.toMatch(/_ms[ {_]/);
+    }
+    // the public port never serves /metrics
+    expect((await fetch(stack.urls.base_url.replace('/v1', '/metrics'))).status).toBe(404);
+
+    const figures = async () => ({
+      answered: seriesValue(await scrape(ports.gateway), 'catraca_http_responses_total', 'status="200"'),
+      admitted: seriesValue(await scrape(ports.gateway), 'catraca_admissions_total'),
+      accepted: seriesValue(await scrape(ports.worker), 'catraca_jobs_accepted_total'),
+      settled: seriesValue(await scrape(ports.metering), 'catraca_usage_settled_total', 'status="settled"'),
+    });
+    const before = await figures();
+    const N = 5;
+    const client = new OpenAI({ baseURL: stack.urls.base_url, apiKey: stack.demo.key, maxRetries: 0 });
+    for (let i = 0; i < N; i++) await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: `conta ${i}` }] });
+    const deadline = Date.now() + 10000;
+    let after = await figures();
+    while (after.settled - before.settled < N && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      after = await figures();
+    }
+    await new Promise((r) => setTimeout(r, 300)); // nothing more arrives
+    after = await figures();
+    expect({
+      answered: after.answered - before.answered,
+      admitted: after.admitted - before.admitted,
+      accepted: after.accepted - before.accepted,
+      settled: after.settled - before.settled,
+    }).toEqual({ answered: N, admitted: N, accepted: N, settled: N });
+  }, 30000);
 
   test('a child that dies is restarted', async () => {
     const port = Number(new URL(stack.urls.base_url).port);

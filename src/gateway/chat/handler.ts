@@ -21,6 +21,7 @@ import { ChatRequestSchema, describeIssue, type ChatRequest } from './schema.ts'
 import { ChunkEncoder, completionBody, mergeToolCalls, type ToolCall, type UsageOut } from './openai-shapes.ts';
 import { SseWriter } from './sse-writer.ts';
 import type { GatewayMetrics } from '../metrics.ts';
+import type { Span, Tracer } from '../../tracing/tracer.ts';
 
 const log = createLogger('gateway');
 
@@ -35,6 +36,8 @@ export interface ChatDeps {
   metrics?: GatewayMetrics;
   admission: Admission;
   dispatcher: Dispatcher;
+  /** One span per request (`chat.completions`); its traceparent goes to the worker with the job. */
+  tracer?: Tracer;
   /** Called once per request with its final HTTP status (metrics). */
   onFinish?: (status: number, ttfbMs: number | null, startedAt: number) => void;
 }
@@ -71,8 +74,16 @@ export class ChatCompletion {
   private streaming = false;
   private firstByteAt: number | null = null;
   private readonly startedAt = Date.now();
+  private readonly span?: Span;
 
-  constructor(private deps: ChatDeps, private s: ResponseState, private authorization: string) {}
+  /** `traceparent`: the client's header (W3C), the parent of this request's span. */
+  constructor(private deps: ChatDeps, private s: ResponseState, private authorization: string, traceparent?: string) {
+    this.span = deps.tracer?.startSpan('chat.completions', {
+      parent: traceparent,
+      kind: 'server',
+      attributes: { 'http.request.method': 'POST', 'url.path': '/v1/chat/completions', 'catraca.request_id': s.requestId },
+    });
+  }
 
   /** uWS onAborted: the client went away. */
   aborted(): void {
@@ -204,8 +215,10 @@ export class ChatCompletion {
         this.cancelUpstream();
         this.fail(err);
       },
+      onTrace: (traceparent) => this.span?.addLink(traceparent),
     });
-    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, encode(job));
+    this.span?.setAttributes({ 'catraca.tenant_id': key.tenant_id, 'catraca.model': this.model.id, 'catraca.pool': this.model.pool });
+    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, encode(job), this.span && { traceparent: this.span.traceparent() });
     try {
       const { worker } = await this.ticket.result;
       this.workerId = worker;
@@ -382,6 +395,11 @@ export class ChatCompletion {
     // accounting): the route stays until it arrives or the idle timeout gives up on it.
     if (!this.workerId || this.upstreamDone) this.deps.router.unregister(this.s.requestId);
     this.deps.onFinish?.(status, this.firstByteAt === null ? null : this.firstByteAt - this.startedAt, this.startedAt);
+    if (this.span) {
+      this.span.setAttribute('http.response.status_code', status);
+      if (status >= 500) this.span.setStatus('error');
+      this.span.end();
+    }
   }
 
   /** Tells the worker to stop generating (it still publishes usage for what it generated). */
