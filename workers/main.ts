@@ -1,6 +1,7 @@
 import { redactNatsUrl } from '../src/bus/connect.ts';
 import { loadConfig } from '../src/config.ts';
-import { createLogger, logCrashes } from '../src/log.ts';
+import { configureLogging, createLogger, logCrashes } from '../src/log.ts';
+import { onShutdown, quietly } from '../src/stack/shutdown.ts';
 import { startWorker } from './worker.ts';
 import { monitorWorker } from './monitoring.ts';
 import { serveMetrics } from '../src/metrics/http.ts';
@@ -9,6 +10,7 @@ import { serveMetrics } from '../src/metrics/http.ts';
 const log = createLogger('worker');
 logCrashes(log);
 const config = loadConfig();
+configureLogging({ level: config.LOG_LEVEL, format: config.LOG_FORMAT });
 const pools = config.WORKER_POOLS.split(',').map((p) => p.trim()).filter(Boolean);
 
 let onJobEnd: ((ms: number) => void) | undefined;
@@ -20,22 +22,12 @@ onFirstToken = monitoring.firstToken;
 const metricsServer = await serveMetrics(config, monitoring.metrics, { instance: worker.id });
 log.info('worker ready', { worker: worker.id, pools, nats: redactNatsUrl(config.NATS_URL), metrics_port: metricsServer?.port ?? null });
 
-let signals = 0;
-const shutdown = (sig: string) => {
-  if (++signals > 1) {
-    log.warn('second signal: exiting now', { sig });
-    process.exit(1);
-  }
-  log.info('shutting down', { sig });
-  monitoring.stop().catch(() => {});
-  metricsServer?.close().catch(() => {});
-  worker.stop().then(
-    () => process.exit(0),
-    (err) => {
-      log.error('shutdown failed', { err });
-      process.exit(1);
-    },
-  );
-};
-process.on('SIGTERM', () => shutdown('SIGTERM'));
-process.on('SIGINT', () => shutdown('SIGINT'));
+onShutdown(
+  log,
+  async () => {
+    await quietly(monitoring.stop());
+    await quietly(metricsServer?.close());
+    await worker.stop();
+  },
+  { forceAfterMs: config.DRAIN_TIMEOUT_MS + 10_000, describe: () => ({ in_flight: worker.stats().inFlight }) },
+);

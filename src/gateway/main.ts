@@ -1,7 +1,8 @@
 import { loadConfig } from '../config.ts';
 import { createPool } from '../db/pool.ts';
 import { connectBus } from '../bus/connect.ts';
-import { createLogger, logCrashes } from '../log.ts';
+import { configureLogging, createLogger, logCrashes } from '../log.ts';
+import { onShutdown, quietly } from '../stack/shutdown.ts';
 import { startGateway } from './server.ts';
 import { assertNativeUws, uwsRuntime } from './uws.ts';
 
@@ -17,21 +18,18 @@ try {
 }
 if (uwsRuntime.officialError) log.warn('the official uWebSockets.js is installed but did not load; using @trufflesuite/uws-js-unofficial', { reason: uwsRuntime.officialError });
 const config = loadConfig();
+configureLogging({ level: config.LOG_LEVEL, format: config.LOG_FORMAT });
 // The front door writes only holds (reservations) and reads; see PoolOptions.asyncCommit.
 const db = createPool(config.DATABASE_URL, 20, { asyncCommit: true, connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS, statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS });
 const nc = await connectBus(config.NATS_URL, `catraca-gateway ${config.CATRACA_INSTANCE ?? process.pid}`);
 const gateway = await startGateway({ config, db, nc, doorId: config.CATRACA_INSTANCE, portalUrl: config.PORTAL_PUBLIC_URL });
 
-let stopping = false;
-async function shutdown(signal: string) {
-  if (stopping) return;
-  stopping = true;
-  log.info('shutting down: draining in-flight requests', { signal, in_flight: gateway.stats().inFlight });
-  await gateway.close(config.DRAIN_TIMEOUT_MS);
-  await nc.drain().catch(() => {});
-  await db.end().catch(() => {});
-  log.info('stopped');
-  process.exit(0);
-}
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+onShutdown(
+  log,
+  async () => {
+    await gateway.close(config.DRAIN_TIMEOUT_MS);
+    await quietly(nc.drain());
+    await quietly(db.end());
+  },
+  { forceAfterMs: config.DRAIN_TIMEOUT_MS + 10_000, describe: () => ({ in_flight: gateway.stats().inFlight }) },
+);

@@ -1,7 +1,8 @@
 import { loadConfig } from '../config.ts';
 import { connectBus } from '../bus/connect.ts';
 import { createPool } from '../db/pool.ts';
-import { createLogger, logCrashes } from '../log.ts';
+import { configureLogging, createLogger, logCrashes } from '../log.ts';
+import { onShutdown, quietly } from '../stack/shutdown.ts';
 import { startPortal } from './server.ts';
 import { defaultPortalHost, resolvePortalSetup } from './config.ts';
 import { registerMonitoring, sanitizeInstanceId } from '../bus/monitoring.ts';
@@ -13,6 +14,7 @@ import { VERSION } from '../version.ts';
 const log = createLogger('portal');
 logCrashes(log);
 const config = loadConfig();
+configureLogging({ level: config.LOG_LEVEL, format: config.LOG_FORMAT });
 // PORTAL_HOST unset: 127.0.0.1 in development (CATRACA_DEV=1 or PIX_PROVIDER=simulator), else 0.0.0.0.
 const host = config.PORTAL_HOST ?? defaultPortalHost(config);
 // Refuse a production-unsafe or incomplete Pix setup before connecting to anything.
@@ -39,22 +41,14 @@ const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', versio
 const metricsServer = await serveMetrics(config, metrics, { instance });
 log.info('portal ready', { url: portal.url, metrics_port: metricsServer?.port ?? null });
 
-let stopping = false;
-async function shutdown(signal: string) {
-  if (stopping) return;
-  stopping = true;
-  log.info('portal stopping', { signal });
-  const force = setTimeout(() => process.exit(1), 10000);
-  force.unref();
-  try {
+onShutdown(
+  log,
+  async () => {
     await portal.close();
-    await monitoring.stop().catch(() => {});
-    await metricsServer?.close().catch(() => {});
-    await nc.drain();
-    await db.end();
-  } finally {
-    process.exit(0);
-  }
-}
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+    await quietly(monitoring.stop());
+    await quietly(metricsServer?.close());
+    await quietly(nc.drain());
+    await quietly(db.end());
+  },
+  { forceAfterMs: 10_000 },
+);
