@@ -2,22 +2,23 @@ import { createId } from '@paralleldrive/cuid2';
 import type { Msg, NatsConnection, NatsError, Subscription } from 'nats';
 import { connectBus, ensureUsageStream } from '../src/bus/connect.ts';
 import { decodeJson, encode, type Job, JobSchema, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
+import { type AbortWhy, type JobContext, type JobCounters, type Running, runJob } from './job.ts';
+import { LatencyRing, type LatencySummary } from './latency-ring.ts';
+import { UsagePublisher } from './usage-publisher.ts';
 import { subjects } from '../src/bus/subjects.ts';
 import { type Config, loadConfig } from '../src/config.ts';
 import { createLogger, type Logger } from '../src/log.ts';
 import { type AdapterRegistry, createRegistry } from './adapters/registry.ts';
-import { type AdapterEvent, isUpstreamError, newCall, type TokenUsage, type UpstreamCall } from './adapters/types.ts';
-import { encodeFrame, type FrameError, type OutFrame } from '../src/bus/frames.ts';
-import { publishToStream, RequestMux } from '../src/bus/requests.ts';
+import { RequestMux } from '../src/bus/requests.ts';
 import { Catalog, type CatalogEntry, type ModelSource } from '../src/catalog/catalog.ts';
 import { createPool, type Db } from '../src/db/pool.ts';
-import { sleep } from './adapters/shared/abort.ts';
 import { createOutbox } from './outbox.ts';
-import { tracerFromEnv, type Span, type Tracer } from '../src/tracing/tracer.ts';
+import { tracerFromEnv, type Tracer } from '../src/tracing/tracer.ts';
 import { defaultConcurrency } from './capacity.ts';
 
 // One worker process: queue-group subscriber of each of its pools, bounded concurrency, frames
 // to the front door, exactly one usage message per accepted job to JetStream (msgID = request id).
+// A job itself runs in job.ts; usage publishing is usage-publisher.ts.
 
 export interface WorkerOptions {
   pools: string[];
@@ -44,14 +45,7 @@ export interface WorkerOptions {
   onFirstToken?: (ms: number) => void;
 }
 
-export interface LatencySummary {
-  count: number;
-  avg: number;
-  p50: number;
-  p95: number;
-  p99: number;
-  max: number;
-}
+export type { LatencySummary };
 
 export interface WorkerStats {
   id: string;
@@ -81,29 +75,9 @@ export interface WorkerHandle {
   stats(): WorkerStats;
 }
 
-type AbortWhy = 'cancel' | 'deadline' | 'drain';
-
-/** One accepted job while it runs: the sweeper sends its keepalives and enforces its deadline. */
-interface Running {
-  ac: AbortController;
-  pool: string;
-  span: Span;
-  why?: AbortWhy;
-  deadline: number;
-  lastSent: number;
-  /** sends a keepalive frame (set while the upstream call runs) */
-  keepalive?: () => void;
-  done?: Promise<void>;
-}
-
-const KEEPALIVE: OutFrame = { t: 'keepalive' };
-
 const DRAIN_TIMEOUT_MS = 30_000;
 /** a worker announces free slots for this long after it last refused a job */
 const CAPACITY_ANNOUNCE_MS = 10_000;
-const USAGE_PUBLISH_TIMEOUT_MS = 5_000;
-const USAGE_RETRY_MAX_MS = 5_000;
-const RING = 1024;
 
 export function workerId(instance?: string): string {
   return instance ? instance.replace(/[^A-Za-z0-9_-]/g, '_') : `wrk_${createId()}`;
@@ -155,186 +129,29 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     }
   }, sweepEvery);
   sweeper.unref();
-  const pendingUsage = new Set<Promise<void>>();
-  const counters = { accepted: 0, completed: 0, failed: 0, cancelled: 0, busy: 0, invalid: 0, usagePublishRetries: 0 };
-  const ring = new Float64Array(RING);
-  let ringN = 0;
-  let ftCount = 0;
-  let ftSum = 0;
-  let ftMax = 0;
+  const counters: JobCounters = { accepted: 0, completed: 0, failed: 0, cancelled: 0, busy: 0, invalid: 0 };
+  const firstToken = new LatencyRing();
   let draining = false;
 
-  const recordFirstToken = (ms: number) => {
-    options.onFirstToken?.(ms);
-    ring[ringN++ % RING] = ms;
-    ftCount++;
-    ftSum += ms;
-    if (ms > ftMax) ftMax = ms;
-  };
-
-  // ---- usage: at least once to JetStream, exactly once in effect (msgID dedupe) ----
-  function publishUsage(pool: string, msg: UsageMessage, traceparent: string): void {
-    const data = encode(msg);
-    const hdrs = { traceparent };
-    const p = (async () => {
-      let delay = 100;
-      for (let attempt = 1; ; attempt++) {
-        try {
-          await publishToStream(requests, subjects.usage(pool), data, msg.request_id, USAGE_PUBLISH_TIMEOUT_MS, hdrs);
-          return;
-        } catch (err) {
-          if (nc.isClosed()) {
-            // Only reachable if someone closed the connection under us: leave the record in the log.
-            log.error('usage publish impossible: NATS connection closed', { usage: msg, err: err as Error });
-            return;
-          }
-          counters.usagePublishRetries++;
-          log.warn('usage publish failed; retrying', { request_id: msg.request_id, attempt, err: err as Error });
-          await sleep(delay);
-          delay = Math.min(delay * 2, USAGE_RETRY_MAX_MS);
-        }
-      }
-    })();
-    pendingUsage.add(p);
-    void p.finally(() => pendingUsage.delete(p));
-  }
+  const usage = new UsagePublisher(nc, requests, log);
 
   // The front door may be gone when a frame is published; the job still finishes and is billed.
   const outbox = createOutbox(nc, (err, subject) => log.debug('frame publish failed', { subject, err: err as Error }));
+  const ctx: JobContext = {
+    workerId: id,
+    registry,
+    outbox,
+    usage,
+    log,
+    counters,
+    recordFirstToken(ms) {
+      options.onFirstToken?.(ms);
+      firstToken.record(ms);
+    },
+    onJobEnd: options.onJobEnd,
+  };
 
   // ---- one job ----
-  async function run(job: Job, model: CatalogEntry, pool: string, acceptedAt: number, entry: Running): Promise<void> {
-    const adapter = registry.forProtocol(model.protocol);
-    const call: UpstreamCall = newCall(job, model);
-    let seq = 0;
-    // the first frame carries the job span's traceparent (the front door links it)
-    const first = { traceparent: entry.span.traceparent() };
-    const send = (frame: OutFrame) => {
-      entry.lastSent = Date.now();
-      outbox.publish(job.reply_to, encodeFrame(seq, frame), seq === 0 ? first : undefined);
-      seq++;
-    };
-    entry.keepalive = () => send(KEEPALIVE);
-
-    let output = '';
-    let deltas = 0;
-    let usage: TokenUsage | undefined;
-    let promptUsage: number | undefined;
-    let estimated = false;
-    let finish: string | undefined;
-    let failure: unknown;
-    const onEvent = (ev: AdapterEvent) => {
-      if (entry.why) return;
-      switch (ev.type) {
-        case 'delta':
-          if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
-          output += ev.content;
-          send({ t: 'text', content: ev.content });
-          return;
-        case 'reasoning':
-          if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
-          output += ev.content;
-          send({ t: 'extended', delta: { reasoning: ev.content } });
-          return;
-        case 'tool_calls':
-          if (deltas++ === 0) recordFirstToken(Date.now() - acceptedAt);
-          // generated output too: counted in the estimate when the upstream gives no usage
-          for (const c of ev.tool_calls) output += (c.function?.name ?? '') + (c.function?.arguments ?? '');
-          send({ t: 'extended', delta: { tool_calls: ev.tool_calls } });
-          return;
-        case 'prompt_usage':
-          promptUsage = ev.prompt_tokens;
-          return;
-        case 'usage':
-          usage = { prompt_tokens: ev.prompt_tokens, completion_tokens: ev.completion_tokens };
-          estimated = ev.estimated ?? false;
-          return;
-        case 'finish':
-          finish = ev.reason;
-          return;
-      }
-    };
-    try {
-      await adapter.stream(call, entry.ac.signal, onEvent);
-    } catch (err) {
-      failure = err;
-    } finally {
-      entry.keepalive = undefined;
-    }
-
-    const why = entry.why;
-    const ok = !why && failure === undefined;
-    // Billing rule: the upstream's usage when it gave one. Otherwise the adapter's count of the
-    // prompt and of what was generated, whenever the vendor may have billed the prompt: it
-    // accepted the request, or it had the request when we cut it (a cancel before the first
-    // token included). A request the vendor refused or never received costs nothing.
-    if (!usage) {
-      const ourCut = why !== undefined || (isUpstreamError(failure) && failure.code === 'upstream_timeout');
-      if (ok || deltas > 0 || call.accepted || (call.sent && ourCut)) {
-        try {
-          const counted = await adapter.countUsage(call, output);
-          usage = counted.usage;
-          estimated = counted.estimated;
-        } catch (err) {
-          log.error('token count failed', { request_id: job.request_id, err: err as Error });
-          usage = { prompt_tokens: 0, completion_tokens: deltas };
-          estimated = true;
-        }
-        if (promptUsage !== undefined) usage = { prompt_tokens: promptUsage, completion_tokens: usage.completion_tokens };
-      } else {
-        usage = { prompt_tokens: 0, completion_tokens: 0 };
-      }
-    }
-
-    let outcome: UsageMessage['outcome'];
-    if (ok) {
-      outcome = 'completed';
-      counters.completed++;
-      send({ t: 'done', done: { finish_reason: finish ?? 'stop', usage, estimated } });
-    } else if (why === 'cancel') {
-      outcome = 'cancelled';
-      counters.cancelled++;
-      send({ t: 'error', error: { status: 499, code: 'request_cancelled', message: 'The request was cancelled by the client.', usage } });
-    } else {
-      outcome = 'error';
-      counters.failed++;
-      if (why === 'deadline') {
-        send({ t: 'error', error: { status: 504, code: 'upstream_timeout', message: 'The request did not finish before its deadline.', usage } });
-      } else if (why === 'drain') {
-        send({ t: 'error', error: { status: 503, code: 'worker_shutting_down', message: 'The worker serving this request shut down; retry.', usage } });
-      } else if (isUpstreamError(failure)) {
-        const error: FrameError = { status: failure.status, code: failure.code, message: failure.message, usage };
-        if (failure.retryAfter !== undefined) error.retry_after = failure.retryAfter;
-        send({ t: 'error', error });
-        log.info('upstream error', { request_id: job.request_id, pool, status: failure.status, code: failure.code, tokens: deltas });
-      } else {
-        log.error('job failed unexpectedly', { request_id: job.request_id, pool, err: failure as Error });
-        send({ t: 'error', error: { status: 502, code: 'upstream_error', message: 'The upstream call failed unexpectedly.', usage } });
-      }
-    }
-
-    options.onJobEnd?.(Date.now() - acceptedAt, outcome);
-    entry.span.setAttributes({ 'catraca.outcome': outcome, 'catraca.prompt_tokens': usage.prompt_tokens, 'catraca.completion_tokens': usage.completion_tokens, 'catraca.estimated': estimated });
-    if (outcome === 'error') entry.span.setStatus('error');
-    publishUsage(pool, {
-      v: 1,
-      request_id: job.request_id,
-      tenant_id: job.tenant_id,
-      key_id: job.key_id,
-      model: job.model.id,
-      pool,
-      input_price: job.model.input_price,
-      output_price: job.model.output_price,
-      prompt_tokens: usage.prompt_tokens,
-      completion_tokens: usage.completion_tokens,
-      estimated,
-      outcome,
-      ...(job.hold ? { hold: job.hold } : {}),
-      ended_at: Date.now(),
-      worker: id,
-    }, entry.span.traceparent());
-  }
-
   // ---- subscriptions ----
   const respond = (msg: Msg, ack: JobAck) => {
     try {
@@ -409,7 +226,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     });
     const entry: Running = { ac: new AbortController(), pool, span, deadline: job.deadline, lastSent: acceptedAt };
     inflight.set(job.request_id, entry);
-    entry.done = run(job, model, pool, acceptedAt, entry)
+    entry.done = runJob(ctx, job, model, pool, acceptedAt, entry)
       .catch((e) => {
         span.setStatus('error', 'job crashed');
         log.error('job crashed', { request_id: job.request_id, err: e as Error });
@@ -472,7 +289,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           await allDone();
         }
       }
-      while (pendingUsage.size > 0) await Promise.all([...pendingUsage]);
+      await usage.flushed();
       outbox.flush(); // the last frames, before the connection drains
       await cancelSub.drain().catch(() => {});
       requests.close();
@@ -485,9 +302,6 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     })());
 
   const stats = (): WorkerStats => {
-    const n = Math.min(ringN, RING);
-    const sorted = Array.from(ring.subarray(0, n)).sort((a, b) => a - b);
-    const q = (p: number) => (n === 0 ? 0 : sorted[Math.min(n - 1, Math.floor(p * n))]);
     const byPool: Record<string, number> = Object.fromEntries(pools.map((p) => [p, 0]));
     for (const e of inflight.values()) byPool[e.pool] = (byPool[e.pool] ?? 0) + 1;
     return {
@@ -498,8 +312,9 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       inFlight: inflight.size,
       inFlightByPool: byPool,
       ...counters,
-      usagePending: pendingUsage.size,
-      firstTokenMs: { count: ftCount, avg: ftCount ? ftSum / ftCount : 0, p50: q(0.5), p95: q(0.95), p99: q(0.99), max: ftMax },
+      usagePending: usage.size,
+      usagePublishRetries: usage.retries,
+      firstTokenMs: firstToken.summary(),
     };
   };
 
