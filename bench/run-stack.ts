@@ -241,7 +241,7 @@ function ledgerPoller(databaseUrl: string, tenantIds: string[], intervalMs: numb
   const seen = new Map<string, number>();
   let lastId = 0n;
   let stopped = false;
-  let queryMs = new LatencyHistogram();
+  const queryMs = new LatencyHistogram();
   let backendPid: number | null = null;
   const loop = (async () => {
     // the poller's own PostgreSQL backend: its CPU is the benchmark's, not the stack's

@@ -155,6 +155,6 @@ describe('pretty', () => {
 
   test('LOG_FORMAT=pretty prints readable lines', async () => {
     const r = await runSnippet(`import { createLogger } from ${LOG_TS}; createLogger('portal').info('portal ready', { url: 'http://127.0.0.1:8081' });`, { LOG_FORMAT: 'pretty' });
-    expect(r.stderr).toMatch(/^\d{2}:\d{2}:\d{2}\.\d{3} INFO  portal portal ready url=http:\/\/127\.0\.0\.1:8081\n$/);
+    expect(r.stderr).toMatch(/^\d{2}:\d{2}:\d{2}\.\d{3} INFO {2}portal portal ready url=http:\/\/127\.0\.0\.1:8081\n$/);
   });
 });

@@ -336,8 +336,8 @@ describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NA
     // one block per service (`  name:` under `services:`)
     const services = new Map<string, string>();
     const body = out.stdout.split(/^(?=\S)/m).find((section) => section.startsWith('services:'))!;
-    for (const block of body.split(/\n(?=  [a-z0-9-]+:\n)/)) {
-      const m = /^  ([a-z0-9-]+):\n/.exec(block);
+    for (const block of body.split(/\n(?= {2}[a-z0-9-]+:\n)/)) {
+      const m = /^ {2}([a-z0-9-]+):\n/.exec(block);
       if (m) services.set(m[1]!, block);
     }
     expect([...services.keys()]).not.toContain('nats');

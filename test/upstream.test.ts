@@ -69,7 +69,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       .create({ model: 'mockvendor/ok', messages: [{ role: 'user', content: 'hello there' }], stream: true, stream_options: { include_usage: true }, seed: 7, user: 'u-1', max_tokens: 10 })
       .withResponse();
     let text = '';
-    let usage;
+    let usage: OpenAI.CompletionUsage | null | undefined;
     for await (const chunk of res.data) {
       text += chunk.choices[0]?.delta?.content ?? '';
       if (chunk.usage) usage = chunk.usage;
@@ -228,7 +228,7 @@ describe('OpenAI-compatible vendor through the gateway', () => {
         .withResponse();
       let text = '';
       let finish = '';
-      let usage;
+      let usage: OpenAI.CompletionUsage | null | undefined;
       for await (const chunk of res.data) {
         text += chunk.choices[0]?.delta?.content ?? '';
         if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;

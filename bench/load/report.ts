@@ -66,7 +66,7 @@ export function checkGoals(results: TargetResult[], ov: Overhead[], goals: Goals
 
 export function table(rows: (string | number)[][]): string {
   const widths: number[] = [];
-  for (const row of rows) row.forEach((c, i) => (widths[i] = Math.max(widths[i] ?? 0, String(c).length)));
+  for (const row of rows) for (let i = 0; i < row.length; i++) widths[i] = Math.max(widths[i] ?? 0, String(row[i]).length);
   return rows.map((row) => row.map((c, i) => (typeof c === 'number' ? String(c).padStart(widths[i]!) : String(c).padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
 }
 

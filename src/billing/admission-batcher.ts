@@ -40,8 +40,12 @@ export class AdmissionBatcher {
     const call = batch.length === 1 ? admit(this.db, batch[0].request).then((r) => [r]) : admitBatch(this.db, batch.map((p) => p.request));
     call
       .then(
-        (results) => batch.forEach((p, i) => p.resolve(results[i])),
-        (err) => batch.forEach((p) => p.reject(err)),
+        (results) => {
+          for (let i = 0; i < batch.length; i++) batch[i].resolve(results[i]);
+        },
+        (err) => {
+          for (const p of batch) p.reject(err);
+        },
       )
       .finally(() => {
         t.busy = false;

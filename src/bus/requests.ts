@@ -60,7 +60,7 @@ export class RequestMux {
     const token = (this.seq++).toString(36);
     return new Promise((resolve, reject) => {
       this.pending.set(token, { resolve, reject, deadline: Date.now() + timeoutMs });
-      let h;
+      let h: ReturnType<typeof natsHeaders> | undefined;
       if (hdrs) {
         h = natsHeaders();
         for (const k in hdrs) h.set(k, hdrs[k]);

@@ -89,7 +89,7 @@ export class Dispatcher {
     this.sub = this.nc.subscribe(subjects.capacityWildcard, {
       callback: (_err, msg) => {
         const pool = msg.subject.slice(subjects.capacity('').length);
-        let c;
+        let c: ReturnType<typeof CapacitySchema.parse>;
         try {
           c = CapacitySchema.parse(decodeJson(msg.data));
         } catch {
@@ -248,7 +248,7 @@ export class Dispatcher {
   }
 
   private async attempt(subject: string, payload: Uint8Array, headers?: Record<string, string>): Promise<Attempt> {
-    let reply;
+    let reply: Awaited<ReturnType<RequestMux['request']>>;
     try {
       reply = await this.requests.request(subject, payload, this.opts.ackTimeoutMs ?? 5000, headers);
     } catch (err) {

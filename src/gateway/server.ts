@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from 'nats';
 import type { Config } from '../config.ts';
 import type { Db } from '../db/pool.ts';
-import { errors, CatracaError } from '../errors.ts';
+import { errors, type CatracaError } from '../errors.ts';
 import { createLogger } from '../log.ts';
 import { App, closeListenSocket, localPort, type HttpResponse, type HttpRequest, type us_listen_socket } from './uws.ts';
 import { readBody } from './body.ts';

@@ -7,7 +7,7 @@ import { fromValor, parseUserAmount, toValor } from './amount.ts';
 import { httpRequest } from './http.ts';
 import { startPortal, type Portal } from '../portal/server.ts';
 import { paySimulatedCharge } from './simulator/pay.ts';
-import { BcbPixAdapter } from './bcb.ts';
+import type { BcbPixAdapter } from './bcb.ts';
 import { PixService } from './service.ts';
 import { createApiKey } from '../db/keys.ts';
 import { admit, releaseHold } from '../billing/ledger.ts';

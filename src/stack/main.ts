@@ -196,7 +196,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
     const applied = await migrate(pg.url);
     if (applied.length) log.info('migrations applied', { applied });
     const db = createPool(pg.url, 2);
-    let seed;
+    let seed: Awaited<ReturnType<typeof seedAll>>;
     try {
       seed = await seedAll(db);
     } finally {

@@ -126,7 +126,7 @@ export function stopChild(child: ChildProcess, signal: NodeJS.Signals = 'SIGTERM
 
 /** Can we talk NATS (and JetStream, when asked) to `url` right now? */
 export async function natsReachable(url: string, opts: { timeoutMs?: number; jetstream?: boolean } = {}): Promise<boolean> {
-  let nc;
+  let nc: Awaited<ReturnType<typeof natsConnect>> | undefined;
   try {
     nc = await natsConnect({ ...natsOptions(url), timeout: opts.timeoutMs ?? 1500, reconnect: false, maxReconnectAttempts: 0 });
     if (opts.jetstream) await (await nc.jetstreamManager({ timeout: opts.timeoutMs ?? 1500 })).getAccountInfo();
