@@ -69,6 +69,21 @@ export function rawRequest(r: RawRequest): Promise<RawResponse> {
   });
 }
 
+/** The payload of a chunked body (as much as has arrived). */
+function dechunk(b: Buffer): Buffer {
+  const parts: Buffer[] = [];
+  let i = 0;
+  for (;;) {
+    const eol = b.indexOf('\r\n', i);
+    if (eol < 0) break;
+    const size = parseInt(b.toString('latin1', i, eol), 16);
+    if (!Number.isFinite(size) || size === 0) break;
+    parts.push(b.subarray(eol + 2, eol + 2 + size));
+    i = eol + 2 + size + 2;
+  }
+  return Buffer.concat(parts);
+}
+
 function parseResponse(buf: Buffer, closed: boolean, timedOut: boolean): RawResponse {
   const end = buf.indexOf('\r\n\r\n');
   if (end < 0) return { status: 0, headers: {}, body: Buffer.alloc(0), json: undefined, closed, timedOut };
@@ -82,6 +97,7 @@ function parseResponse(buf: Buffer, closed: boolean, timedOut: boolean): RawResp
   let body = buf.subarray(end + 4);
   const len = Number(headers['content-length']);
   if (Number.isFinite(len)) body = body.subarray(0, len);
+  else if (/chunked/i.test(headers['transfer-encoding'] ?? '')) body = dechunk(body);
   let json: unknown;
   try {
     json = JSON.parse(body.toString('utf8'));
