@@ -71,6 +71,9 @@ export const ConfigSchema = PortalEnvSchema.extend({
   PORTAL_PORT: int(8081),
   /** Largest accepted request body; larger gets 413. */
   MAX_BODY_BYTES: int(4 * 1024 * 1024),
+  /** A request body still arriving this long after its headers gets 408 and its connection closed
+   * (uWS's own 10 s idle timeout restarts with every chunk, so a trickling sender needs this bound). */
+  BODY_TIMEOUT_MS: int(30000),
   /** Interval of `: processing` SSE comments (and keepalive frames) while no token has arrived. */
   KEEPALIVE_MS: int(2000),
   /** No frame from the worker for this long → the request fails with 504. Workers send a keepalive

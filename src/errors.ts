@@ -34,6 +34,11 @@ export const errors = {
   badRequest: (message: string, param: string | null = null, code = 'invalid_request') =>
     new CatracaError(400, 'invalid_request_error', code, message, param),
   invalidJson: () => new CatracaError(400, 'invalid_request_error', 'invalid_json', 'Request body is not valid JSON.'),
+  invalidUtf8: () => new CatracaError(400, 'invalid_request_error', 'invalid_json', 'Request body is not valid UTF-8.'),
+  numberOutOfRange: (literal: string) =>
+    new CatracaError(400, 'invalid_request_error', 'invalid_json', `Request body has a number out of range (${literal}): numbers must fit an IEEE 754 double.`),
+  jsonTooDeep: (max: number) =>
+    new CatracaError(400, 'invalid_request_error', 'json_too_deep', `Request body nests arrays and objects deeper than ${max} levels.`),
   missingKey: () =>
     new CatracaError(401, 'authentication_error', 'missing_api_key', 'Missing API key. Send it as "Authorization: Bearer <API_KEY>".'),
   invalidKey: () => new CatracaError(401, 'authentication_error', 'invalid_api_key', 'Invalid API key.'),
@@ -51,6 +56,11 @@ export const errors = {
     new CatracaError(405, 'invalid_request_error', 'method_not_allowed', `Method ${method} is not allowed on ${path}.`),
   bodyTooLarge: (limit: number) =>
     new CatracaError(413, 'invalid_request_error', 'request_too_large', `Request body exceeds the limit of ${limit} bytes.`),
+  /** The request passed MAX_BODY_BYTES but its job would exceed the bus's largest message. */
+  jobTooLarge: (maxPayload: number) =>
+    new CatracaError(413, 'invalid_request_error', 'request_too_large', `Request is too large: it must fit in ${maxPayload} bytes once forwarded to a worker.`),
+  bodyTimeout: (ms: number) =>
+    new CatracaError(408, 'invalid_request_error', 'request_timeout', `The request body did not arrive within ${ms} ms.`),
   unsupportedMediaType: () =>
     new CatracaError(415, 'invalid_request_error', 'unsupported_media_type', 'Content-Type must be application/json.'),
   rateLimited: (retryAfterS: number, headers: Record<string, string> = {}) =>

@@ -9,6 +9,9 @@ const DISCARD_FACTOR = 16;
  * callback returns, so each one is copied. Past the limit the rest is discarded (not buffered)
  * and the 413 is sent once the body ends, so the client reads the answer instead of a broken
  * pipe; a declared length beyond DISCARD_FACTOR × limit is refused at once and the connection closed.
+ * A body still incomplete `timeoutMs` after the first chunk that did not end it (a slow-loris sender:
+ * uWS restarts its idle timeout on every chunk) is answered 408 and its connection closed; the
+ * timer is armed only then, so a body that arrives in one chunk costs none.
  */
 export function readBody(
   res: HttpResponse,
@@ -16,6 +19,7 @@ export function readBody(
   declaredLength: number,
   onBody: (body: Buffer) => void,
   onError: (err: CatracaError, closeConnection: boolean) => void,
+  timeoutMs = 0,
 ): void {
   if (declaredLength > limit * DISCARD_FACTOR) {
     onError(errors.bodyTooLarge(limit), true);
@@ -23,15 +27,30 @@ export function readBody(
   }
   const chunks: Buffer[] = [];
   let size = 0;
+  let timer: NodeJS.Timeout | undefined;
+  let failed = false;
+  const fail = (err: CatracaError, closeConnection: boolean) => {
+    if (failed) return;
+    failed = true;
+    if (timer) clearTimeout(timer);
+    chunks.length = 0;
+    onError(err, closeConnection);
+  };
   res.onData((chunk, isLast) => {
+    if (failed) return;
+    if (isLast) {
+      if (timer) clearTimeout(timer);
+    } else if (!timer && timeoutMs > 0) {
+      timer = setTimeout(() => fail(errors.bodyTimeout(timeoutMs), true), timeoutMs);
+    }
     size += chunk.byteLength;
     if (size > limit) {
       chunks.length = 0;
       if (size > limit * DISCARD_FACTOR) {
-        if (size - chunk.byteLength <= limit * DISCARD_FACTOR) onError(errors.bodyTooLarge(limit), true);
+        fail(errors.bodyTooLarge(limit), true);
         return;
       }
-      if (isLast) onError(errors.bodyTooLarge(limit), false);
+      if (isLast) fail(errors.bodyTooLarge(limit), false);
       return;
     }
     chunks.push(Buffer.from(Buffer.from(chunk)));

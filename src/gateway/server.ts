@@ -157,11 +157,13 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         contentLength,
         (body) => void chat.run(body, key),
         (err, closeConnection) => {
+          if (s.aborted) return; // the client left first: already counted by chat.aborted()
           s.closeConnection = closeConnection;
           sendError(s, err);
           track(err.status);
           settleOne();
         },
+        config.BODY_TIMEOUT_MS,
       );
     })
     .get('/v1/credits', authedGet((key) => creditsBody(db, key)))

@@ -6,6 +6,20 @@ import { createLogger } from '../log.ts';
 import { DEFAULT_CHARGE_EXPIRY_S, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS, CENTAVO_MICROS } from './limits.ts';
 import type { ChargeStatus, PixCharge, PixPayment, PixRefund, PspAdapter, WebhookRequest } from './types.ts';
 
+/** Every txid we create (BCB API Pix: 26–35 alphanumerics); anything else cannot be a charge of ours. */
+const OUR_TXID = /^[a-zA-Z0-9]{26,35}$/;
+
+/**
+ * Text from a webhook as the audit table can keep it: PostgreSQL text cannot hold NUL (the insert
+ * would fail and the notice answer 500), and a notice's fields are attacker-chosen, so each is cut
+ * to 200 characters.
+ */
+export function auditText(v: string | null | undefined): string | null {
+  if (v === null || v === undefined) return null;
+  const clean = v.replace(/\u0000/g, '\uFFFD');
+  return clean.length > 200 ? `${clean.slice(0, 199)}…` : clean;
+}
+
 const log = createLogger('pix');
 
 export interface ChargeRow {
@@ -108,7 +122,7 @@ export class PixService {
 
   private async audit(db: DbClient, e: { outcome: string; txid?: string | null; e2e?: string | null; detail?: string | null; remote?: string | null }) {
     await db.query('insert into pix_webhook_events (outcome, txid, end_to_end_id, detail, remote_addr) values ($1,$2,$3,$4,$5)', [
-      e.outcome, e.txid ?? null, e.e2e ?? null, e.detail ?? null, e.remote ?? null,
+      e.outcome, auditText(e.txid), auditText(e.e2e), auditText(e.detail), auditText(e.remote),
     ]);
   }
 
@@ -141,13 +155,14 @@ export class PixService {
    */
   async confirmNotice(p: PixPayment, remote?: string): Promise<PaymentOutcome> {
     const done = async (outcome: PaymentOutcome, detail?: string, tenant?: string) => {
-      const fields = { via: 'webhook', txid: p.txid, e2e: p.endToEndId, tenant, detail, remote };
+      const fields = { via: 'webhook', txid: auditText(p.txid), e2e: p.endToEndId, tenant, detail, remote };
       if (outcome === 'duplicate') log.info('pix duplicate ignored', fields);
       else log.warn('pix webhook not credited', { ...fields, outcome });
       await this.audit(this.db, { outcome, txid: p.txid, e2e: p.endToEndId, detail: ['webhook', detail].filter(Boolean).join(': '), remote });
       return outcome;
     };
     if (!p.txid) return done('no_txid');
+    if (!OUR_TXID.test(p.txid)) return done('unknown_txid');
     const { rows } = await this.db.query('select * from pix_charges where txid = $1', [p.txid]);
     const ch = rows[0] as ChargeRow | undefined;
     if (!ch) return done('unknown_txid');

@@ -131,9 +131,40 @@ export function lastForwardedFor(h: string | string[] | undefined): string {
   return (parts[parts.length - 1] ?? '').slice(0, 100);
 }
 
-function parseForm(body: Buffer): Form {
+/** decodeURIComponent, or null for a malformed escape (`%zz`, a lone `%`, a cut UTF-8 sequence). */
+function safeDecode(s: string): string | null {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The request's URL, its path exactly as sent: `//x` stays a path (the URL parser would take `x` for
+ * a host, and throw for `//`, `//%zz` or `//[::1`, which crashed the process: the parse ran outside
+ * the handler's try). An absolute-form target (`http://host/p`) keeps its path and query. Null when
+ * nothing usable is there (answered 400).
+ */
+export function requestUrl(target: string | undefined): URL | null {
+  const raw = target || '/';
+  try {
+    if (raw.startsWith('/')) return new URL(`http://portal${raw}`);
+    const abs = new URL(raw);
+    return new URL(`http://portal${abs.pathname}${abs.search}`);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * A posted form; null when a name or value holds NUL (`%00`): PostgreSQL text cannot store it, so
+ * such a form would fail at its first query (a 500) — it is refused with a 400 before anything runs.
+ */
+function parseForm(body: Buffer): Form | null {
   const out: Form = {};
   for (const [k, v] of new URLSearchParams(body.toString('utf8'))) {
+    if (k.includes('\u0000') || v.includes('\u0000')) return null;
     const prev = out[k];
     out[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v];
   }
@@ -387,14 +418,17 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     // PSP callbacks: the secret is part of the URL we registered; the BCB standard appends /pix.
     if ((m = /^\/webhooks\/pix\/([^/]+)(?:\/pix)?\/?$/.exec(path))) {
       if (method !== 'POST') return json(ctx, 405, { error: 'method not allowed' });
-      return handleWebhook(ctx, decodeURIComponent(m[1]));
+      // a malformed %-escape cannot be our secret: refused like any wrong one (was a URIError → 500)
+      return handleWebhook(ctx, safeDecode(m[1]) ?? '');
     }
 
     let form: Form = {};
     if (method === 'POST') {
       const body = await readBody(req, MAX_FORM_BYTES);
       if (!body) return send(ctx, 413, 'text/plain; charset=utf-8', 'Payload Too Large');
-      form = parseForm(body);
+      const parsed = parseForm(body);
+      if (!parsed) return page(ctx, 400, ctx.t('error.bad_form_title'), (vc) => V.messagePage(vc, '400', ctx.t('error.bad_form')));
+      form = parsed;
       // CSRF: same-origin check when the browser says where it comes from, and the synchronizer
       // token (session secret; before sign-in, the double-submit cookie) on every form post.
       const origin = req.headers.origin;
@@ -518,7 +552,12 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const server = http.createServer((req, res) => {
     if (options.onResponse) res.once('finish', () => options.onResponse!(res.statusCode));
     void (async () => {
-      const url = new URL(req.url ?? '/', 'http://portal');
+      const url = requestUrl(req.url);
+      if (!url) {
+        res.writeHead(400, { ...securityHeaders, 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' });
+        res.end('Bad Request');
+        return;
+      }
       const cookies = parseCookies(req.headers.cookie);
       const forwardedProto = trustProxy ? String(req.headers['x-forwarded-proto'] ?? '').split(',')[0].trim() : '';
       const secure = secureMode === 'auto' ? (req.socket as { encrypted?: boolean }).encrypted === true || forwardedProto === 'https' : secureMode;
@@ -543,7 +582,13 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
         if (!res.headersSent) send(ctx, 500, 'text/plain; charset=utf-8', ctx.t('error.internal'));
         else res.end();
       }
-    })();
+    })().catch((err) => {
+      // a throw outside the handler's own try (in its setup) must not become an unhandled rejection,
+      // which ends the process
+      log.error('portal request failed before routing', { err, method: req.method });
+      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end();
+    });
   });
   server.headersTimeout = 20000;
   server.requestTimeout = 30000;

@@ -20,9 +20,18 @@ const csrfField = (c: ViewCtx) => html`<input type="hidden" name="_csrf" value="
 
 function langLinks(c: ViewCtx): SafeHtml {
   const other: Lang = c.lang === 'en' ? 'pt-BR' : 'en';
-  const u = new URL(c.path, 'http://portal');
-  u.searchParams.set('lang', other);
-  return html`<a class="lang" data-testid="lang-switch" href="${u.pathname + u.search}">${other === 'en' ? 'English' : 'Português'}</a>`;
+  // the request's own path, which may be anything a client sent (`//`, `//other.host/x`): parsed as a
+  // path of ours (never a host: `new URL('//', base)` threw, a 500), and written with one leading
+  // slash so that the link can never be protocol-relative (`//other.host/…`)
+  let href = `/?lang=${other}`;
+  try {
+    const u = new URL(`http://portal/${c.path.replace(/^\/+/, '')}`);
+    u.searchParams.set('lang', other);
+    href = u.pathname + u.search;
+  } catch {
+    // keep the root
+  }
+  return html`<a class="lang" data-testid="lang-switch" href="${href}">${other === 'en' ? 'English' : 'Português'}</a>`;
 }
 
 export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?: string | null; error?: string | null } = {}): string {

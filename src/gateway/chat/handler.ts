@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from 'nats';
 import type { Config } from '../../config.ts';
@@ -15,6 +16,7 @@ import { createLogger } from '../../log.ts';
 import type { KeyCache } from '../key-cache.ts';
 import type { Catalog, CatalogEntry } from '../../catalog/catalog.ts';
 import { checkParams, wantsUsage } from '../../chat/params.ts';
+import { MAX_JSON_DEPTH, scanJson } from '../../chat/json-depth.ts';
 import type { StreamRouter } from '../stream-router.ts';
 import { KEEP_ALIVE_HINT, publicError, sendJson, statusLine, type ResponseState } from '../respond.ts';
 import { ChatRequestSchema, describeIssue, type ChatRequest } from './schema.ts';
@@ -120,6 +122,12 @@ export class ChatCompletion {
   }
 
   private parse(raw: Buffer): ChatRequest {
+    // before JSON.parse: bytes it would silently replace (U+FFFD), nesting that overflows the
+    // stack of whatever walks the value later, numbers it would turn into Infinity
+    if (!isUtf8(raw)) throw errors.invalidUtf8();
+    const problem = scanJson(raw, MAX_JSON_DEPTH);
+    if (problem?.kind === 'too_deep') throw errors.jsonTooDeep(MAX_JSON_DEPTH);
+    if (problem?.kind === 'number_out_of_range') throw errors.numberOutOfRange(problem.literal);
     let json: unknown;
     try {
       json = JSON.parse(raw.toString('utf8'));
@@ -207,6 +215,15 @@ export class ChatCompletion {
       reply_to: this.deps.router.replySubject(this.s.requestId),
       deadline: Date.now() + this.deps.config.REQUEST_TIMEOUT_MS,
     };
+    const payload = encode(job);
+    // NATS refuses a message over the server's max_payload (1 MiB by default, below MAX_BODY_BYTES):
+    // the job never leaves, so its hold goes back at once and the client gets a 413, not a 500.
+    const maxPayload = this.deps.nc.info?.max_payload;
+    if (maxPayload !== undefined && payload.byteLength > maxPayload) {
+      this.accounted = true;
+      await this.deps.admission.release(this.s.requestId);
+      throw errors.jobTooLarge(maxPayload);
+    }
     this.encoder = new ChunkEncoder(this.s.requestId, this.model.id, Math.floor(this.startedAt / 1000));
     this.deps.router.register(this.s.requestId, {
       onFrame: (frame) => this.onFrame(frame),
@@ -218,7 +235,7 @@ export class ChatCompletion {
       onTrace: (traceparent) => this.span?.addLink(traceparent),
     });
     this.span?.setAttributes({ 'catraca.tenant_id': key.tenant_id, 'catraca.model': this.model.id, 'catraca.pool': this.model.pool });
-    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, encode(job), this.span && { traceparent: this.span.traceparent() });
+    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, this.span && { traceparent: this.span.traceparent() });
     try {
       const { worker } = await this.ticket.result;
       this.workerId = worker;
