@@ -18,10 +18,14 @@ let port: number;
 const SEED = Number(process.env.FUZZ_SEED ?? Date.now() % 2 ** 31);
 const runs = (n: number) => ({ numRuns: Number(process.env.FUZZ_RUNS ?? n), seed: SEED, endOnFailure: true });
 const uniq = () => Math.random().toString(36).slice(2, 10);
+// The fuzzer's requests come from an address of their own (behind a trusted proxy): its many
+// sign-ins and sign-ups must not use up the per-address budgets of other test files, which share
+// the database and come from 127.0.0.1.
+const FROM = { 'x-forwarded-for': `198.51.100.${1 + Math.floor(Math.random() * 250)}` };
 
 beforeAll(async () => {
   await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n });
-  portal = await startPortal({ db, nc: null, reconcileIntervalMs: 0, signupLimitPerHour: 100_000, registerWebhook: false, env: { PIX_PROVIDER: 'simulator' } });
+  portal = await startPortal({ db, nc: null, reconcileIntervalMs: 0, signupLimitPerHour: 100_000, trustProxy: true, registerWebhook: false, env: { PIX_PROVIDER: 'simulator' } });
   port = Number(new URL(portal.url).port);
   console.log(`fuzz seed ${SEED}`);
 });
@@ -55,7 +59,7 @@ const nasty = fc.oneof(
 const maybeRepeated = fc.oneof(nasty, fc.array(nasty, { minLength: 2, maxLength: 3 }));
 
 async function signedIn(): Promise<PortalClient> {
-  const c = new PortalClient(portal.url);
+  const c = new PortalClient(portal.url, FROM);
   const r = await c.signUp(`fuzz.${uniq()}@example.com`);
   expect(r.status).toBe(303);
   return c;
@@ -65,7 +69,7 @@ describe('fuzz: portal forms', () => {
   it('sign-up with random fields: 303, or the form again with its error', async () => {
     await fc.assert(
       fc.asyncProperty(fc.record({ email: maybeRepeated, password: maybeRepeated, org: maybeRepeated }), fc.boolean(), async (f, validEmail) => {
-        const c = new PortalClient(portal.url);
+        const c = new PortalClient(portal.url, FROM);
         const token = await c.csrfOf('/signup');
         const email = validEmail ? `f.${uniq()}@example.com` : f.email;
         const r = await c.post('/signup', { _csrf: token, email, password: f.password, org: f.org });
@@ -79,7 +83,7 @@ describe('fuzz: portal forms', () => {
   it('sign-in with random fields: 303, 401/429 with the form, or 400', async () => {
     await fc.assert(
       fc.asyncProperty(maybeRepeated, maybeRepeated, async (email, password) => {
-        const anon = new PortalClient(portal.url);
+        const anon = new PortalClient(portal.url, FROM);
         const token = await anon.csrfOf('/login');
         const r = await anon.post('/login', { _csrf: token, email, password });
         expectHandled(r, [303, 400, 401, 413, 429]);
@@ -149,7 +153,7 @@ describe('fuzz: portal forms', () => {
         const token = PortalClient.csrf(page.text);
         const cookie = [...c.cookies].map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join('; ');
         const raw = [`_csrf=${token}`, ...fields.map(([k, v]) => `${k}=${v}`)].join('&');
-        const r = await rawRequest({ port, path, headers: [['content-type', 'application/x-www-form-urlencoded'], ['cookie', cookie]], body: raw });
+        const r = await rawRequest({ port, path, headers: [['content-type', 'application/x-www-form-urlencoded'], ['cookie', cookie], ['x-forwarded-for', FROM['x-forwarded-for']]], body: raw });
         // (signed in, /signup still signs up a new account and /login still checks the credentials: 401)
         expect([303, 400, 401, 409, 413, 429], `${path} ${raw.slice(0, 200)} → ${r.status} ${r.body.toString().slice(0, 200)}`).toContain(r.status);
       }),
@@ -162,7 +166,7 @@ describe('fuzz: portal forms', () => {
       expect(r.status).toBe(400);
       expect(r.text).toContain('NUL');
     }
-    const anon = new PortalClient(portal.url);
+    const anon = new PortalClient(portal.url, FROM);
     const t = await anon.csrfOf('/signup');
     const r = await anon.post('/signup', { _csrf: t, email: `nul.${uniq()}@example.com`, password: 'correct horse battery', org: 'Org\u0000' });
     expect(r.status).toBe(400);
@@ -189,7 +193,7 @@ describe('fuzz: portal URLs and cookies', () => {
     );
     await fc.assert(
       fc.asyncProperty(target, fc.constantFrom('GET', 'POST', 'HEAD', 'DELETE'), fc.boolean(), async (path, method, withSession) => {
-        const r = await rawRequest({ port, method, path, headers: withSession ? [['cookie', cookie]] : [], body: method === 'POST' ? '_csrf=x' : undefined, timeoutMs: 10000 });
+        const r = await rawRequest({ port, method, path, headers: [['x-forwarded-for', FROM['x-forwarded-for']], ...(withSession ? [['cookie', cookie] as [string, string]] : [])], body: method === 'POST' ? '_csrf=x' : undefined, timeoutMs: 10000 });
         expect(r.timedOut).toBe(false);
         // 0: node's HTTP parser refused the request line and closed the connection
         expect(r.status === 0 || (r.status >= 200 && r.status < 500), `${method} ${path.slice(0, 80)} → ${r.status} ${r.body.toString().slice(0, 120)}`).toBe(true);
