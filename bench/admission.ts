@@ -57,7 +57,18 @@ async function measure(label: string, pool: { tenantId: string; keyId: string }[
       const r = batched ? await batcher.admit(request) : await admit(db, request);
       if (r.status !== 'ok') throw new Error(`admission refused: ${r.status}`);
       if (withSettle) {
-        await settle(db, { requestId, tenantId: who.tenantId, keyId: who.keyId, costMicros: 1234n, model: 'bench', inputTokens: 10, outputTokens: 10, estimated: false, outcome: 'completed', at: new Date() });
+        await settle(db, {
+          requestId,
+          tenantId: who.tenantId,
+          keyId: who.keyId,
+          costMicros: 1234n,
+          model: 'bench',
+          inputTokens: 10,
+          outputTokens: 10,
+          estimated: false,
+          outcome: 'completed',
+          at: new Date(),
+        });
       }
       lat.push(performance.now() - t0);
     }

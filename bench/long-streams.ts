@@ -33,8 +33,13 @@ function readRssKiB(pid: number): number | null {
 async function main(): Promise<void> {
   const { values: v } = parseArgs({
     options: {
-      streams: { type: 'string' }, 'first-token-ms': { type: 'string' }, 'ramp-s': { type: 'string' },
-      workers: { type: 'string' }, gateways: { type: 'string' }, 'worker-concurrency': { type: 'string' }, help: { type: 'boolean' },
+      streams: { type: 'string' },
+      'first-token-ms': { type: 'string' },
+      'ramp-s': { type: 'string' },
+      workers: { type: 'string' },
+      gateways: { type: 'string' },
+      'worker-concurrency': { type: 'string' },
+      help: { type: 'boolean' },
     },
   });
   if (v.help) return void process.stdout.write(HELP);
@@ -50,7 +55,10 @@ async function main(): Promise<void> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
   try {
     const rss = () => Object.fromEntries(stack.procs.map((p) => [p.name, readRssKiB(p.pid)]));
-    const cpu = () => ({ ...Object.fromEntries(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)])), postgres: stack.postmasterPid ? readCpuSecondsOfTree(stack.postmasterPid) : null });
+    const cpu = () => ({
+      ...Object.fromEntries(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)])),
+      postgres: stack.postmasterPid ? readCpuSecondsOfTree(stack.postmasterPid) : null,
+    });
     const peak: Record<string, number> = {};
     let inFlight = 0;
     let maxInFlight = 0;
@@ -83,28 +91,40 @@ async function main(): Promise<void> {
           outcome[what] = (outcome[what] ?? 0) + 1;
           resolve();
         };
-        const req = http.request(url, { method: 'POST', agent, headers: { authorization: `Bearer ${stack.keys[i % stack.keys.length]}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-          if (res.statusCode !== 200) {
-            let text = '';
+        const req = http.request(
+          url,
+          {
+            method: 'POST',
+            agent,
+            headers: {
+              authorization: `Bearer ${stack.keys[i % stack.keys.length]}`,
+              'content-type': 'application/json',
+              'content-length': Buffer.byteLength(body),
+            },
+          },
+          (res) => {
+            if (res.statusCode !== 200) {
+              let text = '';
+              res.setEncoding('utf8');
+              res.on('data', (c: string) => (text += c));
+              res.on('end', () => done(`http_${res.statusCode}_${/"code":"([^"]+)"/.exec(text)?.[1] ?? ''}`));
+              return;
+            }
+            let tail = '';
             res.setEncoding('utf8');
-            res.on('data', (c: string) => (text += c));
-            res.on('end', () => done(`http_${res.statusCode}_${/"code":"([^"]+)"/.exec(text)?.[1] ?? ''}`));
-            return;
-          }
-          let tail = '';
-          res.setEncoding('utf8');
-          res.on('data', (c: string) => {
-            if (!first && c.includes('"content":"') && !c.includes('"content":""')) first = performance.now();
-            tail = (tail + c).slice(-64);
-          });
-          res.on('end', () => {
-            if (!tail.includes('[DONE]') || tail.includes('"error"')) return done('stream_error');
-            if (first) ttft.record(first - t0);
-            total.record(performance.now() - t0);
-            done('ok');
-          });
-          res.on('error', () => done('aborted'));
-        });
+            res.on('data', (c: string) => {
+              if (!first && c.includes('"content":"') && !c.includes('"content":""')) first = performance.now();
+              tail = (tail + c).slice(-64);
+            });
+            res.on('end', () => {
+              if (!tail.includes('[DONE]') || tail.includes('"error"')) return done('stream_error');
+              if (first) ttft.record(first - t0);
+              total.record(performance.now() - t0);
+              done('ok');
+            });
+            res.on('error', () => done('aborted'));
+          },
+        );
         req.on('error', (e: NodeJS.ErrnoException) => done(`conn_${e.code ?? 'error'}`));
         req.end(body);
       });
@@ -126,13 +146,29 @@ async function main(): Promise<void> {
       const perStream = b !== null && a !== null && a !== undefined ? Math.round(((a - b) / maxInFlight) * 100) / 100 : null;
       const c0 = cpu0[p.name as keyof typeof cpu0];
       const c1 = cpu1[p.name as keyof typeof cpu1];
-      const cpuMs = c0 !== null && c1 !== null && c0 !== undefined && c1 !== undefined ? Math.round((((c1 as number) - (c0 as number)) * 1e6) / n) / 1000 : null;
-      return { process: p.name, rss_before_mib: b === null ? null : Math.round(b / 102.4) / 10, rss_peak_mib: Math.round((peak[p.name] ?? 0) / 102.4) / 10, kib_per_stream: perStream, cpu_ms_per_stream: cpuMs };
+      const cpuMs =
+        c0 !== null && c1 !== null && c0 !== undefined && c1 !== undefined ? Math.round((((c1 as number) - (c0 as number)) * 1e6) / n) / 1000 : null;
+      return {
+        process: p.name,
+        rss_before_mib: b === null ? null : Math.round(b / 102.4) / 10,
+        rss_peak_mib: Math.round((peak[p.name] ?? 0) / 102.4) / 10,
+        kib_per_stream: perStream,
+        cpu_ms_per_stream: cpuMs,
+      };
     });
     const stackPeak = rows.filter((r) => r.process !== 'mock-upstream').reduce((s, r) => s + r.rss_peak_mib, 0);
     const doc = {
-      streams: n, first_token_ms: firstTokenMs, ramp_s: rampS, workers: Number(v.workers ?? 1), gateways: Number(v.gateways ?? 1),
-      max_in_flight: maxInFlight, outcome, ttft_ms: ttft.summary(), total_ms: total.summary(), processes: rows, stack_peak_rss_mib: Math.round(stackPeak),
+      streams: n,
+      first_token_ms: firstTokenMs,
+      ramp_s: rampS,
+      workers: Number(v.workers ?? 1),
+      gateways: Number(v.gateways ?? 1),
+      max_in_flight: maxInFlight,
+      outcome,
+      ttft_ms: ttft.summary(),
+      total_ms: total.summary(),
+      processes: rows,
+      stack_peak_rss_mib: Math.round(stackPeak),
       postgres_cpu_ms_per_stream: cpu0.postgres !== null && cpu1.postgres !== null ? Math.round(((cpu1.postgres - cpu0.postgres) * 1e6) / n) / 1000 : null,
     };
     const file = join(ROOT, 'bench', 'results', `long-streams-${n}-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
@@ -141,7 +177,10 @@ async function main(): Promise<void> {
       `${n} streams (${firstTokenMs} ms to the first token, 10 tokens), opened over ${rampS} s; max in flight ${maxInFlight}\n` +
         `outcome: ${JSON.stringify(outcome)}\n` +
         `TTFT p50 ${doc.ttft_ms.p50} p99 ${doc.ttft_ms.p99} ms; total p50 ${doc.total_ms.p50} p99 ${doc.total_ms.p99} ms\n\n` +
-        table([['process', 'RSS before MiB', 'peak MiB', 'KiB per stream', 'CPU ms per stream'], ...rows.map((r) => [r.process, r.rss_before_mib ?? 'n/a', r.rss_peak_mib, r.kib_per_stream ?? 'n/a', r.cpu_ms_per_stream ?? 'n/a'])]) +
+        table([
+          ['process', 'RSS before MiB', 'peak MiB', 'KiB per stream', 'CPU ms per stream'],
+          ...rows.map((r) => [r.process, r.rss_before_mib ?? 'n/a', r.rss_peak_mib, r.kib_per_stream ?? 'n/a', r.cpu_ms_per_stream ?? 'n/a']),
+        ]) +
         `\nstack peak RSS (all but the mock): ${doc.stack_peak_rss_mib} MiB; PostgreSQL CPU per stream ${doc.postgres_cpu_ms_per_stream} ms\nresults: ${file}\n`,
     );
   } finally {

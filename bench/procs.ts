@@ -160,7 +160,10 @@ export async function freePort(): Promise<number> {
 }
 
 /** Starts bench/mock-upstream/main.ts as a process. Returns its base URL (ends in /v1). */
-export async function spawnMock(params: { firstTokenMs: number; tokensPerSecond: number; outputTokens: number }, port?: number): Promise<{ proc: Proc; url: string; port: number }> {
+export async function spawnMock(
+  params: { firstTokenMs: number; tokensPerSecond: number; outputTokens: number },
+  port?: number,
+): Promise<{ proc: Proc; url: string; port: number }> {
   const p = port ?? (await freePort());
   const proc = spawnEntry('mock-upstream', 'bench/mock-upstream/main.ts', {
     MOCK_PORT: String(p),

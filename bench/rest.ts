@@ -25,16 +25,27 @@ const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
 function request(url: string, method: 'GET' | 'POST', key: string | null, body: string | null): Promise<number> {
   return new Promise((resolve, reject) => {
     const t0 = performance.now();
-    const req = http.request(url, { method, agent, headers: { ...(key ? { authorization: `Bearer ${key}` } : {}), ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}) } }, (res) => {
-      let tail = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (tail = (tail + c).slice(-32)));
-      res.on('end', () => {
-        if (res.statusCode !== 200) return reject(new Error(`${method} ${url}: HTTP ${res.statusCode} ${tail}`));
-        if (body && !tail.includes('[DONE]')) return reject(new Error(`${url}: stream did not end with [DONE]`));
-        resolve(performance.now() - t0);
-      });
-    });
+    const req = http.request(
+      url,
+      {
+        method,
+        agent,
+        headers: {
+          ...(key ? { authorization: `Bearer ${key}` } : {}),
+          ...(body ? { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } : {}),
+        },
+      },
+      (res) => {
+        let tail = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (tail = (tail + c).slice(-32)));
+        res.on('end', () => {
+          if (res.statusCode !== 200) return reject(new Error(`${method} ${url}: HTTP ${res.statusCode} ${tail}`));
+          if (body && !tail.includes('[DONE]')) return reject(new Error(`${url}: stream did not end with [DONE]`));
+          resolve(performance.now() - t0);
+        });
+      },
+    );
     req.on('error', reject);
     req.end(body ?? undefined);
   });
@@ -49,7 +60,13 @@ async function main(): Promise<void> {
   try {
     const gw = stack.gatewayUrl;
     const chat = (model: string, extra: Record<string, unknown> = {}) =>
-      JSON.stringify({ model, stream: true, max_tokens: 64, messages: [{ role: 'user', content: 'one two three four five six seven eight nine ten' }], ...extra });
+      JSON.stringify({
+        model,
+        stream: true,
+        max_tokens: 64,
+        messages: [{ role: 'user', content: 'one two three four five six seven eight nine ten' }],
+        ...extra,
+      });
     const kinds: Array<{ name: string; run: () => Promise<number> }> = [
       { name: 'healthz', run: () => request(gw.replace(/\/v1$/, '/healthz'), 'GET', null, null) },
       { name: 'sim/echo', run: () => request(`${gw}/chat/completions`, 'POST', stack.key, chat('sim/echo')) },
@@ -65,7 +82,11 @@ async function main(): Promise<void> {
     }
     const s = Object.fromEntries([...hist].map(([k, h]) => [k, h.summary()])) as Record<string, HistogramSummary>;
     const added = (a: string, b: string) => ({ p50: round(s[a].p50 - s[b].p50), p90: round(s[a].p90 - s[b].p90), p99: round(s[a].p99 - s[b].p99) });
-    const doc = { requests: n, latency_ms: s, added_ms: { sim_echo_over_healthz: added('sim/echo', 'healthz'), openai_over_direct: added('openai', 'direct') } };
+    const doc = {
+      requests: n,
+      latency_ms: s,
+      added_ms: { sim_echo_over_healthz: added('sim/echo', 'healthz'), openai_over_direct: added('openai', 'direct') },
+    };
     const file = join(ROOT, 'bench', 'results', `rest-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
     writeFileSync(file, JSON.stringify(doc, null, 2) + '\n');
     process.stdout.write(

@@ -14,7 +14,22 @@ import { credit } from '../src/billing/ledger.ts';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
 import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
 import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
-import { freePort, LOG_DIR, readCpuSeconds, readCpuSecondsByComm, readCpuSecondsOfTree, readMachineCpu, readVmHWM, ROOT, spawnEntry, spawnMock, track, waitForLog, waitForPort, type Proc } from './procs.ts';
+import {
+  freePort,
+  LOG_DIR,
+  readCpuSeconds,
+  readCpuSecondsByComm,
+  readCpuSecondsOfTree,
+  readMachineCpu,
+  readVmHWM,
+  ROOT,
+  spawnEntry,
+  spawnMock,
+  track,
+  waitForLog,
+  waitForPort,
+  type Proc,
+} from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
 
 // Starts a whole stack for a benchmark as real processes and (optionally) runs a scenario
@@ -73,7 +88,11 @@ interface StackHandle {
 function spawnNats(port: number, storeDir: string): Proc {
   mkdirSync(LOG_DIR, { recursive: true });
   const logFile = join(LOG_DIR, 'nats-server.log');
-  const child = spawn('nats-server', ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, '-l', logFile, ...(process.env.BENCH_NATS_TRACE ? [process.env.BENCH_NATS_TRACE] : [])], { stdio: 'ignore' });
+  const child = spawn(
+    'nats-server',
+    ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, '-l', logFile, ...(process.env.BENCH_NATS_TRACE ? [process.env.BENCH_NATS_TRACE] : [])],
+    { stdio: 'ignore' },
+  );
   track(child);
   const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
   return {
@@ -180,15 +199,20 @@ export async function startStack(opts: {
     const workers = opts.workers ?? 1;
     for (let i = 0; i < workers; i++) {
       const wArgs = opts.cpuProfDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'worker')] : [];
-      const w = spawnEntry(`worker-${i + 1}`, 'workers/main.ts', {
-        ...common,
-        LOG_LEVEL: 'info',
-        WORKER_POOLS: 'openai,sim',
-        ...(opts.workerConcurrency !== undefined ? { WORKER_CONCURRENCY: String(opts.workerConcurrency) } : {}),
-        MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench',
-        WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY',
-        CATRACA_INSTANCE: `bench-worker-${i + 1}`,
-      }, wArgs);
+      const w = spawnEntry(
+        `worker-${i + 1}`,
+        'workers/main.ts',
+        {
+          ...common,
+          LOG_LEVEL: 'info',
+          WORKER_POOLS: 'openai,sim',
+          ...(opts.workerConcurrency !== undefined ? { WORKER_CONCURRENCY: String(opts.workerConcurrency) } : {}),
+          MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench',
+          WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY',
+          CATRACA_INSTANCE: `bench-worker-${i + 1}`,
+        },
+        wArgs,
+      );
       procs.push(w);
       await waitForLog(w, /worker ready/);
     }
@@ -197,12 +221,30 @@ export async function startStack(opts: {
       const gatewayPort = i === 0 && opts.gatewayPort ? opts.gatewayPort : await freePort();
       const nodeArgs = opts.cpuProfDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'gateway')] : [];
       const name = i === 0 ? 'gateway' : `gateway-${i + 1}`;
-      const gw = spawnEntry(name, 'src/gateway/main.ts', { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: `bench-${name}` }, nodeArgs);
+      const gw = spawnEntry(
+        name,
+        'src/gateway/main.ts',
+        { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: `bench-${name}` },
+        nodeArgs,
+      );
       procs.push(gw);
       await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
       gatewayUrls.push(`http://127.0.0.1:${gatewayPort}/v1`);
     }
-    return { natsUrl, databaseUrl, mockUrl: mock.url, gatewayUrl: gatewayUrls[0]!, gatewayUrls, key: keys[0]!, tenantId: tenantIds[0]!, keys, tenantIds, procs, postmasterPid, stop: stopAll };
+    return {
+      natsUrl,
+      databaseUrl,
+      mockUrl: mock.url,
+      gatewayUrl: gatewayUrls[0]!,
+      gatewayUrls,
+      key: keys[0]!,
+      tenantId: tenantIds[0]!,
+      keys,
+      tenantIds,
+      procs,
+      postmasterPid,
+      stop: stopAll,
+    };
   } catch (err) {
     await stopAll();
     throw err;
@@ -218,7 +260,8 @@ function sampleCpu(procs: Proc[], postmasterPid: number | null, exclude: number 
 }
 
 /** The processes whose CPU is the gateway's cost (the mock and the load runner are not). */
-const STACK_PROCS = (name: string) => name === 'postgres' || name === 'nats-server' || name === 'metering' || name.startsWith('worker') || name.startsWith('gateway');
+const STACK_PROCS = (name: string) =>
+  name === 'postgres' || name === 'nats-server' || name === 'metering' || name.startsWith('worker') || name.startsWith('gateway');
 
 export interface CpuPerRequest {
   /** requests sent in the measured phase */
@@ -250,7 +293,10 @@ function ledgerPoller(databaseUrl: string, tenantIds: string[], intervalMs: numb
     lastId = BigInt(first.rows[0].id);
     while (!stopped) {
       const t0 = Date.now();
-      const { rows } = await db.query("select id, request_id from ledger where id > $1 and tenant_id = any($2) and kind = 'debit' order by id limit 10000", [lastId, tenantIds]);
+      const { rows } = await db.query("select id, request_id from ledger where id > $1 and tenant_id = any($2) and kind = 'debit' order by id limit 10000", [
+        lastId,
+        tenantIds,
+      ]);
       const t1 = Date.now();
       queryMs.record(t1 - t0);
       for (const r of rows) {
@@ -296,7 +342,11 @@ export function topFrames(file: string, n = 15, byFile = false): Array<{ frame: 
     if (!node) continue;
     const cf = node.callFrame;
     const where = cf.url ? `${cf.url.replace(pathToFileURL(ROOT).href + '/', '').replace(/^.*node_modules\//, 'node_modules/')}:${cf.lineNumber + 1}` : '';
-    const key = byFile ? (where ? where.replace(/:\d+$/, '') : cf.functionName || '(native)') : `${cf.functionName || '(anonymous)'}${where ? ' ' + where : ''}`;
+    const key = byFile
+      ? where
+        ? where.replace(/:\d+$/, '')
+        : cf.functionName || '(native)'
+      : `${cf.functionName || '(anonymous)'}${where ? ' ' + where : ''}`;
     counts.set(key, (counts.get(key) ?? 0) + 1);
   }
   const total = prof.samples.length || 1;
@@ -359,7 +409,17 @@ async function main(argv: string[]): Promise<number> {
     process.once('SIGTERM', abort);
   }
   if (v.serve) {
-    process.stdout.write(JSON.stringify({ gateway_url: stack.gatewayUrl, mock_url: stack.mockUrl, key: stack.key, keys: stack.keys, model: 'bench/mock', nats_url: stack.natsUrl, tenant: stack.tenantId }) + '\n');
+    process.stdout.write(
+      JSON.stringify({
+        gateway_url: stack.gatewayUrl,
+        mock_url: stack.mockUrl,
+        key: stack.key,
+        keys: stack.keys,
+        model: 'bench/mock',
+        nats_url: stack.natsUrl,
+        tenant: stack.tenantId,
+      }) + '\n',
+    );
     await new Promise<void>((r) => {
       process.once('SIGINT', () => r());
       process.once('SIGTERM', () => r());
@@ -386,7 +446,15 @@ async function main(argv: string[]): Promise<number> {
   };
   const startedAt = new Date();
   const results: TargetResult[] = [];
-  let lag: { lag_ms: HistogramSummary; matched: number; ok_requests: number; missing: number; drain_ms: number; poll_ms: number; poll_query_ms: HistogramSummary } | null = null;
+  let lag: {
+    lag_ms: HistogramSummary;
+    matched: number;
+    ok_requests: number;
+    missing: number;
+    drain_ms: number;
+    poll_ms: number;
+    poll_query_ms: HistogramSummary;
+  } | null = null;
   let peaks: Record<string, number | null> = {};
   /** CPU of each process during the gateway phase (warm-up included), % of one core */
   const cpuPct: Record<string, number | null> = {};
@@ -407,21 +475,24 @@ async function main(argv: string[]): Promise<number> {
     let mockCpu0: number | null = null;
     let mockCpu: number | null = null;
     results.push(
-      await runTarget({ name: 'direct', url: stack.mockUrl, key: 'sk-mock-upstream-bench', model: 'mock-gpt' }, {
-        ...base,
-        onMeasure: (edge) => {
-          const now = readCpuSeconds(mockProc.pid);
-          if (edge === 'start') {
-            mockCpu0 = now;
-            idle0 = sampleCpu(stack.procs, stack.postmasterPid);
-            idleT0 = Date.now();
-          } else {
-            mockCpu = now === null || mockCpu0 === null ? null : now - mockCpu0;
-            idle1 = sampleCpu(stack.procs, stack.postmasterPid);
-            idleS = (Date.now() - idleT0) / 1000;
-          }
+      await runTarget(
+        { name: 'direct', url: stack.mockUrl, key: 'sk-mock-upstream-bench', model: 'mock-gpt' },
+        {
+          ...base,
+          onMeasure: (edge) => {
+            const now = readCpuSeconds(mockProc.pid);
+            if (edge === 'start') {
+              mockCpu0 = now;
+              idle0 = sampleCpu(stack.procs, stack.postmasterPid);
+              idleT0 = Date.now();
+            } else {
+              mockCpu = now === null || mockCpu0 === null ? null : now - mockCpu0;
+              idle1 = sampleCpu(stack.procs, stack.postmasterPid);
+              idleS = (Date.now() - idleT0) / 1000;
+            }
+          },
         },
-      }),
+      ),
     );
     mockDirectMs = mockCpu === null ? null : (mockCpu * 1000) / Math.max(1, results.at(-1)!.sent);
     log(formatResults(results.slice(-1)));
@@ -437,16 +508,19 @@ async function main(argv: string[]): Promise<number> {
     const runner0 = process.cpuUsage();
     log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
     results.push(
-      await runTarget({ name: 'gateway', url: stack.gatewayUrl, urls: stack.gatewayUrls, keys: stack.keys, model: 'bench/mock' }, {
-        ...base,
-        onResult: (r) => {
-          if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
+      await runTarget(
+        { name: 'gateway', url: stack.gatewayUrl, urls: stack.gatewayUrls, keys: stack.keys, model: 'bench/mock' },
+        {
+          ...base,
+          onResult: (r) => {
+            if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
+          },
+          onMeasure: (edge) => {
+            if (edge === 'start') measure0 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
+            else measure1 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
+          },
         },
-        onMeasure: (edge) => {
-          if (edge === 'start') measure0 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
-          else measure1 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
-        },
-      }),
+      ),
     );
     log(formatResults(results.slice(-1)));
     {
@@ -500,7 +574,15 @@ async function main(argv: string[]): Promise<number> {
       if (seen > lastSeen) lastSeen = seen;
       h.record(Math.max(0, seen - end));
     }
-    lag = { lag_ms: h.summary(), matched, ok_requests: ids.length, missing: ids.length - matched, drain_ms: Math.round(lastSeen - lastEnd), poll_ms: pollMs, poll_query_ms: poller.queryMs.summary() };
+    lag = {
+      lag_ms: h.summary(),
+      matched,
+      ok_requests: ids.length,
+      missing: ids.length - matched,
+      drain_ms: Math.round(lastSeen - lastEnd),
+      poll_ms: pollMs,
+      poll_query_ms: poller.queryMs.summary(),
+    };
 
     const db = createPool(stack.databaseUrl, 1);
     const { rows } = await db.query(
@@ -534,7 +616,13 @@ async function main(argv: string[]): Promise<number> {
   const doc = {
     scenario: v.scenario,
     started_at: startedAt.toISOString(),
-    stack: { workers: v.workers ? Number(v.workers) : 1, gateways: stack.gatewayUrls.length, tenants: stack.tenantIds.length, nats: stack.natsUrl, mock: sc.mock },
+    stack: {
+      workers: v.workers ? Number(v.workers) : 1,
+      gateways: stack.gatewayUrls.length,
+      tenants: stack.tenantIds.length,
+      nats: stack.natsUrl,
+      mock: sc.mock,
+    },
     options: base,
     host: { cpus: os.cpus().length, cpu_model: os.cpus()[0]?.model ?? '', node: process.version },
     results,
@@ -550,14 +638,19 @@ async function main(argv: string[]): Promise<number> {
   const file = join(ROOT, 'bench', 'results', `stack-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, JSON.stringify(doc, null, 2) + '\n');
   const out = [formatResults(results), 'overhead vs direct:\n' + formatOverheads(ov), 'goals:\n' + formatGoals(goals)];
-  if (lag) out.push(`metering lag (client end → ledger row first seen, poll ${lag.poll_ms} ms): p50 ${lag.lag_ms.p50} p90 ${lag.lag_ms.p90} p99 ${lag.lag_ms.p99} max ${lag.lag_ms.max} ms; ${lag.matched}/${lag.ok_requests} matched; drain ${lag.drain_ms} ms`);
+  if (lag)
+    out.push(
+      `metering lag (client end → ledger row first seen, poll ${lag.poll_ms} ms): p50 ${lag.lag_ms.p50} p90 ${lag.lag_ms.p90} p99 ${lag.lag_ms.p99} max ${lag.lag_ms.max} ms; ${lag.matched}/${lag.ok_requests} matched; drain ${lag.drain_ms} ms`,
+    );
   out.push('ledger: ' + JSON.stringify(ledgerCheck));
   out.push(
     'peak RSS (VmHWM) and CPU during the gateway phase (% of one core, warm-up included):\n' +
       table([
         ['process', 'MiB', 'cpu%'],
         ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10, cpuPct[k] ?? 'n/a']),
-        ...Object.entries(cpuPct).filter(([k]) => !(k in peaks)).map(([k, v]) => [k, '', v ?? 'n/a']),
+        ...Object.entries(cpuPct)
+          .filter(([k]) => !(k in peaks))
+          .map(([k, v]) => [k, '', v ?? 'n/a']),
       ]) +
       `\n(machine busy: % of all ${os.cpus().length} cores together)`,
   );
@@ -573,7 +666,13 @@ async function main(argv: string[]): Promise<number> {
         ]),
     );
   }
-  for (const [who, p] of Object.entries(profiles)) out.push(`${who} CPU profile, top self time (${p.file}):\n` + table([['self %', 'frame'], ...p.top.map((t) => [t.self_pct, t.frame])]) + '\nby script:\n' + table([['self %', 'script'], ...p.files.map((t) => [t.self_pct, t.frame])]));
+  for (const [who, p] of Object.entries(profiles))
+    out.push(
+      `${who} CPU profile, top self time (${p.file}):\n` +
+        table([['self %', 'frame'], ...p.top.map((t) => [t.self_pct, t.frame])]) +
+        '\nby script:\n' +
+        table([['self %', 'script'], ...p.files.map((t) => [t.self_pct, t.frame])]),
+    );
   out.push(`results: ${file}`);
   process.stdout.write(out.join('\n\n') + '\n');
   return 0;

@@ -137,7 +137,9 @@ function rng(seed: number): () => number {
 async function natsMonitor(port: number): Promise<{ total: number | null; byConnection: Record<string, number> }> {
   try {
     const subsz = (await (await fetch(`http://127.0.0.1:${port}/subsz`)).json()) as { num_subscriptions: number };
-    const connz = (await (await fetch(`http://127.0.0.1:${port}/connz?subs=1&limit=1024`)).json()) as { connections?: Array<{ name?: string; subscriptions: number }> };
+    const connz = (await (await fetch(`http://127.0.0.1:${port}/connz?subs=1&limit=1024`)).json()) as {
+      connections?: Array<{ name?: string; subscriptions: number }>;
+    };
     const byConnection: Record<string, number> = {};
     for (const c of connz.connections ?? []) {
       // "catraca-gateway bench-gateway", "worker <id> [sim]", "soak-bench": group by the first word
@@ -169,7 +171,14 @@ function chat(agent: http.Agent, port: number, key: string, body: unknown, mode:
       resolve({ ...o, ms: performance.now() - started });
     };
     const req = http.request(
-      { agent, host: '127.0.0.1', port, method: 'POST', path: '/v1/chat/completions', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } },
+      {
+        agent,
+        host: '127.0.0.1',
+        port,
+        method: 'POST',
+        path: '/v1/chat/completions',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) },
+      },
       (res) => {
         const status = res.statusCode ?? 0;
         const requestId = (res.headers['x-request-id'] as string | undefined) ?? null;
@@ -245,7 +254,14 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n, name: 'Sim Echo' });
     await upsertModel(db, { id: 'sim/lorem', pool: 'sim', upstream_model: 'lorem', input_price: 500_000n, output_price: 1_500_000n, name: 'Sim Lorem' });
     // R$ 100 / R$ 1 000 per 1M tokens: one request of tenant C costs about R$ 0,01
-    await upsertModel(db, { id: 'soak/pricey', pool: 'sim', upstream_model: 'echo', input_price: 100_000_000n, output_price: 1_000_000_000n, name: 'Soak pricey' });
+    await upsertModel(db, {
+      id: 'soak/pricey',
+      pool: 'sim',
+      upstream_model: 'echo',
+      input_price: 100_000_000n,
+      output_price: 1_000_000_000n,
+      name: 'Soak pricey',
+    });
     const stamp = new Date().toISOString();
     const mk = async (name: string, brl: bigint, key: Omit<CreateKeyInput, 'tenantId'>) => {
       const t = await createTenant(db!, `soak ${name} ${stamp}`);
@@ -266,7 +282,12 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     procs.push(worker);
     await waitForLog(worker, /worker ready/, 45000);
     const gatewayPort = await freePort();
-    const gateway = spawnEntry('soak-gateway', 'src/gateway/main.ts', { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: 'soak-gateway' });
+    const gateway = spawnEntry('soak-gateway', 'src/gateway/main.ts', {
+      ...common,
+      GATEWAY_HOST: '127.0.0.1',
+      GATEWAY_PORT: String(gatewayPort),
+      CATRACA_INSTANCE: 'soak-gateway',
+    });
     procs.push(gateway);
     await waitForPort(gatewayPort, '127.0.0.1', 45000, gateway);
     nc = await connectBus(nats.url, 'soak-bench');
@@ -277,7 +298,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       { name: 'nats-server', pids: () => (nats!.pid ? [nats!.pid] : []) },
       ...(postmasterPid ? [{ name: 'postgres', pids: () => treePids(postmasterPid!) }] : []),
     ];
-    log(`soak: stack up (gateway :${gatewayPort}, nats monitoring :${monitorPort}, ${postmasterPid ? 'own PostgreSQL' : 'given PostgreSQL'}); ${o.rate} req/s for ${o.durationMs / 1000} s`);
+    log(
+      `soak: stack up (gateway :${gatewayPort}, nats monitoring :${monitorPort}, ${postmasterPid ? 'own PostgreSQL' : 'given PostgreSQL'}); ${o.rate} req/s for ${o.durationMs / 1000} s`,
+    );
 
     // warm-up: one of each, so every lazy subscription exists before the baseline
     const warmIds: string[] = [];
@@ -363,7 +386,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
         if (!sampling) break;
         const s = await takeSample();
         samples.push(s);
-        log(`t=${s.t_s}s sent=${s.sent} inflight=${s.client_inflight} rss gw=${s.rss_mib.gateway} wk=${s.rss_mib.worker} mt=${s.rss_mib.metering} nats=${s.rss_mib['nats-server']} MiB; lag p99 gw=${s.event_loop_p99_ms.gateway} ms; holds ${s.holds.request}+${s.holds.lease} leases; subs ${s.nats_subscriptions}`);
+        log(
+          `t=${s.t_s}s sent=${s.sent} inflight=${s.client_inflight} rss gw=${s.rss_mib.gateway} wk=${s.rss_mib.worker} mt=${s.rss_mib.metering} nats=${s.rss_mib['nats-server']} MiB; lag p99 gw=${s.event_loop_p99_ms.gateway} ms; holds ${s.holds.request}+${s.holds.lease} leases; subs ${s.nats_subscriptions}`,
+        );
       }
     })();
 
@@ -376,7 +401,10 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
 
     // ---- the load
     const kinds: Kind[] = ['stream', 'plain', 'disconnect', 'slow', 'poor'];
-    const byKind = Object.fromEntries(kinds.map((k) => [k, { sent: 0, by_status: {} as Record<string, number>, ms: [] as number[] }])) as Record<Kind, { sent: number; by_status: Record<string, number>; ms: number[] }>;
+    const byKind = Object.fromEntries(kinds.map((k) => [k, { sent: 0, by_status: {} as Record<string, number>, ms: [] as number[] }])) as Record<
+      Kind,
+      { sent: number; by_status: Record<string, number>; ms: number[] }
+    >;
     const byStatus: Record<string, number> = {};
     const clientErrors: Record<string, number> = {};
     const debitedIds = new Set<string>(warmIds);
@@ -390,14 +418,42 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       const tenant = kind === 'poor' ? C : kind === 'disconnect' ? A : kind === 'slow' ? B : i % 2 ? A : B;
       let body: Record<string, unknown>;
       let mode: 'full' | 'leave' | 'slow' = 'full';
-      if (kind === 'stream') body = { model: 'sim/lorem', stream: true, stream_options: { include_usage: true }, max_tokens: 64, sim: { output_tokens: 20, tokens_per_second: 100, first_token_ms: 20 }, messages: [{ role: 'user', content: words(8) }] };
-      else if (kind === 'plain') body = { model: 'sim/echo', max_tokens: 64, messages: [{ role: 'system', content: 'eco' }, { role: 'user', content: words(5 + Math.floor(random() * 25)) }] };
+      if (kind === 'stream')
+        body = {
+          model: 'sim/lorem',
+          stream: true,
+          stream_options: { include_usage: true },
+          max_tokens: 64,
+          sim: { output_tokens: 20, tokens_per_second: 100, first_token_ms: 20 },
+          messages: [{ role: 'user', content: words(8) }],
+        };
+      else if (kind === 'plain')
+        body = {
+          model: 'sim/echo',
+          max_tokens: 64,
+          messages: [
+            { role: 'system', content: 'eco' },
+            { role: 'user', content: words(5 + Math.floor(random() * 25)) },
+          ],
+        };
       else if (kind === 'disconnect') {
-        body = { model: 'sim/lorem', stream: true, max_tokens: 256, sim: { output_tokens: 200, tokens_per_second: 50, first_token_ms: 10 }, messages: [{ role: 'user', content: words(6) }] };
+        body = {
+          model: 'sim/lorem',
+          stream: true,
+          max_tokens: 256,
+          sim: { output_tokens: 200, tokens_per_second: 50, first_token_ms: 10 },
+          messages: [{ role: 'user', content: words(6) }],
+        };
         mode = 'leave';
       } else if (kind === 'slow') {
         const n = o.slowTokens ?? 3000;
-        body = { model: 'sim/lorem', stream: true, max_tokens: n, sim: { output_tokens: n, tokens_per_second: 0, first_token_ms: 0 }, messages: [{ role: 'user', content: words(6) }] };
+        body = {
+          model: 'sim/lorem',
+          stream: true,
+          max_tokens: n,
+          sim: { output_tokens: n, tokens_per_second: 0, first_token_ms: 0 },
+          messages: [{ role: 'user', content: words(6) }],
+        };
         mode = 'slow';
         slowNow++;
       } else body = { model: 'soak/pricey', stream: random() < 0.5, max_tokens: 20, messages: [{ role: 'user', content: words(10) }] };
@@ -434,7 +490,9 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
 
     // ---- settle: every 200 debited once, no hold left
     const countDebits = async () =>
-      (await db!.query("select request_id from ledger where tenant_id = any($1) and kind = 'debit' and source = 'request'", [tenants])).rows.map((r) => r.request_id as string);
+      (await db!.query("select request_id from ledger where tenant_id = any($1) and kind = 'debit' and source = 'request'", [tenants])).rows.map(
+        (r) => r.request_id as string,
+      );
     let debits = await countDebits();
     const settleDeadline = Date.now() + 60_000;
     while (Date.now() < settleDeadline) {
@@ -451,7 +509,11 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     const missing = [...debitedIds].filter((id) => !debitSet.has(id)).length;
     const unexpected = debits.filter((id) => !debitedIds.has(id)).length;
     const checks = await Promise.all(tenants.map((t) => ledgerCheck(db!, { tenantId: t })));
-    const ledger = { ok: checks.every((c) => c.ok), tenants_checked: checks.reduce((a, c) => a + c.tenants_checked, 0), mismatches: checks.flatMap((c) => c.mismatches) };
+    const ledger = {
+      ok: checks.every((c) => c.ok),
+      tenants_checked: checks.reduce((a, c) => a + c.tenants_checked, 0),
+      mismatches: checks.flatMap((c) => c.mismatches),
+    };
 
     const names = measured.map((m) => m.name);
     const lagNames = [...new Set(samples.flatMap((s) => Object.keys(s.event_loop_p99_ms)))];
@@ -460,10 +522,17 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       started_at: new Date(t0).toISOString(),
       options: { duration_s: o.durationMs / 1000, rate: o.rate, sample_s: sampleMs / 1000, seed },
       sent,
-      by_kind: Object.fromEntries(kinds.map((k) => [k, { sent: byKind[k].sent, by_status: byKind[k].by_status, p50_ms: round1(quantile(byKind[k].ms, 0.5)), p99_ms: round1(quantile(byKind[k].ms, 0.99)) }])) as SoakResult['by_kind'],
+      by_kind: Object.fromEntries(
+        kinds.map((k) => [
+          k,
+          { sent: byKind[k].sent, by_status: byKind[k].by_status, p50_ms: round1(quantile(byKind[k].ms, 0.5)), p99_ms: round1(quantile(byKind[k].ms, 0.99)) },
+        ]),
+      ) as SoakResult['by_kind'],
       by_status: byStatus,
       client_errors: clientErrors,
-      server_5xx: Object.entries(byStatus).filter(([s]) => Number(s) >= 500).reduce((a, [, n]) => a + n, 0),
+      server_5xx: Object.entries(byStatus)
+        .filter(([s]) => Number(s) >= 500)
+        .reduce((a, [, n]) => a + n, 0),
       debited_expected: debitedIds.size,
       debits: debits.length,
       missing_debits: missing,
@@ -474,15 +543,28 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
         max: samples.reduce<number | null>((m, s) => (s.nats_subscriptions === null ? m : Math.max(m ?? 0, s.nats_subscriptions)), null),
         end: end.nats_subscriptions,
       },
-      rss_mib: Object.fromEntries(names.map((n) => [n, { start: samples[0]!.rss_mib[n] ?? null, end: end.rss_mib[n] ?? null, max: samples.reduce<number | null>((m, s) => (s.rss_mib[n] == null ? m : Math.max(m ?? 0, s.rss_mib[n]!)), null) }])),
-      cpu_pct_mean: Object.fromEntries(names.map((n) => {
-        const xs = during.map((s) => s.cpu_pct[n]).filter((v): v is number => v != null);
-        return [n, xs.length ? round1(xs.reduce((a, b) => a + b, 0) / xs.length) : null];
-      })),
-      event_loop_p99_ms: Object.fromEntries(lagNames.map((n) => {
-        const xs = during.map((s) => s.event_loop_p99_ms[n]).filter((v): v is number => v != null);
-        return [n, { p50: quantile(xs, 0.5), p99: quantile(xs, 0.99), max: xs.length ? Math.max(...xs) : null }];
-      })),
+      rss_mib: Object.fromEntries(
+        names.map((n) => [
+          n,
+          {
+            start: samples[0]!.rss_mib[n] ?? null,
+            end: end.rss_mib[n] ?? null,
+            max: samples.reduce<number | null>((m, s) => (s.rss_mib[n] == null ? m : Math.max(m ?? 0, s.rss_mib[n]!)), null),
+          },
+        ]),
+      ),
+      cpu_pct_mean: Object.fromEntries(
+        names.map((n) => {
+          const xs = during.map((s) => s.cpu_pct[n]).filter((v): v is number => v != null);
+          return [n, xs.length ? round1(xs.reduce((a, b) => a + b, 0) / xs.length) : null];
+        }),
+      ),
+      event_loop_p99_ms: Object.fromEntries(
+        lagNames.map((n) => {
+          const xs = during.map((s) => s.event_loop_p99_ms[n]).filter((v): v is number => v != null);
+          return [n, { p50: quantile(xs, 0.5), p99: quantile(xs, 0.99), max: xs.length ? Math.max(...xs) : null }];
+        }),
+      ),
       ledger_check: ledger,
       top_ups: topUps,
       samples,
@@ -495,18 +577,61 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
       mkdirSync(dir, { recursive: true });
       const x = (s: Sample) => s.t_s / 60;
       const charts: Array<[string, Parameters<typeof lineChart>[0]]> = [
-        ['soak-rss.svg', { title: `RSS per process (${o.rate} req/s, ${o.durationMs / 60000} min)`, xLabel: 'minutes', yLabel: 'MiB', series: names.map((n) => ({ name: n, points: samples.map((s) => [x(s), s.rss_mib[n] ?? NaN] as [number, number]) })) }],
-        ['soak-lag.svg', { title: 'Event-loop delay p99 (10 s windows, $SRV.STATS)', xLabel: 'minutes', yLabel: 'ms', series: lagNames.map((n) => ({ name: n, points: samples.map((s) => [x(s), s.event_loop_p99_ms[n] ?? NaN] as [number, number]) })) }],
-        ['soak-holds.svg', { title: 'Open holds and leases of the soak tenants', xLabel: 'minutes', yLabel: 'rows in holds', series: [
-          { name: 'request holds', points: samples.map((s) => [x(s), s.holds.request]) },
-          { name: 'leases', points: samples.map((s) => [x(s), s.holds.lease]) },
-          { name: 'client in flight', points: samples.map((s) => [x(s), s.client_inflight]) },
-        ] }],
-        ['soak-subs.svg', { title: 'NATS subscriptions (nats-server /subsz, /connz)', xLabel: 'minutes', yLabel: 'subscriptions', series: [
-          { name: 'total', points: samples.map((s) => [x(s), s.nats_subscriptions ?? NaN]) },
-          ...[...new Set(samples.flatMap((s) => Object.keys(s.subs_by_connection)))].map((c) => ({ name: c, points: samples.map((s) => [x(s), s.subs_by_connection[c] ?? 0] as [number, number]) })),
-        ] }],
-        ['soak-cpu.svg', { title: 'CPU per process (% of one core)', xLabel: 'minutes', yLabel: '%', series: names.map((n) => ({ name: n, points: samples.map((s) => [x(s), s.cpu_pct[n] ?? NaN] as [number, number]) })) }],
+        [
+          'soak-rss.svg',
+          {
+            title: `RSS per process (${o.rate} req/s, ${o.durationMs / 60000} min)`,
+            xLabel: 'minutes',
+            yLabel: 'MiB',
+            series: names.map((n) => ({ name: n, points: samples.map((s) => [x(s), s.rss_mib[n] ?? NaN] as [number, number]) })),
+          },
+        ],
+        [
+          'soak-lag.svg',
+          {
+            title: 'Event-loop delay p99 (10 s windows, $SRV.STATS)',
+            xLabel: 'minutes',
+            yLabel: 'ms',
+            series: lagNames.map((n) => ({ name: n, points: samples.map((s) => [x(s), s.event_loop_p99_ms[n] ?? NaN] as [number, number]) })),
+          },
+        ],
+        [
+          'soak-holds.svg',
+          {
+            title: 'Open holds and leases of the soak tenants',
+            xLabel: 'minutes',
+            yLabel: 'rows in holds',
+            series: [
+              { name: 'request holds', points: samples.map((s) => [x(s), s.holds.request]) },
+              { name: 'leases', points: samples.map((s) => [x(s), s.holds.lease]) },
+              { name: 'client in flight', points: samples.map((s) => [x(s), s.client_inflight]) },
+            ],
+          },
+        ],
+        [
+          'soak-subs.svg',
+          {
+            title: 'NATS subscriptions (nats-server /subsz, /connz)',
+            xLabel: 'minutes',
+            yLabel: 'subscriptions',
+            series: [
+              { name: 'total', points: samples.map((s) => [x(s), s.nats_subscriptions ?? NaN]) },
+              ...[...new Set(samples.flatMap((s) => Object.keys(s.subs_by_connection)))].map((c) => ({
+                name: c,
+                points: samples.map((s) => [x(s), s.subs_by_connection[c] ?? 0] as [number, number]),
+              })),
+            ],
+          },
+        ],
+        [
+          'soak-cpu.svg',
+          {
+            title: 'CPU per process (% of one core)',
+            xLabel: 'minutes',
+            yLabel: '%',
+            series: names.map((n) => ({ name: n, points: samples.map((s) => [x(s), s.cpu_pct[n] ?? NaN] as [number, number]) })),
+          },
+        ],
       ];
       for (const [file, chart] of charts) {
         writeFileSync(join(dir, file), lineChart(chart));
@@ -537,7 +662,7 @@ export function parseDuration(s: string): number {
   const m = /^(\d+(?:\.\d+)?)(ms|s|m|h)?$/.exec(s.trim());
   if (!m) throw new Error(`not a duration: ${s}`);
   const n = Number(m[1]);
-  return Math.round(n * ({ ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h']));
+  return Math.round(n * { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[(m[2] ?? 's') as 'ms' | 's' | 'm' | 'h']);
 }
 
 export function summarize(r: SoakResult): string {
@@ -578,13 +703,17 @@ async function main(argv: string[]): Promise<number> {
     seed: v.seed ? Number(v.seed) : undefined,
   });
   process.stdout.write(summarize(r) + '\n');
-  const ok = r.server_5xx === 0 && r.missing_debits === 0 && r.unexpected_debits === 0 && r.holds_end.request === 0 && r.holds_end.lease === 0 && r.ledger_check.ok;
+  const ok =
+    r.server_5xx === 0 && r.missing_debits === 0 && r.unexpected_debits === 0 && r.holds_end.request === 0 && r.holds_end.lease === 0 && r.ledger_check.ok;
   return ok ? 0 : 1;
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  main(process.argv.slice(2)).then((code) => process.exit(code), (err) => {
-    console.error(err);
-    process.exit(1);
-  });
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
 }

@@ -53,12 +53,13 @@ export const ConfigSchema = PortalEnvSchema.extend({
   /** One server or a comma-separated list (a cluster); credentials in the URL: nats://user:pass@host:4222 (src/bus/connect.ts). */
   NATS_URL: z.string().default('nats://127.0.0.1:4222'),
   /** Copies of the USAGE stream: `auto` = min(3, servers in the cluster), never fewer than it has; or 1–5 exactly. */
-  USAGE_REPLICAS: z.preprocess(
-    (v) => (v === '' ? undefined : v),
-    z.union([z.literal('auto'), z.coerce.number().int().min(1).max(5)]).default('auto'),
-  ),
+  USAGE_REPLICAS: z.preprocess((v) => (v === '' ? undefined : v), z.union([z.literal('auto'), z.coerce.number().int().min(1).max(5)]).default('auto')),
   /** Byte limit of the USAGE stream (work-queue retention, discard new): beyond it publishes are refused and retried by the workers, never older usage dropped. */
-  USAGE_MAX_BYTES: z.coerce.number().int().positive().default(1024 ** 3),
+  USAGE_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(1024 ** 3),
   /** Metering logs at error level and sets catraca_usage_backlog_alarm while more usage messages than this wait to be settled; 0 = no alarm. */
   USAGE_BACKLOG_ALARM: int(10000),
   /** How often metering checks the USAGE backlog. */

@@ -31,16 +31,14 @@ export class CatracaError extends Error {
 }
 
 export const errors = {
-  badRequest: (message: string, param: string | null = null, code = 'invalid_request') =>
-    new CatracaError(400, 'invalid_request_error', code, message, param),
+  badRequest: (message: string, param: string | null = null, code = 'invalid_request') => new CatracaError(400, 'invalid_request_error', code, message, param),
   invalidJson: () => new CatracaError(400, 'invalid_request_error', 'invalid_json', 'Request body is not valid JSON.'),
   invalidUtf8: () => new CatracaError(400, 'invalid_request_error', 'invalid_json', 'Request body is not valid UTF-8.'),
   numberOutOfRange: (literal: string) =>
     new CatracaError(400, 'invalid_request_error', 'invalid_json', `Request body has a number out of range (${literal}): numbers must fit an IEEE 754 double.`),
   jsonTooDeep: (max: number) =>
     new CatracaError(400, 'invalid_request_error', 'json_too_deep', `Request body nests arrays and objects deeper than ${max} levels.`),
-  missingKey: () =>
-    new CatracaError(401, 'authentication_error', 'missing_api_key', 'Missing API key. Send it as "Authorization: Bearer <API_KEY>".'),
+  missingKey: () => new CatracaError(401, 'authentication_error', 'missing_api_key', 'Missing API key. Send it as "Authorization: Bearer <API_KEY>".'),
   invalidKey: () => new CatracaError(401, 'authentication_error', 'invalid_api_key', 'Invalid API key.'),
   revokedKey: () => new CatracaError(401, 'authentication_error', 'revoked_api_key', 'This API key has been revoked.'),
   expiredKey: () => new CatracaError(401, 'authentication_error', 'expired_api_key', 'This API key has expired.'),
@@ -48,33 +46,36 @@ export const errors = {
   keyLimit: (message: string) => new CatracaError(402, 'insufficient_quota', 'key_limit_exceeded', message),
   modelNotAllowed: (model: string) =>
     new CatracaError(403, 'permission_error', 'model_not_allowed', `This API key is not allowed to use model "${model}".`, 'model'),
-  modelNotFound: (model: string) =>
-    new CatracaError(404, 'not_found_error', 'model_not_found', `The model "${model}" does not exist.`, 'model'),
-  routeNotFound: (method: string, path: string) =>
-    new CatracaError(404, 'not_found_error', 'route_not_found', `No route for ${method} ${path}.`),
+  modelNotFound: (model: string) => new CatracaError(404, 'not_found_error', 'model_not_found', `The model "${model}" does not exist.`, 'model'),
+  routeNotFound: (method: string, path: string) => new CatracaError(404, 'not_found_error', 'route_not_found', `No route for ${method} ${path}.`),
   methodNotAllowed: (method: string, path: string) =>
     new CatracaError(405, 'invalid_request_error', 'method_not_allowed', `Method ${method} is not allowed on ${path}.`),
-  bodyTooLarge: (limit: number) =>
-    new CatracaError(413, 'invalid_request_error', 'request_too_large', `Request body exceeds the limit of ${limit} bytes.`),
+  bodyTooLarge: (limit: number) => new CatracaError(413, 'invalid_request_error', 'request_too_large', `Request body exceeds the limit of ${limit} bytes.`),
   /** The request passed MAX_BODY_BYTES but its job would exceed the bus's largest message. */
   jobTooLarge: (maxPayload: number) =>
     new CatracaError(413, 'invalid_request_error', 'request_too_large', `Request is too large: it must fit in ${maxPayload} bytes once forwarded to a worker.`),
-  bodyTimeout: (ms: number) =>
-    new CatracaError(408, 'invalid_request_error', 'request_timeout', `The request body did not arrive within ${ms} ms.`),
-  unsupportedMediaType: () =>
-    new CatracaError(415, 'invalid_request_error', 'unsupported_media_type', 'Content-Type must be application/json.'),
+  bodyTimeout: (ms: number) => new CatracaError(408, 'invalid_request_error', 'request_timeout', `The request body did not arrive within ${ms} ms.`),
+  unsupportedMediaType: () => new CatracaError(415, 'invalid_request_error', 'unsupported_media_type', 'Content-Type must be application/json.'),
   rateLimited: (retryAfterS: number, headers: Record<string, string> = {}) =>
     new CatracaError(429, 'rate_limit_error', 'rate_limit_exceeded', `Rate limit exceeded. Retry after ${retryAfterS} s.`, null, {
       'retry-after': String(retryAfterS),
       ...headers,
     }),
   upstream: (status: number, code: string, message: string) => new CatracaError(status, 'upstream_error', code, message),
-  noWorker: (pool: string) =>
-    new CatracaError(503, 'service_unavailable', 'no_worker_available', `No worker is serving the "${pool}" pool right now.`),
+  noWorker: (pool: string) => new CatracaError(503, 'service_unavailable', 'no_worker_available', `No worker is serving the "${pool}" pool right now.`),
   modelChanged: (model: string) =>
-    new CatracaError(503, 'service_unavailable', 'model_changed', `The configuration of model "${model}" changed while this request was admitted; retry.`, null, { 'retry-after': '1' }),
+    new CatracaError(
+      503,
+      'service_unavailable',
+      'model_changed',
+      `The configuration of model "${model}" changed while this request was admitted; retry.`,
+      null,
+      { 'retry-after': '1' },
+    ),
   overloaded: (retryAfterS = 1) =>
-    new CatracaError(503, 'service_unavailable', 'overloaded', 'Every worker of this model is busy and the wait for one ran out; retry shortly.', null, { 'retry-after': String(retryAfterS) }),
+    new CatracaError(503, 'service_unavailable', 'overloaded', 'Every worker of this model is busy and the wait for one ran out; retry shortly.', null, {
+      'retry-after': String(retryAfterS),
+    }),
   /** internal: a worker refused a job as invalid (the front door maps it) */
   workerRefused: (reason: string) => new CatracaError(503, 'service_unavailable', 'worker_refused', reason),
   /** internal: the client left while its job waited (never answered) */
@@ -83,9 +84,13 @@ export const errors = {
   timeout: (message = 'The upstream did not answer in time.') => new CatracaError(504, 'timeout_error', 'upstream_timeout', message),
   /** PostgreSQL is unreachable or saturated: nothing was admitted or charged; retry. */
   databaseUnavailable: () =>
-    new CatracaError(503, 'service_unavailable', 'database_unavailable', 'The billing database is unavailable; nothing was charged. Retry shortly.', null, { 'retry-after': '2' }),
+    new CatracaError(503, 'service_unavailable', 'database_unavailable', 'The billing database is unavailable; nothing was charged. Retry shortly.', null, {
+      'retry-after': '2',
+    }),
   /** A database statement ran past its timeout: nothing was admitted or charged; retry. */
   databaseTimeout: () =>
-    new CatracaError(503, 'service_unavailable', 'database_timeout', 'The billing database did not answer in time; nothing was charged. Retry shortly.', null, { 'retry-after': '2' }),
+    new CatracaError(503, 'service_unavailable', 'database_timeout', 'The billing database did not answer in time; nothing was charged. Retry shortly.', null, {
+      'retry-after': '2',
+    }),
   internal: () => new CatracaError(500, 'server_error', 'internal_error', 'Internal error.'),
 };

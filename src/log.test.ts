@@ -25,7 +25,15 @@ describe('JSON lines', () => {
     req.error('request failed', { msg: 'not the message', level: 'not the level' });
     expect(out.lines.every((l) => l.endsWith('\n') && l.split('\n').length === 2)).toBe(true);
     const [a, b, c] = out.parsed();
-    expect(a).toEqual({ level: 'info', time: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/), component: 'gateway', port: 8080, host: '0.0.0.0', big: '12', msg: 'front door listening' });
+    expect(a).toEqual({
+      level: 'info',
+      time: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/),
+      component: 'gateway',
+      port: 8080,
+      host: '0.0.0.0',
+      big: '12',
+      msg: 'front door listening',
+    });
     expect(out.lines[0]).toContain('"port":8080'); // test/helpers/stack.ts reads the port this way
     expect(b).toMatchObject({ level: 'warn', component: 'gateway', request_id: 'gen-abc', reason: 'busy', msg: 'worker refused the job' });
     expect(c).toMatchObject({ level: 'error', request_id: 'gen-abc', msg: 'request failed', field_msg: 'not the message', field_level: 'not the level' });
@@ -86,7 +94,13 @@ describe('errors', () => {
     const [a, b] = out.parsed();
     expect(a.err).toMatchObject({ type: 'TypeError', message: 'settlement failed', stack: expect.stringContaining('TypeError: settlement failed\n    at ') });
     expect(a.err.stack).toContain('log.test.ts');
-    expect(a.err.cause).toMatchObject({ type: 'Error', message: 'connect ECONNREFUSED 127.0.0.1:5432', code: 'ECONNREFUSED', errno: -111, stack: expect.stringContaining('log.test.ts') });
+    expect(a.err.cause).toMatchObject({
+      type: 'Error',
+      message: 'connect ECONNREFUSED 127.0.0.1:5432',
+      code: 'ECONNREFUSED',
+      errno: -111,
+      stack: expect.stringContaining('log.test.ts'),
+    });
     expect(b.error).toMatchObject({ type: 'RangeError', message: 'out of range', stack: expect.stringContaining('RangeError: out of range') });
   });
 
@@ -102,9 +116,14 @@ describe('errors', () => {
 /** Runs a snippet in a child process (TypeScript through tsx) with the given environment. */
 function runSnippet(code: string, env: Record<string, string> = {}): Promise<{ code: number | null; stderr: string; stdout: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', code], { cwd: ROOT, env: { ...process.env, LOG_FORMAT: '', ...env }, timeout: 20000 }, (err, stdout, stderr) => {
-      resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stdout, stderr });
-    });
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', '--input-type=module', '-e', code],
+      { cwd: ROOT, env: { ...process.env, LOG_FORMAT: '', ...env }, timeout: 20000 },
+      (err, stdout, stderr) => {
+        resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -124,7 +143,12 @@ describe('LOG_LEVEL', () => {
       { LOG_LEVEL: level },
     );
     expect(r.code).toBe(0);
-    const lines = r.stderr.trim() ? r.stderr.trim().split('\n').map((l) => JSON.parse(l)) : [];
+    const lines = r.stderr.trim()
+      ? r.stderr
+          .trim()
+          .split('\n')
+          .map((l) => JSON.parse(l))
+      : [];
     expect(lines.map((l) => l.level)).toEqual(expected);
     expect(lines.map((l) => l.msg)).toEqual(expected.map((m) => `${m} line`));
   });
@@ -140,21 +164,37 @@ describe('crashes', () => {
     expect(r.code).toBe(1);
     const lines = r.stderr.trim().split('\n');
     const last = JSON.parse(lines[lines.length - 1]);
-    expect(last).toMatchObject({ level: 'error', component: 'crashy', msg, err: { type: 'Error', message: expect.stringMatching(/^kaboom/), stack: expect.stringContaining('Error: kaboom') } });
+    expect(last).toMatchObject({
+      level: 'error',
+      component: 'crashy',
+      msg,
+      err: { type: 'Error', message: expect.stringMatching(/^kaboom/), stack: expect.stringContaining('Error: kaboom') },
+    });
     expect(r.stderr).not.toContain('sk-proj-Ab3dEf6hIj9kLm2nOp5q');
   });
 });
 
 describe('pretty', () => {
   test('a JSON line becomes time, level, component, message and fields; the stack goes below; other lines pass', () => {
-    const json = JSON.stringify({ level: 'error', time: '2026-01-02T03:04:05.678Z', component: 'gateway', request_id: 'gen-1', err: { type: 'Error', message: 'x', stack: 'Error: x\n    at f (a.ts:1:1)' }, msg: 'request failed' });
-    expect(prettyLine(json)).toBe('03:04:05.678 ERROR gateway request failed request_id=gen-1 err={"type":"Error","message":"x"}\n    Error: x\n        at f (a.ts:1:1)');
+    const json = JSON.stringify({
+      level: 'error',
+      time: '2026-01-02T03:04:05.678Z',
+      component: 'gateway',
+      request_id: 'gen-1',
+      err: { type: 'Error', message: 'x', stack: 'Error: x\n    at f (a.ts:1:1)' },
+      msg: 'request failed',
+    });
+    expect(prettyLine(json)).toBe(
+      '03:04:05.678 ERROR gateway request failed request_id=gen-1 err={"type":"Error","message":"x"}\n    Error: x\n        at f (a.ts:1:1)',
+    );
     expect(prettyLine('not json')).toBe('not json');
     expect(prettyLine('{"a":1}')).toBe('{"a":1}');
   });
 
   test('LOG_FORMAT=pretty prints readable lines', async () => {
-    const r = await runSnippet(`import { createLogger } from ${LOG_TS}; createLogger('portal').info('portal ready', { url: 'http://127.0.0.1:8081' });`, { LOG_FORMAT: 'pretty' });
+    const r = await runSnippet(`import { createLogger } from ${LOG_TS}; createLogger('portal').info('portal ready', { url: 'http://127.0.0.1:8081' });`, {
+      LOG_FORMAT: 'pretty',
+    });
     expect(r.stderr).toMatch(/^\d{2}:\d{2}:\d{2}\.\d{3} INFO {2}portal portal ready url=http:\/\/127\.0\.0\.1:8081\n$/);
   });
 });

@@ -30,7 +30,8 @@ export type LogFormat = 'json' | 'pretty';
 // ------------------------------------------------------------------------------ redaction
 
 /** Field names whose values are never logged. */
-const SECRET_KEY = /^(authorization|proxy-authorization|cookie|set-cookie|(.*[_-])?(api[_-]?)?key|apikey|.*passw(or)?d.*|pass|.*secret.*|(.*[_-])?token|credentials?|private[_-]?key)$/i;
+const SECRET_KEY =
+  /^(authorization|proxy-authorization|cookie|set-cookie|(.*[_-])?(api[_-]?)?key|apikey|.*passw(or)?d.*|pass|.*secret.*|(.*[_-])?token|credentials?|private[_-]?key)$/i;
 /** API keys (ours `sk-cat-v1-…`, OpenAI/Anthropic/OpenRouter `sk-…`), bearer/basic credentials, URL passwords. */
 const SECRET_TEXT: Array<[RegExp, string]> = [
   [/\bsk-[A-Za-z0-9][A-Za-z0-9_-]{6,}/g, 'sk-…[redacted]'],

@@ -20,8 +20,22 @@ beforeAll(async () => {
     workers: 1,
     env: { STREAM_IDLE_TIMEOUT_MS: '3000', REQUEST_TIMEOUT_MS: '8000', HOLD_GRACE_MS: '500', KEEPALIVE_MS: '500', METERING_ACK_WAIT_MS: '2000' },
   });
-  await upsertModel(stack.db, { id: 'chaos/unit', pool: 'sim', upstream_model: 'echo', input_price: 0n, output_price: 1_000_000_000n, max_output_tokens: 1000 });
-  await upsertModel(stack.db, { id: 'chaos/lorem', pool: 'sim', upstream_model: 'lorem', input_price: 0n, output_price: 1_000_000_000n, max_output_tokens: 1000 });
+  await upsertModel(stack.db, {
+    id: 'chaos/unit',
+    pool: 'sim',
+    upstream_model: 'echo',
+    input_price: 0n,
+    output_price: 1_000_000_000n,
+    max_output_tokens: 1000,
+  });
+  await upsertModel(stack.db, {
+    id: 'chaos/lorem',
+    pool: 'sim',
+    upstream_model: 'lorem',
+    input_price: 0n,
+    output_price: 1_000_000_000n,
+    max_output_tokens: 1000,
+  });
 }, 60000);
 
 afterAll(async () => {
@@ -90,9 +104,20 @@ describe('exactly-once settlement through crashes', () => {
     const t = await stack.tenant('1.00');
     const requestId = `gen-dup-${Date.now()}`;
     const usage: UsageMessage = {
-      v: 1, request_id: requestId, tenant_id: t.tenantId, key_id: t.keyId, model: 'chaos/unit', pool: 'sim',
-      input_price: '0', output_price: '1000000000', prompt_tokens: 10, completion_tokens: 7, estimated: false,
-      outcome: 'completed', ended_at: Date.now(), worker: 'test',
+      v: 1,
+      request_id: requestId,
+      tenant_id: t.tenantId,
+      key_id: t.keyId,
+      model: 'chaos/unit',
+      pool: 'sim',
+      input_price: '0',
+      output_price: '1000000000',
+      prompt_tokens: 10,
+      completion_tokens: 7,
+      estimated: false,
+      outcome: 'completed',
+      ended_at: Date.now(),
+      worker: 'test',
     };
     const js = stack.nc.jetstream();
     const first = await js.publish(subjects.usage('sim'), encode(usage), { msgID: requestId });
@@ -158,7 +183,9 @@ describe('exactly-once settlement through crashes', () => {
     const t = await stack.tenant('5.00');
     const controllers = Array.from({ length: 8 }, () => new AbortController());
     const responses = await Promise.all(
-      controllers.map((c, i) => post(stack.urlOf(stack.gateways[i % 2]), t.key, { model: 'chaos/lorem', stream: true, max_tokens: 60, sim: { tokens_per_second: 30 } }, c.signal)),
+      controllers.map((c, i) =>
+        post(stack.urlOf(stack.gateways[i % 2]), t.key, { model: 'chaos/lorem', stream: true, max_tokens: 60, sim: { tokens_per_second: 30 } }, c.signal),
+      ),
     );
     const ids = responses.map((r) => r.headers.get('x-request-id')!);
     const drained = responses.map((r) => r.text().catch(() => ''));

@@ -107,13 +107,17 @@ describe('chat completions through the whole path', () => {
     }
     await stack.waitSettled(ids);
     expect(await balanceOf(t.tenantId)).toBe(5_000_000n - expected);
-    const { rows } = await stack.db.query(
-      "select coalesce(sum(amount_micros),0)::bigint as debits from ledger where tenant_id = $1 and kind = 'debit'",
-      [t.tenantId],
-    );
+    const { rows } = await stack.db.query("select coalesce(sum(amount_micros),0)::bigint as debits from ledger where tenant_id = $1 and kind = 'debit'", [
+      t.tenantId,
+    ]);
     expect(rows[0].debits).toBe(expected);
     const credits = await fetch(`${stack.baseUrl}/credits`, { headers: { authorization: `Bearer ${t.key}` } }).then((r) => r.json());
-    expect(credits.data).toMatchObject({ total_credits: 5, total_usage: Number(expected) / 1e6, balance: Number(5_000_000n - expected) / 1e6, currency: 'BRL' });
+    expect(credits.data).toMatchObject({
+      total_credits: 5,
+      total_usage: Number(expected) / 1e6,
+      balance: Number(5_000_000n - expected) / 1e6,
+      currency: 'BRL',
+    });
   });
 
   it('reports the key in the OpenRouter key schema, in BRL', async () => {
@@ -152,7 +156,15 @@ describe('chat completions through the whole path', () => {
     const mine = await get(t.key, `?id=${id}`);
     expect(mine.status).toBe(200);
     expect((await mine.json()).data).toMatchObject({
-      id, model: 'sim/echo', total_cost: cost, usage: cost, tokens_prompt: prompt, tokens_completion: 3, estimated: false, cancelled: false, currency: 'BRL',
+      id,
+      model: 'sim/echo',
+      total_cost: cost,
+      usage: cost,
+      tokens_prompt: prompt,
+      tokens_completion: 3,
+      estimated: false,
+      cancelled: false,
+      currency: 'BRL',
     });
     const theirs = await get(other.key, `?id=${id}`);
     expect(theirs.status).toBe(404);
@@ -185,11 +197,18 @@ describe('errors, in the documented shape', () => {
     const t = await stack.tenant('1.00');
     let res = await post(t.key, '{"model":');
     expect(res.status).toBe(400);
-    expect(await res.json()).toEqual({ error: { message: 'Request body is not valid JSON.', type: 'invalid_request_error', code: 'invalid_json', param: null } });
+    expect(await res.json()).toEqual({
+      error: { message: 'Request body is not valid JSON.', type: 'invalid_request_error', code: 'invalid_json', param: null },
+    });
     res = await post(t.key, { model: 'sim/echo', messages: [] });
     expect(res.status).toBe(400);
     expect(await res.json()).toEqual({
-      error: { message: "Invalid value for 'messages': messages must contain at least one message", type: 'invalid_request_error', code: 'invalid_request', param: 'messages' },
+      error: {
+        message: "Invalid value for 'messages': messages must contain at least one message",
+        type: 'invalid_request_error',
+        code: 'invalid_request',
+        param: 'messages',
+      },
     });
     res = await post(t.key, { ...ok, max_tokens: 999999 });
     expect(res.status).toBe(400);
@@ -201,7 +220,12 @@ describe('errors, in the documented shape', () => {
   it('401 for a missing, unknown or revoked key, without echoing the key', async () => {
     let res = await post(null, ok);
     expect(res.status).toBe(401);
-    expect((await res.json()).error).toEqual({ message: 'Missing API key. Send it as "Authorization: Bearer <API_KEY>".', type: 'authentication_error', code: 'missing_api_key', param: null });
+    expect((await res.json()).error).toEqual({
+      message: 'Missing API key. Send it as "Authorization: Bearer <API_KEY>".',
+      type: 'authentication_error',
+      code: 'missing_api_key',
+      param: null,
+    });
     const bogus = 'sk-cat-v1-' + '0'.repeat(64);
     res = await post(bogus, ok);
     expect(res.status).toBe(401);
@@ -226,17 +250,26 @@ describe('errors, in the documented shape', () => {
     const t = await stack.tenant('1.00', { models: ['sim/lorem'] });
     let res = await post(t.key, ok);
     expect(res.status).toBe(403);
-    expect(await res.json()).toEqual({ error: { message: 'This API key is not allowed to use model "sim/echo".', type: 'permission_error', code: 'model_not_allowed', param: 'model' } });
+    expect(await res.json()).toEqual({
+      error: { message: 'This API key is not allowed to use model "sim/echo".', type: 'permission_error', code: 'model_not_allowed', param: 'model' },
+    });
     res = await post(t.key, { ...ok, model: 'nope/missing' });
     expect(res.status).toBe(404);
-    expect(await res.json()).toEqual({ error: { message: 'The model "nope/missing" does not exist.', type: 'not_found_error', code: 'model_not_found', param: 'model' } });
+    expect(await res.json()).toEqual({
+      error: { message: 'The model "nope/missing" does not exist.', type: 'not_found_error', code: 'model_not_found', param: 'model' },
+    });
   });
 
   it('413 for a body over the limit', async () => {
     const t = await stack.tenant('1.00');
     const res = await post(t.key, { ...ok, messages: [{ role: 'user', content: 'x'.repeat(5 * 1024 * 1024) }] });
     expect(res.status).toBe(413);
-    expect((await res.json()).error).toEqual({ message: 'Request body exceeds the limit of 4194304 bytes.', type: 'invalid_request_error', code: 'request_too_large', param: null });
+    expect((await res.json()).error).toEqual({
+      message: 'Request body exceeds the limit of 4194304 bytes.',
+      type: 'invalid_request_error',
+      code: 'request_too_large',
+      param: null,
+    });
   });
 
   it('a missing or malformed key is refused before the body is read (the client has sent only headers)', async () => {
@@ -256,7 +289,9 @@ describe('errors, in the documented shape', () => {
         });
         sock.on('error', reject);
         // a 4 MiB body is announced and never sent
-        sock.write(`POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 4194304\r\n${authorization ? `authorization: ${authorization}\r\n` : ''}\r\n`);
+        sock.write(
+          `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 4194304\r\n${authorization ? `authorization: ${authorization}\r\n` : ''}\r\n`,
+        );
       });
     const missing = await answer(null);
     expect(missing).toMatch(/^HTTP\/1\.1 401 /);
@@ -274,7 +309,9 @@ describe('errors, in the documented shape', () => {
     const res = await post(t.key, { ...ok, model: 'ghost/model' });
     expect(res.status).toBe(503);
     expect(Date.now() - started).toBeLessThan(1500);
-    expect(await res.json()).toEqual({ error: { message: 'No worker is serving the "ghostpool" pool right now.', type: 'service_unavailable', code: 'no_worker_available', param: null } });
+    expect(await res.json()).toEqual({
+      error: { message: 'No worker is serving the "ghostpool" pool right now.', type: 'service_unavailable', code: 'no_worker_available', param: null },
+    });
     await stack.waitNoHolds(t.tenantId, 2000);
     expect(await balanceOf(t.tenantId)).toBe(1_000_000n);
   });

@@ -76,7 +76,10 @@ describe('USAGE stream replicas', () => {
     expect(await ensureUsageStream(nc)).toEqual({ action: 'updated', replicas: 3 });
     await waitFor('the stream on three nodes', async () => (await streamInfo()).cluster?.replicas?.filter((p) => p.current).length === 2);
     // the consumer follows the stream (its num_replicas is 0: inherited)
-    await waitFor('the metering consumer on three nodes', async () => (await jsm.consumers.info(USAGE_STREAM, METERING_DURABLE)).cluster?.replicas?.length === 2);
+    await waitFor(
+      'the metering consumer on three nodes',
+      async () => (await jsm.consumers.info(USAGE_STREAM, METERING_DURABLE)).cluster?.replicas?.length === 2,
+    );
     expect(await ensureUsageStream(nc)).toEqual({ action: 'unchanged', replicas: 3 });
     await ensureMeteringConsumer(nc); // what metering does at start: leaves the replicas alone
     const scaled = await streamInfo();
@@ -93,7 +96,12 @@ describe('USAGE stream replicas', () => {
   it('a new stream on a three-node cluster gets 3 replicas', async () => {
     const jsm = await nc.jetstreamManager();
     await jsm.streams.delete(USAGE_STREAM);
-    await waitFor('USAGE gone', async () => streamInfo().then(() => false, (err: Error) => /not found/.test(err.message)));
+    await waitFor('USAGE gone', async () =>
+      streamInfo().then(
+        () => false,
+        (err: Error) => /not found/.test(err.message),
+      ),
+    );
     expect(await ensureUsageStream(nc)).toEqual({ action: 'created', replicas: 3 });
     const info = await waitFor('a leader and two current followers', async () => {
       const i = await streamInfo();
@@ -174,15 +182,13 @@ describe('a node killed with SIGKILL mid-load', () => {
       let content = '';
       let finish: string | null = null;
       try {
-        const { data: stream, response } = await clients[i % clients.length]!.chat.completions
-          .create({
-            model: 'sim/lorem',
-            stream: true,
-            messages: [{ role: 'user', content: `request ${i}` }],
-            // ~1 s per request: 20 tokens at 20 tokens/s
-            sim: { tokens_per_second: 20, output_tokens: TOKENS },
-          } as OpenAI.ChatCompletionCreateParamsStreaming)
-          .withResponse();
+        const { data: stream, response } = await clients[i % clients.length]!.chat.completions.create({
+          model: 'sim/lorem',
+          stream: true,
+          messages: [{ role: 'user', content: `request ${i}` }],
+          // ~1 s per request: 20 tokens at 20 tokens/s
+          sim: { tokens_per_second: 20, output_tokens: TOKENS },
+        } as OpenAI.ChatCompletionCreateParamsStreaming).withResponse();
         id = response.headers.get('x-request-id');
         for await (const chunk of stream) {
           content += chunk.choices[0]?.delta?.content ?? '';
@@ -198,7 +204,8 @@ describe('a node killed with SIGKILL mid-load', () => {
         if (typeof body?.code !== 'string' || typeof body.message !== 'string') {
           return { kind: 'broken', id, detail: `error without the documented JSON shape: ${JSON.stringify(err.error)}`, startedAt };
         }
-        if (err.status !== undefined) return { kind: 'http_error', id: err.headers?.get('x-request-id') ?? null, status: err.status, code: body.code, startedAt };
+        if (err.status !== undefined)
+          return { kind: 'http_error', id: err.headers?.get('x-request-id') ?? null, status: err.status, code: body.code, startedAt };
         return { kind: 'stream_error', id: id!, code: body.code, content, startedAt };
       }
     };
@@ -214,11 +221,13 @@ describe('a node killed with SIGKILL mid-load', () => {
     let watching = true;
     const watcher = (async () => {
       while (watching) {
-        const { rows } = await stack.db.query(
-          `select (select count(*)::int from ledger where tenant_id = $1 and kind = 'debit') as debits,
+        const { rows } = await stack.db
+          .query(
+            `select (select count(*)::int from ledger where tenant_id = $1 and kind = 'debit') as debits,
                   (select count(*)::int from holds where tenant_id = $1) as holds`,
-          [t.tenantId],
-        ).catch(() => ({ rows: [] as Array<{ debits: number; holds: number }> }));
+            [t.tenantId],
+          )
+          .catch(() => ({ rows: [] as Array<{ debits: number; holds: number }> }));
         if (rows[0]) {
           if (rows[0].debits !== ledgerSeen.debits) ledgerSeen.lastDebitAt = Date.now();
           Object.assign(ledgerSeen, { debits: rows[0].debits, holds: rows[0].holds });
@@ -247,22 +256,31 @@ describe('a node killed with SIGKILL mid-load', () => {
     // Requests that arrived well after the kill find the stack whole again.
     const late = outcomes.filter((o) => o.startedAt >= killedAt + 1000);
     expect(late.length).toBeGreaterThan(0);
-    expect(late.filter((o) => o.kind !== 'completed'), JSON.stringify(late.filter((o) => o.kind !== 'completed'))).toEqual([]);
+    expect(
+      late.filter((o) => o.kind !== 'completed'),
+      JSON.stringify(late.filter((o) => o.kind !== 'completed')),
+    ).toEqual([]);
 
     // 2. The processes that were on the victim reconnected to a survivor, and say so in their logs.
     const reconnectMs: Record<string, number> = {};
     for (const p of onVictim) {
-      const line = await waitFor(`${p.conn} logs a reconnect`, async () => p.proc.lines.find((l) => l.includes('"msg":"nats reconnect"')), 15000).catch((err) => {
-        throw new Error(`${(err as Error).message}; its log:\n${p.proc.lines.slice(-30).join('\n')}`);
-      });
+      const line = await waitFor(`${p.conn} logs a reconnect`, async () => p.proc.lines.find((l) => l.includes('"msg":"nats reconnect"')), 15000).catch(
+        (err) => {
+          throw new Error(`${(err as Error).message}; its log:\n${p.proc.lines.slice(-30).join('\n')}`);
+        },
+      );
       reconnectMs[p.conn] = Date.parse(JSON.parse(line).t) - killedAt;
     }
     const survivors = cluster.nodes.filter((n) => n.alive);
-    await waitFor('every process connected to a survivor', async () => {
-      const names = new Set<string>();
-      for (const n of survivors) for (const name of await cluster.connectionNames(n)) names.add(name);
-      return procs.every((p) => names.has(p.conn));
-    }, 15000);
+    await waitFor(
+      'every process connected to a survivor',
+      async () => {
+        const names = new Set<string>();
+        for (const n of survivors) for (const name of await cluster.connectionNames(n)) names.add(name);
+        return procs.every((p) => names.has(p.conn));
+      },
+      15000,
+    );
     const allReconnectedMs = Date.now() - killedAt;
 
     // 3. Every usage message settles exactly once; no hold is left open.
@@ -309,12 +327,21 @@ describe('a node killed with SIGKILL mid-load', () => {
     const restartedAt = Date.now();
     await cluster.restart(victim);
     let lastCluster: unknown;
-    await waitFor('three current replicas of USAGE again', async () => {
-      const i = await streamInfo();
-      lastCluster = i.cluster;
-      return i.cluster?.leader && i.cluster.replicas?.length === 2 && i.cluster.replicas.every((p) => p.current);
-    }, 30000).catch((err) => {
-      throw new Error(`${(err as Error).message}: ${JSON.stringify(lastCluster)}\n${victim.lines.filter((l) => /ERR|WRN|USAGE/.test(l)).slice(-20).join('\n')}`);
+    await waitFor(
+      'three current replicas of USAGE again',
+      async () => {
+        const i = await streamInfo();
+        lastCluster = i.cluster;
+        return i.cluster?.leader && i.cluster.replicas?.length === 2 && i.cluster.replicas.every((p) => p.current);
+      },
+      30000,
+    ).catch((err) => {
+      throw new Error(
+        `${(err as Error).message}: ${JSON.stringify(lastCluster)}\n${victim.lines
+          .filter((l) => /ERR|WRN|USAGE/.test(l))
+          .slice(-20)
+          .join('\n')}`,
+      );
     });
     const caughtUpMs = Date.now() - restartedAt;
 

@@ -30,7 +30,8 @@ const post = (key: string, body: Record<string, unknown>, signal?: AbortSignal) 
     body: JSON.stringify(body),
   });
 const holdsOf = async (tenantId: string) => (await stack.db.query('select count(*)::int as n from holds where tenant_id = $1', [tenantId])).rows[0].n as number;
-const ledgerRows = async (tenantId: string) => (await stack.db.query(`select count(*)::int as n from ledger where tenant_id = $1 and kind = 'debit'`, [tenantId])).rows[0].n as number;
+const ledgerRows = async (tenantId: string) =>
+  (await stack.db.query(`select count(*)::int as n from ledger where tenant_id = $1 and kind = 'debit'`, [tenantId])).rows[0].n as number;
 
 async function workerAccepted(): Promise<number> {
   const client = stack.nc.services.client();
@@ -110,7 +111,10 @@ describe('a bounded, fair wait for a worker slot', () => {
     expect(Date.now() - t0).toBeGreaterThanOrEqual(2400);
     expect(res.headers.get('retry-after')).toBe('1');
     expect((await res.json()).error).toEqual({
-      type: 'service_unavailable', code: 'overloaded', param: null, message: 'Every worker of this model is busy and the wait for one ran out; retry shortly.',
+      type: 'service_unavailable',
+      code: 'overloaded',
+      param: null,
+      message: 'Every worker of this model is busy and the wait for one ran out; retry shortly.',
     });
     expect(await holdsOf(t.tenantId)).toBe(1); // only the running one
     expect((await busy).status).toBe(200);

@@ -73,7 +73,8 @@ export default async function setup(project: TestProject) {
     let serverUrl: string;
     const forceEmbedded = process.env.CATRACA_TEST_EMBEDDED_PG === '1';
     if (!forceEmbedded && process.env.DATABASE_URL && (await probePostgres(process.env.DATABASE_URL)) === 'ok') serverUrl = process.env.DATABASE_URL;
-    else if (!forceEmbedded && (await probePostgres('postgres://postgres@127.0.0.1:5432/postgres')) === 'ok') serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
+    else if (!forceEmbedded && (await probePostgres('postgres://postgres@127.0.0.1:5432/postgres')) === 'ok')
+      serverUrl = 'postgres://postgres@127.0.0.1:5432/postgres';
     else {
       const embedded = await ensurePostgres({ dataDir: join(ROOT, '.catraca', 'test-pg'), database: 'postgres' });
       teardown.push(() => embedded.stop());

@@ -26,7 +26,10 @@ const post = (door: Proc, key: string, body: Record<string, unknown>) =>
     body: JSON.stringify({ model: 'exact/one', messages: [{ role: 'user', content: 'go' }], ...body }),
   });
 const tenantState = async (tenantId: string) =>
-  (await stack.db.query('select balance_micros, held_micros from tenants where id = $1', [tenantId])).rows[0] as { balance_micros: bigint; held_micros: bigint };
+  (await stack.db.query('select balance_micros, held_micros from tenants where id = $1', [tenantId])).rows[0] as {
+    balance_micros: bigint;
+    held_micros: bigint;
+  };
 const leasesOf = async (tenantId: string) =>
   (await stack.db.query(`select count(*)::int as n from holds where tenant_id = $1 and kind = 'lease'`, [tenantId])).rows[0].n as number;
 
@@ -51,7 +54,9 @@ describe('admission leases', () => {
   it('two front doors drain one tenant to exactly zero: every micro-real spent once, no overdraft', { timeout: 90000 }, async () => {
     const t = await stack.tenant('0.100000'); // 100 000 µBRL = exactly 1 000 requests of 100 tokens
     const body = { max_tokens: 100, sim: { output_tokens: 100 } };
-    const leasedBefore = (await metric(stack.gateways[0], 'catraca_admissions_total', 'via="lease"')) + (await metric(stack.gateways[1], 'catraca_admissions_total', 'via="lease"'));
+    const leasedBefore =
+      (await metric(stack.gateways[0], 'catraca_admissions_total', 'via="lease"')) +
+      (await metric(stack.gateways[1], 'catraca_admissions_total', 'via="lease"'));
     let ok = 0;
     let refusedInARow = 0;
     let i = 0;
@@ -76,7 +81,9 @@ describe('admission leases', () => {
       }),
     );
     expect(ok).toBe(1000);
-    const leased = (await metric(stack.gateways[0], 'catraca_admissions_total', 'via="lease"')) + (await metric(stack.gateways[1], 'catraca_admissions_total', 'via="lease"'));
+    const leased =
+      (await metric(stack.gateways[0], 'catraca_admissions_total', 'via="lease"')) +
+      (await metric(stack.gateways[1], 'catraca_admissions_total', 'via="lease"'));
     // while the tenant was rich, requests were admitted from leases in memory; near the end, one by one
     expect(leased - leasedBefore).toBeGreaterThan(100);
     await stack.waitNoHolds(t.tenantId, 15000);
@@ -112,7 +119,9 @@ describe('admission leases', () => {
     const t = await stack.tenant('10.00');
     const victim = stack.gateways[1];
     // streams that last ~2 s (20 tokens at 10/s) through the door about to die
-    const streams = Array.from({ length: 6 }, () => post(victim, t.key, { stream: true, max_tokens: 50, sim: { output_tokens: 20, tokens_per_second: 10 } }).catch(() => null));
+    const streams = Array.from({ length: 6 }, () =>
+      post(victim, t.key, { stream: true, max_tokens: 50, sim: { output_tokens: 20, tokens_per_second: 10 } }).catch(() => null),
+    );
     const started = await Promise.all(streams);
     expect(started.every((r) => r?.status === 200)).toBe(true);
     expect(await leasesOf(t.tenantId)).toBe(1);

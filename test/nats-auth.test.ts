@@ -47,7 +47,13 @@ const as = async (role: Role) => {
 
 beforeAll(async () => {
   dataDir = mkdtempSync(join(tmpdir(), 'catraca-nats-auth-'));
-  server = await ensureNats({ dataDir, args: ['-c', AUTH_CONF], env: SERVER_ENV, probeCredentials: `metering:${PASSWORDS.metering}`, onLog: (l) => serverLog.push(l) });
+  server = await ensureNats({
+    dataDir,
+    args: ['-c', AUTH_CONF],
+    env: SERVER_ENV,
+    probeCredentials: `metering:${PASSWORDS.metering}`,
+    onLog: (l) => serverLog.push(l),
+  });
   base = new URL(server.url);
 }, 30000);
 
@@ -108,7 +114,7 @@ describe('the server of deploy/nats/auth.conf', () => {
     expect(r.stderr + r.stdout).toContain('NATS_CLI_PASSWORD');
   });
 
-  it('refuses anonymous connections, wrong passwords and another role\'s password', async () => {
+  it("refuses anonymous connections, wrong passwords and another role's password", async () => {
     const refused = (opts: Parameters<typeof connect>[0]) =>
       connect({ ...opts, reconnect: false, timeout: 3000 }).then(
         async (nc) => (await nc.close(), 'CONNECTED'),
@@ -145,7 +151,12 @@ describe('the server of deploy/nats/auth.conf', () => {
     // every long-running role is a micro service the CLI can list
     const monitors = await Promise.all(
       (['gateway', 'worker', 'metering', 'portal'] as const).map((r, i) =>
-        registerMonitoring([gateway, worker, metering, portal][i]!, { name: `catraca-${r}`, version: '0.0.0', instanceId: `auth_${r}`, metrics: createMetrics() }),
+        registerMonitoring([gateway, worker, metering, portal][i]!, {
+          name: `catraca-${r}`,
+          version: '0.0.0',
+          instanceId: `auth_${r}`,
+          metrics: createMetrics(),
+        }),
       ),
     );
     await Promise.all([gateway, worker, metering, portal].map((c) => c.flush())); // their subscriptions are in place
@@ -175,7 +186,10 @@ describe('the server of deploy/nats/auth.conf', () => {
     expect(freed.subject).toBe('catraca.capacity.sim');
     const direct = worker.subscribe(subjects.jobDirect('sim', 'wk_auth'), { callback: (_e, m) => m.respond(encode({ ok: true, worker: 'wk_auth' })) });
     await worker.flush();
-    expect(JSON.parse(new TextDecoder().decode((await gateway.request(subjects.jobDirect('sim', 'wk_auth'), encode({}), { timeout: 3000 })).data))).toEqual({ ok: true, worker: 'wk_auth' });
+    expect(JSON.parse(new TextDecoder().decode((await gateway.request(subjects.jobDirect('sim', 'wk_auth'), encode({}), { timeout: 3000 })).data))).toEqual({
+      ok: true,
+      worker: 'wk_auth',
+    });
     direct.unsubscribe();
 
     // usage: worker → JetStream (acked, deduplicated by msgID) → metering pulls and acks
@@ -190,10 +204,16 @@ describe('the server of deploy/nats/auth.conf', () => {
 
     // broadcasts: key invalidations from the portal and the CLI reach the front doors; catalog
     // changes from the CLI reach front doors and workers
-    expect((await nextOn(gateway, subjects.keyInvalidated, () => portal.publish(subjects.keyInvalidated, encode({ key_id: 'k1' })))).subject).toBe(subjects.keyInvalidated);
-    expect((await nextOn(gateway, subjects.keyInvalidated, () => cli.publish(subjects.keyInvalidated, encode({ key_id: 'k2' })))).subject).toBe(subjects.keyInvalidated);
+    expect((await nextOn(gateway, subjects.keyInvalidated, () => portal.publish(subjects.keyInvalidated, encode({ key_id: 'k1' })))).subject).toBe(
+      subjects.keyInvalidated,
+    );
+    expect((await nextOn(gateway, subjects.keyInvalidated, () => cli.publish(subjects.keyInvalidated, encode({ key_id: 'k2' })))).subject).toBe(
+      subjects.keyInvalidated,
+    );
     for (const receiver of [gateway, worker]) {
-      expect((await nextOn(receiver, subjects.catalogChanged, () => cli.publish(subjects.catalogChanged, encode({ model: 'm' })))).subject).toBe(subjects.catalogChanged);
+      expect((await nextOn(receiver, subjects.catalogChanged, () => cli.publish(subjects.catalogChanged, encode({ model: 'm' })))).subject).toBe(
+        subjects.catalogChanged,
+      );
     }
 
     await Promise.all(monitors.map((mon) => mon.stop()));
@@ -215,11 +235,20 @@ describe('the server of deploy/nats/auth.conf', () => {
       ['worker deletes the USAGE stream', requestDenied(nc.worker, `$JS.API.STREAM.DELETE.${USAGE_STREAM}`)],
       ['worker pulls usage', requestDenied(nc.worker, `$JS.API.CONSUMER.MSG.NEXT.${USAGE_STREAM}.${METERING_DURABLE}`)],
       ['worker creates a consumer on USAGE', requestDenied(nc.worker, `$JS.API.CONSUMER.CREATE.${USAGE_STREAM}.spy`)],
-      ['worker reads the gateway\'s replies', subscribeDenied(nc.worker, '_INBOX.gateway.>')],
+      ["worker reads the gateway's replies", subscribeDenied(nc.worker, '_INBOX.gateway.>')],
       ['worker reads every reply', subscribeDenied(nc.worker, '_INBOX.>')],
       // a gateway sends jobs and cancels, but cannot bill, forge frames, take jobs or consume usage
       ['gateway publishes usage', publishDenied(nc.gateway, subjects.usage('sim'))],
-      ['gateway publishes usage to JetStream', nc.gateway.jetstream().publish(subjects.usage('sim'), encode({}), { timeout: 3000 }).then(() => ({ code: 'ANSWERED' }), (e: NatsError) => ({ code: e.code }))],
+      [
+        'gateway publishes usage to JetStream',
+        nc.gateway
+          .jetstream()
+          .publish(subjects.usage('sim'), encode({}), { timeout: 3000 })
+          .then(
+            () => ({ code: 'ANSWERED' }),
+            (e: NatsError) => ({ code: e.code }),
+          ),
+      ],
       ['gateway publishes a frame', publishDenied(nc.gateway, subjects.stream('door_x', 'req_x'))],
       ['gateway announces worker capacity', publishDenied(nc.gateway, subjects.capacity('sim'))],
       ['portal announces worker capacity', publishDenied(nc.portal, subjects.capacity('sim'))],
@@ -294,7 +323,10 @@ describe('a stack whose processes each use their role', () => {
     // the CLI with its role: the revocation broadcast reaches the front door (401 at once, not
     // after the key cache's TTL), and `status` sees every instance
     const cli = (args: string[]) =>
-      run(process.execPath, [join(ROOT, 'bin', 'catraca.js'), ...args], { cwd: ROOT, env: { ...process.env, DATABASE_URL: stack.databaseUrl, NATS_URL: urlOf('cli') } });
+      run(process.execPath, [join(ROOT, 'bin', 'catraca.js'), ...args], {
+        cwd: ROOT,
+        env: { ...process.env, DATABASE_URL: stack.databaseUrl, NATS_URL: urlOf('cli') },
+      });
     const revoked = await cli(['key', 'revoke', '--id', t.keyId, '--json']);
     expect(revoked.stderr).toBe('');
     const deadline = Date.now() + 2000;
@@ -326,12 +358,22 @@ describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NA
   it('gives every node its name, volume, routes and config, and every app service its role and the three nodes', async () => {
     const cwd = mkdtempSync(join(tmpdir(), 'catraca-compose-'));
     const env: Record<string, string> = {
-      PATH: process.env.PATH!, POSTGRES_PASSWORD: '0123456789abcdef', PORTAL_PUBLIC_URL: 'https://portal.example.com.br',
-      GATEWAY_PUBLIC_URL: 'https://api.example.com.br/v1', PIX_API_URL: 'https://pix.psp.example/v2', PIX_OAUTH_URL: 'https://pix.psp.example/oauth/token',
-      PIX_CLIENT_ID: 'id', PIX_CLIENT_SECRET: 'secret', PIX_KEY: 'pix@example.com.br', PIX_CERT_DIR: cwd, NATS_ROUTE_PASSWORD: 'nroute0',
+      PATH: process.env.PATH!,
+      POSTGRES_PASSWORD: '0123456789abcdef',
+      PORTAL_PUBLIC_URL: 'https://portal.example.com.br',
+      GATEWAY_PUBLIC_URL: 'https://api.example.com.br/v1',
+      PIX_API_URL: 'https://pix.psp.example/v2',
+      PIX_OAUTH_URL: 'https://pix.psp.example/oauth/token',
+      PIX_CLIENT_ID: 'id',
+      PIX_CLIENT_SECRET: 'secret',
+      PIX_KEY: 'pix@example.com.br',
+      PIX_CERT_DIR: cwd,
+      NATS_ROUTE_PASSWORD: 'nroute0',
       ...Object.fromEntries(ROLES.map((r) => [`NATS_${r.toUpperCase()}_PASSWORD`, `n${r}0`])),
     };
-    const out = await run(COMPOSE!, ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'], { cwd, env }).finally(() => rmSync(cwd, { recursive: true, force: true }));
+    const out = await run(COMPOSE!, ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'], { cwd, env }).finally(() =>
+      rmSync(cwd, { recursive: true, force: true }),
+    );
     expect(out.stderr).toBe('');
     // one block per service (`  name:` under `services:`)
     const services = new Map<string, string>();
@@ -350,13 +392,22 @@ describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NA
       for (const r of ROLES) expect(b).toContain(`NATS_${r.toUpperCase()}_PASSWORD: n${r}0`);
       expect(b).not.toMatch(/ports:/);
     }
-    for (const [service, role] of [['gateway', 'gateway'], ['worker', 'worker'], ['metering', 'metering'], ['portal', 'portal'], ['cli', 'cli']] as const) {
+    for (const [service, role] of [
+      ['gateway', 'gateway'],
+      ['worker', 'worker'],
+      ['metering', 'metering'],
+      ['portal', 'portal'],
+      ['cli', 'cli'],
+    ] as const) {
       expect(services.get(service), service).toContain(`NATS_URL: nats://${role}:n${role}0@nats-1:4222,nats://nats-2:4222,nats://nats-3:4222`);
     }
     expect(services.get('migrate')).not.toContain('NATS_URL');
     // no password in the files themselves: every one comes from the environment
     const files = ['docker-compose.yml', 'deploy/nats/nats.conf', 'deploy/nats/auth.conf'].map((f) =>
-      readFileSync(join(ROOT, f), 'utf8').split('\n').filter((l) => !/^\s*#/.test(l)).join('\n'),
+      readFileSync(join(ROOT, f), 'utf8')
+        .split('\n')
+        .filter((l) => !/^\s*#/.test(l))
+        .join('\n'),
     );
     for (const f of files) {
       expect(f).not.toMatch(/nats:\/\/\w+:(?!\$\{)[^@\s]+@/);

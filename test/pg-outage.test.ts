@@ -55,7 +55,13 @@ describe('PostgreSQL going away', () => {
         }).catch(() => null);
         if (!res) continue;
         const body = await res.json();
-        results.push({ status: res.status, code: body.error?.code, retryAfter: res.headers.get('retry-after'), id: res.headers.get('x-request-id') ?? undefined, phase });
+        results.push({
+          status: res.status,
+          code: body.error?.code,
+          retryAfter: res.headers.get('retry-after'),
+          id: res.headers.get('x-request-id') ?? undefined,
+          phase,
+        });
         await new Promise((r) => setTimeout(r, 20));
       }
     };
@@ -72,17 +78,27 @@ describe('PostgreSQL going away', () => {
     await Promise.all(clients);
 
     // every answer is a success or a clean 503 naming the database, with retry-after
-    const bad = results.filter((r) => !(r.status === 200 || (r.status === 503 && ['database_unavailable', 'database_timeout'].includes(r.code!) && r.retryAfter === '2')));
+    const bad = results.filter(
+      (r) => !(r.status === 200 || (r.status === 503 && ['database_unavailable', 'database_timeout'].includes(r.code!) && r.retryAfter === '2')),
+    );
     expect(bad).toEqual([]);
     expect(results.filter((r) => r.phase === 'down' && r.status === 503).length).toBeGreaterThan(0);
     // it recovers by itself: the last second of requests all succeeded
-    expect(results.filter((r) => r.phase === 'after').slice(-8).every((r) => r.status === 200)).toBe(true);
+    expect(
+      results
+        .filter((r) => r.phase === 'after')
+        .slice(-8)
+        .every((r) => r.status === 200),
+    ).toBe(true);
     // no process needed a restart
     for (const p of [...stack.gateways, ...stack.workers, ...stack.metering]) expect(p.child.exitCode).toBeNull();
     // usage waited in JetStream: every answered request is debited exactly once
     const ok = results.filter((r) => r.status === 200).map((r) => r.id!);
     await stack.waitSettled(ok, 30000);
-    const { rows } = await stack.db.query(`select request_id, count(*)::int as n from ledger where request_id = any($1) group by request_id having count(*) <> 1`, [ok]);
+    const { rows } = await stack.db.query(
+      `select request_id, count(*)::int as n from ledger where request_id = any($1) group by request_id having count(*) <> 1`,
+      [ok],
+    );
     expect(rows).toEqual([]);
     await stack.waitNoHolds(rich.tenantId, 30000);
     await stack.waitNoHolds(exact.tenantId, 30000);
@@ -94,11 +110,17 @@ describe('PostgreSQL going away', () => {
     const tiny = createPool(pg.url, 1, { connectTimeoutMs: 300, statementTimeoutMs: 200 });
     const holder = await tiny.connect();
     const t0 = Date.now();
-    const exhausted = await tiny.query('select 1').then(() => null, (e) => e);
+    const exhausted = await tiny.query('select 1').then(
+      () => null,
+      (e) => e,
+    );
     expect(Date.now() - t0).toBeLessThan(2000);
     expect(classifyDbError(exhausted)).toBe('unavailable');
     holder.release();
-    const slow = await tiny.query('select pg_sleep(2)').then(() => null, (e) => e);
+    const slow = await tiny.query('select pg_sleep(2)').then(
+      () => null,
+      (e) => e,
+    );
     expect(classifyDbError(slow)).toBe('timeout');
     await tiny.end();
   });

@@ -12,15 +12,21 @@ let stack: TestStack;
 
 beforeAll(async () => {
   stack = await startStack({ gateways: 2, workers: 2 });
-  await upsertModel(stack.db, { id: 'strict/tenth', pool: 'sim', upstream_model: 'echo', input_price: 0n, output_price: 1_000_000_000n, max_output_tokens: 100 });
+  await upsertModel(stack.db, {
+    id: 'strict/tenth',
+    pool: 'sim',
+    upstream_model: 'echo',
+    input_price: 0n,
+    output_price: 1_000_000_000n,
+    max_output_tokens: 100,
+  });
 }, 60000);
 
 afterAll(async () => {
   await stack?.stop();
 });
 
-const balance = async (tenantId: string) =>
-  (await stack.db.query('select balance_micros, held_micros from tenants where id = $1', [tenantId])).rows[0];
+const balance = async (tenantId: string) => (await stack.db.query('select balance_micros, held_micros from tenants where id = $1', [tenantId])).rows[0];
 
 function post(base: string, key: string, body: Record<string, unknown>) {
   return fetch(`${base}/chat/completions`, {
@@ -44,9 +50,7 @@ describe('strict prepaid', () => {
   it('100 concurrent requests through two front doors on R$ 1,00 at R$ 0,10 worst case: exactly 10 admitted', { timeout: 60000 }, async () => {
     const t = await stack.tenant('1.00');
     const slow = { max_tokens: 100, sim: { first_token_ms: 6000 } }; // every hold stays open until all are decided
-    const responses = await Promise.all(
-      Array.from({ length: 100 }, (_, i) => post(stack.urlOf(stack.gateways[i % 2]), t.key, slow)),
-    );
+    const responses = await Promise.all(Array.from({ length: 100 }, (_, i) => post(stack.urlOf(stack.gateways[i % 2]), t.key, slow)));
     const statuses = responses.map((r) => r.status);
     expect(statuses.filter((s) => s !== 200 && s !== 402)).toEqual([]);
     expect(statuses.filter((s) => s === 200)).toHaveLength(10);
@@ -62,14 +66,12 @@ describe('strict prepaid', () => {
     await ledgerMatchesBalance(t.tenantId);
   });
 
-  it('the same with the tenant\'s keys spread over front doors and workers', { timeout: 60000 }, async () => {
+  it("the same with the tenant's keys spread over front doors and workers", { timeout: 60000 }, async () => {
     const t = await stack.tenant('0.50');
     const extra = await Promise.all([1, 2].map(() => createApiKey(stack.db, { tenantId: t.tenantId })));
     const keys = [t.key, ...extra.map((k) => k.key)];
     const slow = { max_tokens: 100, sim: { first_token_ms: 6000 } }; // every hold stays open until all are decided
-    const responses = await Promise.all(
-      Array.from({ length: 60 }, (_, i) => post(stack.urlOf(stack.gateways[i % 2]), keys[i % 3], slow)),
-    );
+    const responses = await Promise.all(Array.from({ length: 60 }, (_, i) => post(stack.urlOf(stack.gateways[i % 2]), keys[i % 3], slow)));
     expect(responses.filter((r) => r.status === 200)).toHaveLength(5);
     expect(responses.filter((r) => r.status === 402)).toHaveLength(55);
     await Promise.all(responses.map((r) => r.text()));
@@ -112,14 +114,23 @@ describe('per-key limits', () => {
     expect(res.status).toBe(402);
     expect(await res.json()).toEqual({
       error: {
-        message: "This request requires more credits, or fewer max_tokens. You requested up to 1 tokens, but can only afford 0 with this key's remaining limit of R$ 0.000500.",
+        message:
+          "This request requires more credits, or fewer max_tokens. You requested up to 1 tokens, but can only afford 0 with this key's remaining limit of R$ 0.000500.",
         type: 'insufficient_quota',
         code: 'key_limit_exceeded',
         param: null,
       },
     });
     const key = await fetch(`${stack.baseUrl}/key`, { headers: { authorization: `Bearer ${t.key}` } }).then((r) => r.json());
-    expect(key.data).toMatchObject({ limit: 0.0025, limit_remaining: 0.0005, limit_reset: 'daily', usage: 0.002, usage_daily: 0.002, usage_weekly: 0.002, usage_monthly: 0.002 });
+    expect(key.data).toMatchObject({
+      limit: 0.0025,
+      limit_remaining: 0.0005,
+      limit_reset: 'daily',
+      usage: 0.002,
+      usage_daily: 0.002,
+      usage_weekly: 0.002,
+      usage_monthly: 0.002,
+    });
     expect((await balance(t.tenantId)).balance_micros).toBe(1_000_000n - 2000n);
   });
 

@@ -42,7 +42,14 @@ beforeAll(async () => {
   db = createPool(process.env.DATABASE_URL!, 10);
   await seedSimCatalog(db);
   const config = loadConfig({ ...process.env, NATS_URL: nats.url, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: '0', METRICS_PORT: '' });
-  metering = await startMetering({ nc, db, lingerMs: 5, sweepIntervalMs: 60000, tracer: new Tracer('catraca-metering', exporter), instanceId: 'trace-metering' });
+  metering = await startMetering({
+    nc,
+    db,
+    lingerMs: 5,
+    sweepIntervalMs: 60000,
+    tracer: new Tracer('catraca-metering', exporter),
+    instanceId: 'trace-metering',
+  });
   worker = await startWorker({ config, pools: ['sim'], nc, id: 'trace_worker', tracer: new Tracer('catraca-worker', exporter) });
   gateway = await startGateway({ config, db, nc, doorId: 'trace_door', tracer: new Tracer('catraca-gateway', exporter) });
   const t = await createTenant(db, `tracing-${Date.now()}`);
@@ -80,7 +87,7 @@ function chain(spans: FinishedSpan[]) {
 }
 
 describe('a request is one trace across gateway → worker → metering', () => {
-  it('continues the client\'s traceparent; parents link span to span; the worker\'s first frame is a link of the gateway span', async () => {
+  it("continues the client's traceparent; parents link span to span; the worker's first frame is a link of the gateway span", async () => {
     const traceId = '0af7651916cd43dd8448eb211c80319c';
     const clientSpan = 'b7ad6b7169203331';
     const res = await client.chat.completions
@@ -98,7 +105,11 @@ describe('a request is one trace across gateway → worker → metering', () => 
     expect([gw.name, gw.kind, wk.name, wk.kind, mt.name, mt.kind]).toEqual(['chat.completions', 'server', 'job', 'consumer', 'settle', 'consumer']);
     expect(gw.attributes).toMatchObject({ 'http.response.status_code': 200, 'catraca.model': 'sim/echo', 'catraca.pool': 'sim' });
     expect(wk.attributes['catraca.worker']).toBe('trace_worker');
-    expect(wk.attributes).toMatchObject({ 'catraca.outcome': 'completed', 'catraca.prompt_tokens': res.data.usage!.prompt_tokens, 'catraca.completion_tokens': 3 });
+    expect(wk.attributes).toMatchObject({
+      'catraca.outcome': 'completed',
+      'catraca.prompt_tokens': res.data.usage!.prompt_tokens,
+      'catraca.completion_tokens': 3,
+    });
     expect(mt.attributes).toMatchObject({ 'catraca.settle_status': 'settled', 'catraca.redelivered': false });
     expect([gw.status, wk.status, mt.status]).toEqual([{ code: 'unset' }, { code: 'unset' }, { code: 'unset' }]);
     // causality in time: the worker's span lies within the gateway's; metering settles after the job
@@ -133,17 +144,23 @@ describe('a request is one trace across gateway → worker → metering', () => 
   });
 
   it('an invalid client traceparent starts a new trace; an unsampled one is propagated but recorded nowhere', async () => {
-    const bad = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { traceparent: 'nonsense' } }).withResponse();
+    const bad = await client.chat.completions
+      .create({ model: 'sim/echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { traceparent: 'nonsense' } })
+      .withResponse();
     const { gw } = chain(await spansOf(bad.response.headers.get('x-request-id')!));
     expect(gw.parentSpanId).toBeNull();
 
     const before = exporter.spans.length;
     const off = await client.chat.completions
-      .create({ model: 'sim/echo', messages: [{ role: 'user', content: 'y' }] }, { headers: { traceparent: '00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00' } })
+      .create(
+        { model: 'sim/echo', messages: [{ role: 'user', content: 'y' }] },
+        { headers: { traceparent: '00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00' } },
+      )
       .withResponse();
     const requestId = off.response.headers.get('x-request-id')!;
     const deadline = Date.now() + 10000;
-    while (Date.now() < deadline && (await db.query('select 1 from ledger where request_id = $1', [requestId])).rowCount === 0) await new Promise((r) => setTimeout(r, 50));
+    while (Date.now() < deadline && (await db.query('select 1 from ledger where request_id = $1', [requestId])).rowCount === 0)
+      await new Promise((r) => setTimeout(r, 50));
     await new Promise((r) => setTimeout(r, 300));
     expect(exporter.spans.slice(before).filter((s) => s.attributes['catraca.request_id'] === requestId)).toEqual([]);
     expect(exporter.spans.slice(before).some((s) => s.traceId === '1af7651916cd43dd8448eb211c80319c')).toBe(false);

@@ -16,13 +16,48 @@ let mock: MockUpstream;
 
 beforeAll(async () => {
   mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({ gateways: 1, workers: 1, pools: 'openai,anthropic', env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' } });
-  const models: Record<string, string> = { ok: 'gpt-4o-mini', ratelimited: 'mock-429', midstream: 'mock-fail-midstream', slow: 'mock-slow', nousage: 'mock-no-usage', authfail: 'mock-401', tools: 'mock-tools', reasoning: 'mock-reasoning' };
+  stack = await startStack({
+    gateways: 1,
+    workers: 1,
+    pools: 'openai,anthropic',
+    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
+  });
+  const models: Record<string, string> = {
+    ok: 'gpt-4o-mini',
+    ratelimited: 'mock-429',
+    midstream: 'mock-fail-midstream',
+    slow: 'mock-slow',
+    nousage: 'mock-no-usage',
+    authfail: 'mock-401',
+    tools: 'mock-tools',
+    reasoning: 'mock-reasoning',
+  };
   for (const [id, upstream] of Object.entries(models)) {
-    await upsertModel(stack.db, { id: `mockvendor/${id}`, pool: 'openai', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
+    await upsertModel(stack.db, {
+      id: `mockvendor/${id}`,
+      pool: 'openai',
+      upstream_model: upstream,
+      base_url: mock.url,
+      api_key_env: 'MOCK_UPSTREAM_KEY',
+      input_price: PRICES.input,
+      output_price: PRICES.output,
+    });
   }
-  for (const [id, upstream] of Object.entries({ ok: 'mock-claude', overloaded: 'mock-claude-overloaded', midstream: 'mock-claude-midstream-error', tools: 'mock-claude-tools' })) {
-    await upsertModel(stack.db, { id: `mockclaude/${id}`, pool: 'anthropic', upstream_model: upstream, base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output });
+  for (const [id, upstream] of Object.entries({
+    ok: 'mock-claude',
+    overloaded: 'mock-claude-overloaded',
+    midstream: 'mock-claude-midstream-error',
+    tools: 'mock-claude-tools',
+  })) {
+    await upsertModel(stack.db, {
+      id: `mockclaude/${id}`,
+      pool: 'anthropic',
+      upstream_model: upstream,
+      base_url: mock.url,
+      api_key_env: 'MOCK_UPSTREAM_KEY',
+      input_price: PRICES.input,
+      output_price: PRICES.output,
+    });
   }
 }, 60000);
 
@@ -58,15 +93,22 @@ async function collectToolCall(stream: AsyncIterable<OpenAI.Chat.Completions.Cha
   return out;
 }
 
-const ledgerRow = async (requestId: string) =>
-  (await stack.db.query('select * from ledger where request_id = $1', [requestId])).rows[0];
+const ledgerRow = async (requestId: string) => (await stack.db.query('select * from ledger where request_id = $1', [requestId])).rows[0];
 
 describe('OpenAI-compatible vendor through the gateway', () => {
   it('streams from the vendor, asks it for usage, passes unknown parameters, bills its usage', async () => {
     const t = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
     const res = await client.chat.completions
-      .create({ model: 'mockvendor/ok', messages: [{ role: 'user', content: 'hello there' }], stream: true, stream_options: { include_usage: true }, seed: 7, user: 'u-1', max_tokens: 10 })
+      .create({
+        model: 'mockvendor/ok',
+        messages: [{ role: 'user', content: 'hello there' }],
+        stream: true,
+        stream_options: { include_usage: true },
+        seed: 7,
+        user: 'u-1',
+        max_tokens: 10,
+      })
       .withResponse();
     let text = '';
     let usage: OpenAI.CompletionUsage | null | undefined;
@@ -75,7 +117,14 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       if (chunk.usage) usage = chunk.usage;
     }
     expect(text).toBe(mockText(10));
-    expect(mock.stats.lastBody).toMatchObject({ model: 'gpt-4o-mini', stream: true, stream_options: { include_usage: true }, seed: 7, user: 'u-1', max_tokens: 10 });
+    expect(mock.stats.lastBody).toMatchObject({
+      model: 'gpt-4o-mini',
+      stream: true,
+      stream_options: { include_usage: true },
+      seed: 7,
+      user: 'u-1',
+      max_tokens: 10,
+    });
     expect(mock.stats.lastBody).not.toHaveProperty('sim');
     expect(mock.stats.lastAuthorization).toBe(`Bearer ${UPSTREAM_KEY}`);
     const requestId = res.response.headers.get('x-request-id')!;
@@ -142,7 +191,9 @@ describe('OpenAI-compatible vendor through the gateway', () => {
   it('counts tokens itself when the vendor sends no usage, marked estimated', async () => {
     const t = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
-    const res = await client.chat.completions.create({ model: 'mockvendor/nousage', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 }).withResponse();
+    const res = await client.chat.completions
+      .create({ model: 'mockvendor/nousage', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })
+      .withResponse();
     expect(res.data.choices[0].message.content).toBe(mockText(5));
     expect((res.data.usage as unknown as { estimated?: boolean }).estimated).toBe(true);
     await stack.waitSettled([res.response.headers.get('x-request-id')!]);
@@ -178,7 +229,10 @@ describe('OpenAI-compatible vendor through the gateway', () => {
     const t = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
     const stream = await client.chat.completions.create({
-      model: 'mockvendor/tools', stream: true, stream_options: { include_usage: true }, tools,
+      model: 'mockvendor/tools',
+      stream: true,
+      stream_options: { include_usage: true },
+      tools,
       messages: [{ role: 'user', content: 'weather in SP?' }],
     });
     const { id, name, args, finish, usage } = await collectToolCall(stream);
@@ -190,12 +244,19 @@ describe('OpenAI-compatible vendor through the gateway', () => {
   it('assembles tool calls into the non-streamed message and bills the vendor usage', async () => {
     const t = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
-    const res = await client.chat.completions.create({ model: 'mockvendor/tools', tools, messages: [{ role: 'user', content: 'weather in SP?' }] }).withResponse();
+    const res = await client.chat.completions
+      .create({ model: 'mockvendor/tools', tools, messages: [{ role: 'user', content: 'weather in SP?' }] })
+      .withResponse();
     const choice = res.data.choices[0];
     expect(choice.finish_reason).toBe('tool_calls');
     expect(choice.message.content).toBeNull();
-    expect(choice.message.tool_calls).toEqual([{ id: MOCK_TOOL_CALL.id, type: 'function', function: { name: MOCK_TOOL_CALL.name, arguments: MOCK_TOOL_CALL.arguments } }]);
-    expect(JSON.parse((choice.message.tool_calls![0] as { function: { arguments: string } }).function.arguments)).toEqual({ city: 'São Paulo', unit: 'celsius' });
+    expect(choice.message.tool_calls).toEqual([
+      { id: MOCK_TOOL_CALL.id, type: 'function', function: { name: MOCK_TOOL_CALL.name, arguments: MOCK_TOOL_CALL.arguments } },
+    ]);
+    expect(JSON.parse((choice.message.tool_calls![0] as { function: { arguments: string } }).function.arguments)).toEqual({
+      city: 'São Paulo',
+      unit: 'celsius',
+    });
     const requestId = res.response.headers.get('x-request-id')!;
     await stack.waitSettled([requestId]);
     const row = await ledgerRow(requestId);
@@ -206,7 +267,10 @@ describe('OpenAI-compatible vendor through the gateway', () => {
   it('relays reasoning as OpenRouter does (delta.reasoning, message.reasoning) and bills it as output', async () => {
     const t = await stack.tenant('1.00');
     const ask = (stream: boolean) => post(t.key, { model: 'mockvendor/reasoning', stream, max_tokens: 4, messages: [{ role: 'user', content: 'why?' }] });
-    const streamed = (await (await ask(true)).text()).split('\n\n').filter((e) => e.startsWith('data: {')).map((e) => JSON.parse(e.slice(6)));
+    const streamed = (await (await ask(true)).text())
+      .split('\n\n')
+      .filter((e) => e.startsWith('data: {'))
+      .map((e) => JSON.parse(e.slice(6)));
     const reasoning = streamed.map((c) => c.choices[0]?.delta?.reasoning).filter(Boolean);
     expect(reasoning).toEqual(MOCK_REASONING);
     expect(streamed.map((c) => c.choices[0]?.delta?.content ?? '').join('')).toBe(mockText(4));
@@ -222,7 +286,10 @@ describe('OpenAI-compatible vendor through the gateway', () => {
     it('translates the request, streams the answer in OpenAI chunks and bills Anthropic usage', async () => {
       const t = await stack.tenant('1.00');
       const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
-      const messages = [{ role: 'system' as const, content: 'Be brief.' }, { role: 'user' as const, content: 'hello there' }];
+      const messages = [
+        { role: 'system' as const, content: 'Be brief.' },
+        { role: 'user' as const, content: 'hello there' },
+      ];
       const res = await client.chat.completions
         .create({ model: 'mockclaude/ok', messages, stream: true, stream_options: { include_usage: true }, max_tokens: 6, temperature: 1.5, seed: 3 })
         .withResponse();
@@ -238,7 +305,11 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       expect(finish).toBe('length');
       expect(mock.stats.lastAuthorization).toBe(`x-api-key ${UPSTREAM_KEY}`);
       expect(mock.stats.lastBody).toEqual({
-        model: 'mock-claude', max_tokens: 6, stream: true, system: 'Be brief.', temperature: 1,
+        model: 'mock-claude',
+        max_tokens: 6,
+        stream: true,
+        system: 'Be brief.',
+        temperature: 1,
         messages: [{ role: 'user', content: 'hello there' }],
       });
       const prompt = promptTokens([{ content: 'hello there' }]) + countTokens('Be brief.');
@@ -266,7 +337,12 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       const last = JSON.parse(events[events.length - 2].slice(6));
       expect(last.choices[0].finish_reason).toBe('error');
       expect(last.error).toMatchObject({ code: 'upstream_overloaded', status: 503 });
-      expect(events.slice(1, -2).map((e) => JSON.parse(e.slice(6)).choices[0].delta.content).join('')).toBe(mockText(3));
+      expect(
+        events
+          .slice(1, -2)
+          .map((e) => JSON.parse(e.slice(6)).choices[0].delta.content)
+          .join(''),
+      ).toBe(mockText(3));
       const requestId = res.headers.get('x-request-id')!;
       await stack.waitSettled([requestId]);
       expect(await ledgerRow(requestId)).toMatchObject({ outcome: 'error', output_tokens: 3, estimated: true });
@@ -276,10 +352,20 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       const t = await stack.tenant('1.00');
       const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
       const stream = await client.chat.completions.create({
-        model: 'mockclaude/tools', stream: true, tools, tool_choice: 'required', messages: [{ role: 'user', content: 'weather in SP?' }],
+        model: 'mockclaude/tools',
+        stream: true,
+        tools,
+        tool_choice: 'required',
+        messages: [{ role: 'user', content: 'weather in SP?' }],
       });
       const { content, id, name, args, finish } = await collectToolCall(stream);
-      expect({ content, id, name, args, finish }).toEqual({ content: 'Checking.', id: 'toolu_mock_weather_1', name: 'get_weather', args: MOCK_TOOL_CALL.arguments, finish: 'tool_calls' });
+      expect({ content, id, name, args, finish }).toEqual({
+        content: 'Checking.',
+        id: 'toolu_mock_weather_1',
+        name: 'get_weather',
+        args: MOCK_TOOL_CALL.arguments,
+        finish: 'tool_calls',
+      });
       expect(mock.stats.lastBody).toMatchObject({
         tools: [{ name: 'get_weather', input_schema: tools[0].function.parameters }],
         tool_choice: { type: 'any' },
@@ -294,7 +380,11 @@ describe('OpenAI-compatible vendor through the gateway', () => {
         tools,
         messages: [
           { role: 'user', content: 'weather in SP?' },
-          { role: 'assistant', content: null, tool_calls: [{ id: 'toolu_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"SP"}' } }] },
+          {
+            role: 'assistant',
+            content: null,
+            tool_calls: [{ id: 'toolu_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"SP"}' } }],
+          },
           { role: 'tool', tool_call_id: 'toolu_1', content: '25 C' },
         ],
       });
@@ -305,15 +395,25 @@ describe('OpenAI-compatible vendor through the gateway', () => {
       ]);
       expect(res.choices[0].finish_reason).toBe('tool_calls');
       expect(res.choices[0].message.content).toBe('Checking.');
-      expect(res.choices[0].message.tool_calls).toEqual([{ id: 'toolu_mock_weather_1', type: 'function', function: { name: 'get_weather', arguments: MOCK_TOOL_CALL.arguments } }]);
+      expect(res.choices[0].message.tool_calls).toEqual([
+        { id: 'toolu_mock_weather_1', type: 'function', function: { name: 'get_weather', arguments: MOCK_TOOL_CALL.arguments } },
+      ]);
     });
 
     it('refuses what it cannot translate with a clear 400 (images for this vendor)', async () => {
       const t = await stack.tenant('1.00');
-      const res = await post(t.key, { model: 'mockclaude/ok', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }] });
+      const res = await post(t.key, {
+        model: 'mockclaude/ok',
+        messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'https://x/y.png' } }] }],
+      });
       expect(res.status).toBe(400);
       // refused by the front door before any hold: the catalog entry accepts text only
-      expect((await res.json()).error).toEqual({ type: 'invalid_request_error', code: 'unsupported_content', param: 'messages[0].content[0]', message: 'This model does not accept image input.' });
+      expect((await res.json()).error).toEqual({
+        type: 'invalid_request_error',
+        code: 'unsupported_content',
+        param: 'messages[0].content[0]',
+        message: 'This model does not accept image input.',
+      });
       expect((await stack.db.query('select count(*)::int as n from holds where tenant_id = $1', [t.tenantId])).rows[0].n).toBe(0);
     });
   });

@@ -47,22 +47,42 @@ afterAll(async () => {
 
 function usage(i: number, tenantId: string, keyId: string): UsageMessage {
   return {
-    v: 1, request_id: `req-usage-${i}-${tenantId}`, tenant_id: tenantId, key_id: keyId, model: 'sim/echo', pool: 'sim',
-    input_price: '1000000', output_price: '2000000', prompt_tokens: 10 + i, completion_tokens: 100 + i,
-    estimated: false, outcome: 'completed', ended_at: Date.now(), worker: 'wrk_test',
+    v: 1,
+    request_id: `req-usage-${i}-${tenantId}`,
+    tenant_id: tenantId,
+    key_id: keyId,
+    model: 'sim/echo',
+    pool: 'sim',
+    input_price: '1000000',
+    output_price: '2000000',
+    prompt_tokens: 10 + i,
+    completion_tokens: 100 + i,
+    estimated: false,
+    outcome: 'completed',
+    ended_at: Date.now(),
+    worker: 'wrk_test',
   };
 }
 
 describe('the USAGE stream while metering is away', () => {
-  it('keeps every message until settled: a full stream refuses new usage instead of dropping old; the alarm fires; metering then settles each exactly once', { timeout: 60000 }, async () => {
+  it('keeps every message until settled: a full stream refuses new usage instead of dropping old; the alarm fires; metering then settles each exactly once', {
+    timeout: 60000,
+  }, async () => {
     // the stream, as metering creates it
     expect(await ensureUsageStream(nc, { replicas: 1, maxBytes: MAX_BYTES })).toEqual({ action: 'created', replicas: 1 });
     expect(await ensureUsageStream(nc, { replicas: 1, maxBytes: MAX_BYTES })).toEqual({ action: 'unchanged', replicas: 1 });
     const jsm = await nc.jetstreamManager();
     const info = await jsm.streams.info(USAGE_STREAM);
     expect(info.config).toMatchObject({
-      subjects: [subjects.usageWildcard], retention: RetentionPolicy.Workqueue, discard: DiscardPolicy.New, storage: StorageType.File,
-      max_bytes: MAX_BYTES, max_msgs: -1, max_age: 0, duplicate_window: 120e9, num_replicas: 1,
+      subjects: [subjects.usageWildcard],
+      retention: RetentionPolicy.Workqueue,
+      discard: DiscardPolicy.New,
+      storage: StorageType.File,
+      max_bytes: MAX_BYTES,
+      max_msgs: -1,
+      max_age: 0,
+      duplicate_window: 120e9,
+      num_replicas: 1,
     });
     expect(usageStreamConfig(1, MAX_BYTES)).toMatchObject({ retention: RetentionPolicy.Workqueue, discard: DiscardPolicy.New, max_age: 0 });
 
@@ -100,9 +120,20 @@ describe('the USAGE stream while metering is away', () => {
     const watch = watchUsageBacklog(nc, { threshold: 50, intervalMs: 60000, metrics });
     const b = await watch.check();
     watch.stop();
-    expect(b).toEqual({ messages: N, pending: null, ackPending: null, streamMessages: N, streamBytes: full.state.bytes, maxBytes: MAX_BYTES, retention: 'workqueue' });
+    expect(b).toEqual({
+      messages: N,
+      pending: null,
+      ackPending: null,
+      streamMessages: N,
+      streamBytes: full.state.bytes,
+      maxBytes: MAX_BYTES,
+      retention: 'workqueue',
+    });
     expect(metrics.snapshot().gauges).toEqual({
-      catraca_usage_backlog_messages: N, catraca_usage_backlog_alarm: 1, catraca_usage_stream_bytes: full.state.bytes, catraca_usage_stream_max_bytes: MAX_BYTES,
+      catraca_usage_backlog_messages: N,
+      catraca_usage_backlog_alarm: 1,
+      catraca_usage_stream_bytes: full.state.bytes,
+      catraca_usage_stream_max_bytes: MAX_BYTES,
     });
     const alarm = logLines.filter((l) => l.level === 'error' && String(l.msg).startsWith('usage backlog above USAGE_BACKLOG_ALARM'));
     expect(alarm).toHaveLength(1);
@@ -122,7 +153,16 @@ describe('the USAGE stream while metering is away', () => {
     })();
 
     logLines.length = 0;
-    const metering = await startMetering({ nc, db, lingerMs: 5, sweepIntervalMs: 60000, stream: { replicas: 1, maxBytes: MAX_BYTES }, backlogAlarm: 50, backlogIntervalMs: 200, instanceId: 'usage-test' });
+    const metering = await startMetering({
+      nc,
+      db,
+      lingerMs: 5,
+      sweepIntervalMs: 60000,
+      stream: { replicas: 1, maxBytes: MAX_BYTES },
+      backlogAlarm: 50,
+      backlogIntervalMs: 200,
+      instanceId: 'usage-test',
+    });
     try {
       // at start it saw the backlog (≥ N: the retried publish may already be in) and said so at error level
       const startAlarm = logLines.find((l) => l.level === 'error' && String(l.msg).startsWith('usage backlog above'));
@@ -141,8 +181,7 @@ describe('the USAGE stream while metering is away', () => {
       }
       expect(n).toBe(N + 1);
       // settled exactly once each: one debit row per request, the exact cost, the balance to the micro-real
-      const { rows } = await db.query(
-        `select request_id, amount_micros from ledger where tenant_id = $1 and kind = 'debit' order by request_id`, [t.id]);
+      const { rows } = await db.query(`select request_id, amount_micros from ledger where tenant_id = $1 and kind = 'debit' order by request_id`, [t.id]);
       expect(rows.length).toBe(N + 1);
       const cost = (u: UsageMessage) => costMicros(u.prompt_tokens, u.completion_tokens, { input: 1_000_000n, output: 2_000_000n });
       expect(new Map(rows.map((r) => [r.request_id, r.amount_micros]))).toEqual(new Map(all.map((u) => [u.request_id, cost(u)])));
@@ -169,7 +208,14 @@ describe('the USAGE stream while metering is away', () => {
   it('an existing stream with limits retention is left as it is, with an error naming the migration', async () => {
     const jsm = await nc.jetstreamManager();
     await jsm.streams.delete(USAGE_STREAM);
-    await jsm.streams.add({ name: USAGE_STREAM, subjects: [subjects.usageWildcard], retention: RetentionPolicy.Limits, discard: DiscardPolicy.Old, max_age: 7 * 24 * 3600e9, storage: StorageType.File });
+    await jsm.streams.add({
+      name: USAGE_STREAM,
+      subjects: [subjects.usageWildcard],
+      retention: RetentionPolicy.Limits,
+      discard: DiscardPolicy.Old,
+      max_age: 7 * 24 * 3600e9,
+      storage: StorageType.File,
+    });
     logLines.length = 0;
     expect(await ensureUsageStream(nc, { replicas: 1, maxBytes: MAX_BYTES })).toEqual({ action: 'retention_mismatch', replicas: 1 });
     const info = await jsm.streams.info(USAGE_STREAM);

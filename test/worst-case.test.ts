@@ -22,7 +22,15 @@ let stack: TestStack;
 let mock: MockUpstream;
 
 const model = (m: Partial<ModelInput> & { id: string }) =>
-  upsertModel(stack.db, { pool: 'openai', upstream_model: 'gpt-4o-mini', base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: VISION.input, output_price: VISION.output, ...m });
+  upsertModel(stack.db, {
+    pool: 'openai',
+    upstream_model: 'gpt-4o-mini',
+    base_url: mock.url,
+    api_key_env: 'MOCK_UPSTREAM_KEY',
+    input_price: VISION.input,
+    output_price: VISION.output,
+    ...m,
+  });
 
 beforeAll(async () => {
   mock = await startMockUpstream({ outputTokens: 16 });
@@ -48,9 +56,15 @@ const post = (key: string, body: Record<string, unknown>, door = 0) =>
   });
 
 const holdsOf = async (tenantId: string) => (await stack.db.query('select count(*)::int as n from holds where tenant_id = $1', [tenantId])).rows[0].n;
-const balanceOf = async (tenantId: string): Promise<bigint> => (await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros;
+const balanceOf = async (tenantId: string): Promise<bigint> =>
+  (await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros;
 const debitsOf = async (tenantId: string) =>
-  (await stack.db.query(`select request_id, amount_micros, cost_micros, input_tokens, output_tokens, note from ledger where tenant_id = $1 and kind = 'debit' order by id`, [tenantId])).rows;
+  (
+    await stack.db.query(
+      `select request_id, amount_micros, cost_micros, input_tokens, output_tokens, note from ledger where tenant_id = $1 and kind = 'debit' order by id`,
+      [tenantId],
+    )
+  ).rows;
 
 async function expectLedgerOk(tenantId: string) {
   await stack.waitNoHolds(tenantId);
@@ -58,7 +72,11 @@ async function expectLedgerOk(tenantId: string) {
   expect(check).toEqual({ ok: true, tenants_checked: 1, mismatches: [] });
 }
 
-const imageRequest = (modelId: string) => ({ model: modelId, max_tokens: 10, messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this picture?' }, IMAGE] }] });
+const imageRequest = (modelId: string) => ({
+  model: modelId,
+  max_tokens: 10,
+  messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this picture?' }, IMAGE] }],
+});
 /** What the vendor bills for imageRequest(): the mock's prompt count (25 501 per image) and 10 output tokens. */
 const vendorCostOfImageRequest = () => costMicros(mockPromptTokens(imageRequest('x')), 10, VISION);
 
@@ -117,7 +135,10 @@ describe('holds are a true upper bound of what the vendor bills', () => {
 
   it('tools, legacy functions and response_format schemas count toward the hold', async () => {
     const t = await stack.tenant('0.001'); // 1 000 µBRL; text/mini costs 1 µBRL per token
-    const schema = { type: 'object', properties: Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`field_${i}`, { type: 'string', description: 'a value the model must fill in' }])) };
+    const schema = {
+      type: 'object',
+      properties: Object.fromEntries(Array.from({ length: 60 }, (_, i) => [`field_${i}`, { type: 'string', description: 'a value the model must fill in' }])),
+    };
     const base = { model: 'text/mini', max_tokens: 1, messages: [{ role: 'user', content: 'hi' }] };
     expect(JSON.stringify(schema).length).toBeGreaterThan(1000);
     for (const extra of [
@@ -140,7 +161,12 @@ describe('holds are a true upper bound of what the vendor bills', () => {
     const audio = { type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } };
     const res = await post(t.key, { model: 'text/mini', messages: [{ role: 'user', content: [audio] }] });
     expect(res.status).toBe(400);
-    expect((await res.json()).error).toEqual({ type: 'invalid_request_error', code: 'unsupported_content', param: 'messages[0].content[0]', message: 'This model does not accept audio input.' });
+    expect((await res.json()).error).toEqual({
+      type: 'invalid_request_error',
+      code: 'unsupported_content',
+      param: 'messages[0].content[0]',
+      message: 'This model does not accept audio input.',
+    });
     const image = await post(t.key, { model: 'text/mini', messages: [{ role: 'user', content: [IMAGE] }] });
     expect((await image.json()).error.message).toBe('This model does not accept image input.');
     expect(await holdsOf(t.tenantId)).toBe(0);
@@ -181,8 +207,16 @@ describe('no raw pass-through', () => {
     const t = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
     const openrouter = {
-      models: ['other/model', 'text/mini'], provider: { order: ['azure'], allow_fallbacks: false }, route: 'fallback', transforms: ['middle-out'],
-      usage: { include: true }, reasoning: { effort: 'high' }, plugins: [], top_k: 40, repetition_penalty: 1.1, service_tier: 'default',
+      models: ['other/model', 'text/mini'],
+      provider: { order: ['azure'], allow_fallbacks: false },
+      route: 'fallback',
+      transforms: ['middle-out'],
+      usage: { include: true },
+      reasoning: { effort: 'high' },
+      plugins: [],
+      top_k: 40,
+      repetition_penalty: 1.1,
+      service_tier: 'default',
     };
     const stream = await client.chat.completions.create({ ...chat, stream: true, ...openrouter } as never);
     let text = '';
@@ -194,7 +228,12 @@ describe('no raw pass-through', () => {
     expect(text).toBe('Hello world foo');
     expect(usage).toMatchObject({ prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 });
     expect(mock.stats.lastBody).toEqual({
-      model: 'gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }], service_tier: 'default', max_tokens: 3, stream: true, stream_options: { include_usage: true },
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: 'hi' }],
+      service_tier: 'default',
+      max_tokens: 3,
+      stream: true,
+      stream_options: { include_usage: true },
     });
   });
 
@@ -249,14 +288,20 @@ describe('workers resolve the upstream from their own catalog', () => {
     const m = (await getModel(stack.db, modelId))!;
     const id = `gen-forged${Math.random().toString(36).slice(2)}`;
     return {
-      v: 1, request_id: id, tenant_id: 'ten_x', key_id: 'key_x',
+      v: 1,
+      request_id: id,
+      tenant_id: 'ten_x',
+      key_id: 'key_x',
       model: { id: m.id, fingerprint: fingerprint(m), input_price: m.input_price.toString(), output_price: m.output_price.toString() },
-      body: { messages: [{ role: 'user', content: 'hi' }] }, max_tokens: 5, reply_to: subjects.stream('nobody', id), deadline: Date.now() + 60000,
+      body: { messages: [{ role: 'user', content: 'hi' }] },
+      max_tokens: 5,
+      reply_to: subjects.stream('nobody', id),
+      deadline: Date.now() + 60000,
       ...over,
     } satisfies Job | Record<string, unknown>;
   };
 
-  it('a job whose catalog entry differs from the worker\'s is refused as invalid', async () => {
+  it("a job whose catalog entry differs from the worker's is refused as invalid", async () => {
     const job = await jobFor('text/mini');
     expect(await forge({ ...job, model: { ...(job.model as object), fingerprint: 'forged-entry' } })).toMatchObject({ ok: false, code: 'invalid_job' });
     expect(await forge({ ...job, model: { ...(job.model as object), input_price: '0' } })).toMatchObject({ ok: false, code: 'invalid_job' });

@@ -16,7 +16,10 @@ describe('worker capacity', () => {
   it('reads the soft open-file limit from /proc/self/limits', () => {
     const dir = mkdtempSync(join(tmpdir(), 'limits-'));
     const f = join(dir, 'limits');
-    writeFileSync(f, 'Limit                     Soft Limit           Hard Limit           Units\nMax open files            20000                20000                files\n');
+    writeFileSync(
+      f,
+      'Limit                     Soft Limit           Hard Limit           Units\nMax open files            20000                20000                files\n',
+    );
     expect(openFileLimit(f)).toBe(20_000);
     expect(openFileLimit(join(dir, 'missing'))).toBe(1024);
     expect(openFileLimit()).toBeGreaterThan(0);

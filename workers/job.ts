@@ -161,23 +161,32 @@ export async function runJob(ctx: JobContext, job: Job, model: CatalogEntry, poo
   }
 
   ctx.onJobEnd?.(Date.now() - acceptedAt, outcome);
-  entry.span.setAttributes({ 'catraca.outcome': outcome, 'catraca.prompt_tokens': usage.prompt_tokens, 'catraca.completion_tokens': usage.completion_tokens, 'catraca.estimated': estimated });
+  entry.span.setAttributes({
+    'catraca.outcome': outcome,
+    'catraca.prompt_tokens': usage.prompt_tokens,
+    'catraca.completion_tokens': usage.completion_tokens,
+    'catraca.estimated': estimated,
+  });
   if (outcome === 'error') entry.span.setStatus('error');
-  ctx.usage.publish(pool, {
-    v: 1,
-    request_id: job.request_id,
-    tenant_id: job.tenant_id,
-    key_id: job.key_id,
-    model: job.model.id,
+  ctx.usage.publish(
     pool,
-    input_price: job.model.input_price,
-    output_price: job.model.output_price,
-    prompt_tokens: usage.prompt_tokens,
-    completion_tokens: usage.completion_tokens,
-    estimated,
-    outcome,
-    ...(job.hold ? { hold: job.hold } : {}),
-    ended_at: Date.now(),
-    worker: ctx.workerId,
-  }, entry.span.traceparent());
+    {
+      v: 1,
+      request_id: job.request_id,
+      tenant_id: job.tenant_id,
+      key_id: job.key_id,
+      model: job.model.id,
+      pool,
+      input_price: job.model.input_price,
+      output_price: job.model.output_price,
+      prompt_tokens: usage.prompt_tokens,
+      completion_tokens: usage.completion_tokens,
+      estimated,
+      outcome,
+      ...(job.hold ? { hold: job.hold } : {}),
+      ended_at: Date.now(),
+      worker: ctx.workerId,
+    },
+    entry.span.traceparent(),
+  );
 }

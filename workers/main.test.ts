@@ -31,14 +31,32 @@ describe('workers/main.ts', () => {
   it('drains on SIGTERM and exits 0', async () => {
     const pool = uniquePool();
     // the worker process resolves the job's model in its own catalog (PostgreSQL), never from the job
-    const upstream = { id: `mock/${pool}`, pool, protocol: 'openai' as const, upstream_model: 'mock-slow', base_url: mock.url, api_key_env: 'MAIN_TEST_KEY', extra_params: ['mock'], input_price: 1_500_000n, output_price: 6_000_000n };
+    const upstream = {
+      id: `mock/${pool}`,
+      pool,
+      protocol: 'openai' as const,
+      upstream_model: 'mock-slow',
+      base_url: mock.url,
+      api_key_env: 'MAIN_TEST_KEY',
+      extra_params: ['mock'],
+      input_price: 1_500_000n,
+      output_price: 6_000_000n,
+    };
     await migrate(process.env.DATABASE_URL!);
     const db = createPool(process.env.DATABASE_URL!, 1);
     const row = await upsertModel(db, upstream);
     await db.end();
     const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'workers/main.ts')], {
       cwd: ROOT,
-      env: { ...process.env, NATS_URL: natsUrl(), WORKER_POOLS: pool, CATRACA_INSTANCE: `wrk_${pool}`, MAIN_TEST_KEY: KEY, WORKER_UPSTREAM_KEYS: 'MAIN_TEST_KEY', LOG_LEVEL: 'info' },
+      env: {
+        ...process.env,
+        NATS_URL: natsUrl(),
+        WORKER_POOLS: pool,
+        CATRACA_INSTANCE: `wrk_${pool}`,
+        MAIN_TEST_KEY: KEY,
+        WORKER_UPSTREAM_KEYS: 'MAIN_TEST_KEY',
+        LOG_LEVEL: 'info',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stderr = '';

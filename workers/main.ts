@@ -11,11 +11,20 @@ const log = createLogger('worker');
 logCrashes(log);
 const config = loadConfig();
 configureLogging({ level: config.LOG_LEVEL, format: config.LOG_FORMAT });
-const pools = config.WORKER_POOLS.split(',').map((p) => p.trim()).filter(Boolean);
+const pools = config.WORKER_POOLS.split(',')
+  .map((p) => p.trim())
+  .filter(Boolean);
 
 let onJobEnd: ((ms: number) => void) | undefined;
 let onFirstToken: ((ms: number) => void) | undefined;
-const worker = await startWorker({ config, pools, natsUrl: config.NATS_URL, id: config.CATRACA_INSTANCE, onJobEnd: (ms) => onJobEnd?.(ms), onFirstToken: (ms) => onFirstToken?.(ms) });
+const worker = await startWorker({
+  config,
+  pools,
+  natsUrl: config.NATS_URL,
+  id: config.CATRACA_INSTANCE,
+  onJobEnd: (ms) => onJobEnd?.(ms),
+  onFirstToken: (ms) => onFirstToken?.(ms),
+});
 const monitoring = await monitorWorker(worker.nc, worker.id, () => worker.stats());
 onJobEnd = monitoring.jobEnded;
 onFirstToken = monitoring.firstToken;

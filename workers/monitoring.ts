@@ -30,10 +30,16 @@ export async function monitorWorker(nc: NatsConnection, id: string, stats: () =>
     last = now;
   }, 1000);
   timer.unref();
-  const service = await registerMonitoring(nc, { name: 'catraca-worker', version: VERSION, instanceId: id, metrics, extra: () => {
-    const s = stats();
-    return { pools: s.pools, inflight_by_pool: s.inFlightByPool, capacity: s.concurrency };
-  } });
+  const service = await registerMonitoring(nc, {
+    name: 'catraca-worker',
+    version: VERSION,
+    instanceId: id,
+    metrics,
+    extra: () => {
+      const s = stats();
+      return { pools: s.pools, inflight_by_pool: s.inFlightByPool, capacity: s.concurrency };
+    },
+  });
   return {
     metrics,
     /** Pass as startWorker's onJobEnd. */

@@ -59,7 +59,14 @@ describe('usage survives a NATS outage', () => {
     await startNats(port);
     const pool = uniquePool();
     const sim = createSimAdapter({ firstTokenMs: 0, tokensPerSecond: 0 });
-    const w = await startWorker({ pools: [pool], natsUrl: url, config: loadConfig({ NATS_URL: url }), registry: { forProtocol: () => sim, all: () => [sim] }, catalog: testCatalog, keepaliveMs: 0 });
+    const w = await startWorker({
+      pools: [pool],
+      natsUrl: url,
+      config: loadConfig({ NATS_URL: url }),
+      registry: { forProtocol: () => sim, all: () => [sim] },
+      catalog: testCatalog,
+      keepaliveMs: 0,
+    });
     const nc: NatsConnection = await connect({ servers: url, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
     try {
       const job = makeJob(pool, {

@@ -18,9 +18,23 @@ export const testCatalog: ModelSource = { get: async (id) => testModels.get(id),
 /** A catalog entry (registered in testCatalog); sim/echo of `pool` unless overridden. */
 export function testModel(pool: string, over: Partial<ModelRecord> = {}): CatalogEntry {
   const record: ModelRecord = {
-    id: 'sim/echo', pool, protocol: defaultProtocol(pool === 'anthropic' ? 'anthropic' : over.base_url ? 'openai' : 'sim'), upstream_model: 'echo',
-    base_url: null, api_key_env: null, input_price: 1_500_000n, output_price: 6_000_000n, context_length: 128000, max_output_tokens: 4096,
-    input_modalities: ['text'], image_input_tokens: null, extra_params: [], name: null, description: null, created_at: new Date(0), updated_at: new Date(0),
+    id: 'sim/echo',
+    pool,
+    protocol: defaultProtocol(pool === 'anthropic' ? 'anthropic' : over.base_url ? 'openai' : 'sim'),
+    upstream_model: 'echo',
+    base_url: null,
+    api_key_env: null,
+    input_price: 1_500_000n,
+    output_price: 6_000_000n,
+    context_length: 128000,
+    max_output_tokens: 4096,
+    input_modalities: ['text'],
+    image_input_tokens: null,
+    extra_params: [],
+    name: null,
+    description: null,
+    created_at: new Date(0),
+    updated_at: new Date(0),
     ...over,
   };
   const entry = { ...record, fingerprint: fingerprint(record) };

@@ -14,16 +14,25 @@ const [conc = 64, secs = 5, tokens = 16] = process.argv.slice(2).map(Number);
 const url = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const pool = uniquePool();
 const sim = createSimAdapter({ firstTokenMs: 0, tokensPerSecond: 0 });
-const w = await startWorker({ pools: [pool], natsUrl: url, config: loadConfig({ NATS_URL: url, LOG_LEVEL: 'warn' }), registry: { forProtocol: () => sim, all: () => [sim] }, catalog: testCatalog, keepaliveMs: 0 });
+const w = await startWorker({
+  pools: [pool],
+  natsUrl: url,
+  config: loadConfig({ NATS_URL: url, LOG_LEVEL: 'warn' }),
+  registry: { forProtocol: () => sim, all: () => [sim] },
+  catalog: testCatalog,
+  keepaliveMs: 0,
+});
 const nc = await connect({ servers: url });
 const upstream = { id: 'sim/lorem', upstream_model: 'lorem' };
 // Like the front door: one wildcard subscription for every request's frames, routed by id.
 const door = `door${pool}`;
 const waiting = new Map<string, (f: Frame) => void>();
-nc.subscribe(subjects.streamWildcard(door), { callback: (_e, m) => {
-  const f = decodeFrame(m.data)!;
-  if (f.t === 'done' || f.t === 'error') waiting.get(m.subject.slice(m.subject.lastIndexOf('.') + 1))?.(f);
-} });
+nc.subscribe(subjects.streamWildcard(door), {
+  callback: (_e, m) => {
+    const f = decodeFrame(m.data)!;
+    if (f.t === 'done' || f.t === 'error') waiting.get(m.subject.slice(m.subject.lastIndexOf('.') + 1))?.(f);
+  },
+});
 await nc.flush();
 const lat: number[] = [];
 let jobs = 0;
@@ -51,5 +60,17 @@ lat.sort((a, b) => a - b);
 const q = (p: number) => +lat[Math.min(lat.length - 1, Math.floor(p * lat.length))].toFixed(2);
 const stats = w.stats();
 await w.stop();
-console.log(JSON.stringify({ concurrency: conc, tokens, jobs, jobsPerSecond: Math.round(jobs / elapsed), framesPerSecond: Math.round((jobs * (tokens + 1)) / elapsed), p50_ms: q(0.5), p99_ms: q(0.99), firstTokenMs: stats.firstTokenMs, usageRetries: stats.usagePublishRetries }));
+console.log(
+  JSON.stringify({
+    concurrency: conc,
+    tokens,
+    jobs,
+    jobsPerSecond: Math.round(jobs / elapsed),
+    framesPerSecond: Math.round((jobs * (tokens + 1)) / elapsed),
+    p50_ms: q(0.5),
+    p99_ms: q(0.99),
+    firstTokenMs: stats.firstTokenMs,
+    usageRetries: stats.usagePublishRetries,
+  }),
+);
 await nc.drain();

@@ -29,7 +29,13 @@ describe('worker (sim adapter, real NATS)', () => {
     const w = await worker(pool);
     try {
       const job = makeJob(pool, {
-        body: { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Olá, mundo! Tudo bem?' }], temperature: 0 },
+        body: {
+          messages: [
+            { role: 'system', content: 'Be brief.' },
+            { role: 'user', content: 'Olá, mundo! Tudo bem?' },
+          ],
+          temperature: 0,
+        },
       });
       const run = await sendJob(nc, pool, job);
       expect(run.ack).toEqual({ ok: true, worker: w.id });
@@ -129,7 +135,14 @@ describe('worker (sim adapter, real NATS)', () => {
       // vendor bills a prompt it started reading), so the prompt is billed: 3 + (3 + 1) = 7.
       nc.publish(subjects.cancel(w.id, ja.request_id));
       expect(await a.frames).toEqual([
-        { t: 'error', status: 499, code: 'request_cancelled', message: 'The request was cancelled by the client.', usage: { prompt_tokens: 7, completion_tokens: 0 }, seq: 0 },
+        {
+          t: 'error',
+          status: 499,
+          code: 'request_cancelled',
+          message: 'The request was cancelled by the client.',
+          usage: { prompt_tokens: 7, completion_tokens: 0 },
+          seq: 0,
+        },
       ]);
       const ua = await usageOf(nc, pool, ja.request_id);
       expect([ua.msg.outcome, ua.msg.prompt_tokens, ua.msg.completion_tokens]).toEqual(['cancelled', 7, 0]);
@@ -159,8 +172,12 @@ describe('worker (sim adapter, real NATS)', () => {
       expect(generated).toBeGreaterThanOrEqual(5);
       expect(generated).toBeLessThan(20);
       expect(frames.at(-1)).toEqual({
-        t: 'error', status: 499, code: 'request_cancelled', message: 'The request was cancelled by the client.',
-        usage: { prompt_tokens: 9, completion_tokens: generated }, seq: generated,
+        t: 'error',
+        status: 499,
+        code: 'request_cancelled',
+        message: 'The request was cancelled by the client.',
+        usage: { prompt_tokens: 9, completion_tokens: generated },
+        seq: generated,
       });
       const { msg, count } = await usageOf(nc, pool, job.request_id);
       expect(count).toBe(1);
@@ -183,7 +200,14 @@ describe('worker (sim adapter, real NATS)', () => {
       expect(frames).toEqual([
         { t: 'delta', content: 'one', seq: 0 },
         { t: 'delta', content: ' two', seq: 1 },
-        { t: 'error', status: 502, code: 'upstream_stream_interrupted', message: 'The sim vendor failed after 2 tokens (fail_after_tokens).', usage: { prompt_tokens: 10, completion_tokens: 2 }, seq: 2 },
+        {
+          t: 'error',
+          status: 502,
+          code: 'upstream_stream_interrupted',
+          message: 'The sim vendor failed after 2 tokens (fail_after_tokens).',
+          usage: { prompt_tokens: 10, completion_tokens: 2 },
+          seq: 2,
+        },
       ]);
       const { msg } = await usageOf(nc, pool, job.request_id);
       expect([msg.outcome, msg.prompt_tokens, msg.completion_tokens]).toEqual(['error', 10, 2]);

@@ -58,7 +58,15 @@ function executor(target, startS) {
   const seconds = sc.warmup + sc.duration;
   if (sc.mode === 'open') {
     // pre-allocate what the load needs at a 2-second request time; k6 drops (dropped_iterations) beyond maxVUs
-    return { ...common, executor: 'constant-arrival-rate', rate: sc.rate, timeUnit: '1s', duration: `${seconds}s`, preAllocatedVUs: Math.max(10, Math.ceil(sc.rate * 0.5)), maxVUs: Math.max(50, sc.rate * 4) };
+    return {
+      ...common,
+      executor: 'constant-arrival-rate',
+      rate: sc.rate,
+      timeUnit: '1s',
+      duration: `${seconds}s`,
+      preAllocatedVUs: Math.max(10, Math.ceil(sc.rate * 0.5)),
+      maxVUs: Math.max(50, sc.rate * 4),
+    };
   }
   return { ...common, executor: 'constant-vus', vus: sc.concurrency, duration: `${seconds}s` };
 }
@@ -78,7 +86,7 @@ if (DIRECT_URL) {
 const thresholds = {
   'request_ok{target:gateway}': [`rate>=${1 - sc.k6.max_error_rate}`],
   'http_req_failed{target:gateway}': [`rate<=${sc.k6.max_error_rate}`],
-  'dropped_iterations': ['count==0'],
+  dropped_iterations: ['count==0'],
   'total_ms{target:gateway}': sc.k6.total_p99_ms ? [`p(99)<${sc.k6.total_p99_ms}`] : ['p(99)>=0'],
   'ttft_lower_bound_ms{target:gateway}': sc.k6.ttft_p99_ms && sc.stream ? [`p(99)<${sc.k6.ttft_p99_ms}`] : ['p(99)>=0'],
 };
@@ -132,7 +140,9 @@ function stat(data, name, s) {
 }
 
 export function handleSummary(data) {
-  const lines = [`catraca k6: ${NAME} (${sc.mode === 'open' ? `${sc.rate} req/s` : `${sc.concurrency} VUs`}, ${sc.warmup}+${sc.duration} s, ${sc.stream ? 'streamed' : 'not streamed'})`];
+  const lines = [
+    `catraca k6: ${NAME} (${sc.mode === 'open' ? `${sc.rate} req/s` : `${sc.concurrency} VUs`}, ${sc.warmup}+${sc.duration} s, ${sc.stream ? 'streamed' : 'not streamed'})`,
+  ];
   const rows = [];
   for (const target of DIRECT_URL ? ['direct', 'gateway'] : ['gateway']) {
     rows.push({
@@ -143,7 +153,8 @@ export function handleSummary(data) {
       ttfb_p99: stat(data, `ttft_lower_bound_ms{target:${target}}`, 'p(99)'),
     });
   }
-  for (const r of rows) lines.push(`${r.target}: total p50 ${fmt(r.total_p50)} p99 ${fmt(r.total_p99)} ms; ttfb p50 ${fmt(r.ttfb_p50)} p99 ${fmt(r.ttfb_p99)} ms`);
+  for (const r of rows)
+    lines.push(`${r.target}: total p50 ${fmt(r.total_p50)} p99 ${fmt(r.total_p99)} ms; ttfb p50 ${fmt(r.ttfb_p50)} p99 ${fmt(r.ttfb_p99)} ms`);
   let overhead = null;
   if (rows.length === 2) {
     const [a, b] = rows;
@@ -153,7 +164,9 @@ export function handleSummary(data) {
       ttfb_p50_added_ms: diff(b.ttfb_p50, a.ttfb_p50),
       ttfb_p99_added_ms: diff(b.ttfb_p99, a.ttfb_p99),
     };
-    lines.push(`gateway overhead: total p50 +${fmt(overhead.total_p50_added_ms)} ms, p99 +${fmt(overhead.total_p99_added_ms)} ms; ttfb p50 +${fmt(overhead.ttfb_p50_added_ms)} ms, p99 +${fmt(overhead.ttfb_p99_added_ms)} ms (goals: p50 ≤ ${raw.goals.added_p50_ms ?? '-'} ms, p99 ≤ ${raw.goals.added_p99_ms ?? '-'} ms)`);
+    lines.push(
+      `gateway overhead: total p50 +${fmt(overhead.total_p50_added_ms)} ms, p99 +${fmt(overhead.total_p99_added_ms)} ms; ttfb p50 +${fmt(overhead.ttfb_p50_added_ms)} ms, p99 +${fmt(overhead.ttfb_p99_added_ms)} ms (goals: p50 ≤ ${raw.goals.added_p50_ms ?? '-'} ms, p99 ≤ ${raw.goals.added_p99_ms ?? '-'} ms)`,
+    );
   }
   const dropped = stat(data, 'dropped_iterations', 'count') || 0;
   lines.push(`dropped iterations: ${dropped}`);

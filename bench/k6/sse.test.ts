@@ -15,7 +15,11 @@ describe('k6 parseStream', () => {
     expect(parseStream(body)).toEqual({ content: 2, done: true, error: false });
   });
   it('flags a mid-stream error event and a cut stream', () => {
-    expect(parseStream('data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"error":{"message":"upstream failed","code":502},"choices":[{"delta":{"content":""},"finish_reason":"error"}]}\n\ndata: [DONE]\n\n')).toEqual({ content: 1, done: true, error: true });
+    expect(
+      parseStream(
+        'data: {"choices":[{"delta":{"content":"a"}}]}\n\ndata: {"error":{"message":"upstream failed","code":502},"choices":[{"delta":{"content":""},"finish_reason":"error"}]}\n\ndata: [DONE]\n\n',
+      ),
+    ).toEqual({ content: 1, done: true, error: true });
     expect(parseStream('data: {"choices":[{"delta":{"content":"a"}}]}\n\n')).toEqual({ content: 1, done: false, error: false });
   });
 });

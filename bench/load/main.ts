@@ -160,7 +160,9 @@ export async function main(argv: string[]): Promise<number> {
           const res = await runTarget(t, { ...base, mode: 'open', rate: r });
           const clean = res.errors.total === 0 && res.dropped === 0 && res.late <= res.sent * 0.01;
           steps.push({ rate: r, ok: clean, result: res });
-          log(formatResults([res]) + `\n→ ${clean ? 'clean' : 'NOT clean'} (late ${res.late} of ${res.sent}, dispatch lag p99 ${res.dispatch_lag_ms.p99} ms)\n`);
+          log(
+            formatResults([res]) + `\n→ ${clean ? 'clean' : 'NOT clean'} (late ${res.late} of ${res.sent}, dispatch lag p99 ${res.dispatch_lag_ms.p99} ms)\n`,
+          );
           if (!clean) break;
           highest = r;
         }
@@ -189,7 +191,24 @@ export async function main(argv: string[]): Promise<number> {
     results,
     overhead: ov,
     goals,
-    ...(ladder ? { ladder: ladderOut.map((l) => ({ target: l.target, highest_clean_rate: l.highest_clean_rate, steps: l.steps.map((s) => ({ rate: s.rate, clean: s.ok, achieved_rps: s.result.achieved_rps, errors: s.result.errors.total, dropped: s.result.dropped, late: s.result.late, p99_ms: s.result.total_ms.p99, runner_cpu_pct: s.result.runner.cpu_pct })) })) } : {}),
+    ...(ladder
+      ? {
+          ladder: ladderOut.map((l) => ({
+            target: l.target,
+            highest_clean_rate: l.highest_clean_rate,
+            steps: l.steps.map((s) => ({
+              rate: s.rate,
+              clean: s.ok,
+              achieved_rps: s.result.achieved_rps,
+              errors: s.result.errors.total,
+              dropped: s.result.dropped,
+              late: s.result.late,
+              p99_ms: s.result.total_ms.p99,
+              runner_cpu_pct: s.result.runner.cpu_pct,
+            })),
+          })),
+        }
+      : {}),
   };
   if (!v['no-save']) {
     const file = v.out ?? join(ROOT, 'bench', 'results', `${scenarioName}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);

@@ -5,18 +5,41 @@ import type { TargetResult } from './runner.ts';
 const h = (p50: number, p99: number) => ({ count: 10, min: p50, mean: p50, p50, p90: p99, p99, max: p99 });
 function result(target: string, total: [number, number], ttft: [number, number], extra: Partial<TargetResult> = {}): TargetResult {
   return {
-    target, url: 'http://127.0.0.1:1/v1', model: 'm', mode: 'open', rate: 500, concurrency: null, stream: true, client: 'http',
-    duration_s: 20, scheduled: 1000, sent: 1000, ok: 1000, dropped: 0, late: 0, achieved_rps: 500,
+    target,
+    url: 'http://127.0.0.1:1/v1',
+    model: 'm',
+    mode: 'open',
+    rate: 500,
+    concurrency: null,
+    stream: true,
+    client: 'http',
+    duration_s: 20,
+    scheduled: 1000,
+    sent: 1000,
+    ok: 1000,
+    dropped: 0,
+    late: 0,
+    achieved_rps: 500,
     errors: { total: 0, by_status: {}, by_type: {} },
-    total_ms: h(...total), ttft_ms: h(...ttft), gap_ms: h(10, 12), dispatch_lag_ms: h(0.1, 1),
-    content_chunks: 10000, max_inflight_seen: 60, runner: { cpu_pct: 20, event_loop_p99_ms: 1 }, loadavg_1m: { start: 0, end: 0 },
+    total_ms: h(...total),
+    ttft_ms: h(...ttft),
+    gap_ms: h(10, 12),
+    dispatch_lag_ms: h(0.1, 1),
+    content_chunks: 10000,
+    max_inflight_seen: 60,
+    runner: { cpu_pct: 20, event_loop_p99_ms: 1 },
+    loadavg_1m: { start: 0, end: 0 },
     ...extra,
   };
 }
 
 describe('overheads and goals', () => {
   const direct = result('direct', [111.5, 115.9], [21.1, 25]);
-  const gateway = result('gateway', [112.2, 119.4], [21.9, 33], { sent: 990, dropped: 10, errors: { total: 5, by_status: { '503': 5 }, by_type: { http_503: 5 } } });
+  const gateway = result('gateway', [112.2, 119.4], [21.9, 33], {
+    sent: 990,
+    dropped: 10,
+    errors: { total: 5, by_status: { '503': 5 }, by_type: { http_503: 5 } },
+  });
 
   it('compares every target with the first, for total and TTFT', () => {
     expect(overheads([direct, gateway])).toEqual([
@@ -44,6 +67,12 @@ describe('overheads and goals', () => {
   });
 
   it('aligns tables: numbers right, text left', () => {
-    expect(table([['a', 'bb'], ['long', 5], ['x', 123]])).toBe('a     bb\nlong    5\nx     123');
+    expect(
+      table([
+        ['a', 'bb'],
+        ['long', 5],
+        ['x', 123],
+      ]),
+    ).toBe('a     bb\nlong    5\nx     123');
   });
 });

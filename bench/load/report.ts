@@ -56,10 +56,31 @@ export function errorRate(r: TargetResult): number {
 /** Added-latency goals apply to every non-baseline target; the error-rate goal to every target. */
 export function checkGoals(results: TargetResult[], ov: Overhead[], goals: Goals): GoalCheck[] {
   const out: GoalCheck[] = [];
-  for (const r of results) out.push({ target: r.target, goal: 'error_rate (errors+dropped)/attempted', limit: goals.max_error_rate, value: r3(errorRate(r)), pass: errorRate(r) <= goals.max_error_rate });
+  for (const r of results)
+    out.push({
+      target: r.target,
+      goal: 'error_rate (errors+dropped)/attempted',
+      limit: goals.max_error_rate,
+      value: r3(errorRate(r)),
+      pass: errorRate(r) <= goals.max_error_rate,
+    });
   for (const o of ov) {
-    if (goals.added_p50_ms !== undefined) out.push({ target: o.target, goal: `${o.metric} p50 added ms`, limit: goals.added_p50_ms, value: o.p50_added_ms, pass: o.p50_added_ms <= goals.added_p50_ms });
-    if (goals.added_p99_ms !== undefined) out.push({ target: o.target, goal: `${o.metric} p99 added ms`, limit: goals.added_p99_ms, value: o.p99_added_ms, pass: o.p99_added_ms <= goals.added_p99_ms });
+    if (goals.added_p50_ms !== undefined)
+      out.push({
+        target: o.target,
+        goal: `${o.metric} p50 added ms`,
+        limit: goals.added_p50_ms,
+        value: o.p50_added_ms,
+        pass: o.p50_added_ms <= goals.added_p50_ms,
+      });
+    if (goals.added_p99_ms !== undefined)
+      out.push({
+        target: o.target,
+        goal: `${o.metric} p99 added ms`,
+        limit: goals.added_p99_ms,
+        value: o.p99_added_ms,
+        pass: o.p99_added_ms <= goals.added_p99_ms,
+      });
   }
   return out;
 }
@@ -67,15 +88,44 @@ export function checkGoals(results: TargetResult[], ov: Overhead[], goals: Goals
 export function table(rows: (string | number)[][]): string {
   const widths: number[] = [];
   for (const row of rows) for (let i = 0; i < row.length; i++) widths[i] = Math.max(widths[i] ?? 0, String(row[i]).length);
-  return rows.map((row) => row.map((c, i) => (typeof c === 'number' ? String(c).padStart(widths[i]!) : String(c).padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
+  return rows
+    .map((row) =>
+      row
+        .map((c, i) => (typeof c === 'number' ? String(c).padStart(widths[i]!) : String(c).padEnd(widths[i]!)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 export function formatResults(results: TargetResult[]): string {
-  const rows: (string | number)[][] = [['target', 'sent', 'ok', 'err', 'drop', 'late', 'rps', 'p50', 'p90', 'p99', 'max', 'ttft50', 'ttft99', 'gap50', 'gap99', 'cpu%', 'load1m']];
+  const rows: (string | number)[][] = [
+    ['target', 'sent', 'ok', 'err', 'drop', 'late', 'rps', 'p50', 'p90', 'p99', 'max', 'ttft50', 'ttft99', 'gap50', 'gap99', 'cpu%', 'load1m'],
+  ];
   for (const r of results) {
-    rows.push([r.target, r.sent, r.ok, r.errors.total, r.dropped, r.late, r.achieved_rps, r.total_ms.p50, r.total_ms.p90, r.total_ms.p99, r.total_ms.max, r.ttft_ms.p50, r.ttft_ms.p99, r.gap_ms.p50, r.gap_ms.p99, r.runner.cpu_pct, `${r.loadavg_1m.start}→${r.loadavg_1m.end}`]);
+    rows.push([
+      r.target,
+      r.sent,
+      r.ok,
+      r.errors.total,
+      r.dropped,
+      r.late,
+      r.achieved_rps,
+      r.total_ms.p50,
+      r.total_ms.p90,
+      r.total_ms.p99,
+      r.total_ms.max,
+      r.ttft_ms.p50,
+      r.ttft_ms.p99,
+      r.gap_ms.p50,
+      r.gap_ms.p99,
+      r.runner.cpu_pct,
+      `${r.loadavg_1m.start}→${r.loadavg_1m.end}`,
+    ]);
   }
-  let s = table(rows) + `\n(times in ms, from the intended send time; cpu% = the load runner's own CPU, 100 = one core; load1m = machine load average at start→end, ${os.cpus().length} cores)`;
+  let s =
+    table(rows) +
+    `\n(times in ms, from the intended send time; cpu% = the load runner's own CPU, 100 = one core; load1m = machine load average at start→end, ${os.cpus().length} cores)`;
   for (const r of results) {
     if (r.errors.total) s += `\nerrors ${r.target}: ${JSON.stringify(r.errors.by_type)}`;
   }

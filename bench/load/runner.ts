@@ -116,7 +116,12 @@ class Req {
   finished = false;
   requestId: string | null = null;
   onResult: LoadOptions['onResult'];
-  constructor(readonly c: Collector, readonly intended: number, readonly stream: boolean, private readonly done: Done) {}
+  constructor(
+    readonly c: Collector,
+    readonly intended: number,
+    readonly stream: boolean,
+    private readonly done: Done,
+  ) {}
 
   private report(ok: boolean) {
     if (this.onResult) this.onResult({ ok, endedAt: performance.timeOrigin + performance.now(), requestId: this.requestId });

@@ -41,15 +41,33 @@ export function handleAnthropic(req: http.IncomingMessage, res: http.ServerRespo
   let text = '';
   for (let i = 0; i < n; i++) text += mockToken(i);
   if (body.stream !== true) {
-    return send(200, JSON.stringify({
-      id, type: 'message', role: 'assistant', model: body.model, content: [{ type: 'text', text }],
-      stop_reason: stop, stop_sequence: null, usage: { input_tokens: input, output_tokens: n },
-    }));
+    return send(
+      200,
+      JSON.stringify({
+        id,
+        type: 'message',
+        role: 'assistant',
+        model: body.model,
+        content: [{ type: 'text', text }],
+        stop_reason: stop,
+        stop_sequence: null,
+        usage: { input_tokens: input, output_tokens: n },
+      }),
+    );
   }
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
   let out = sse('message_start', {
     type: 'message_start',
-    message: { id, type: 'message', role: 'assistant', model: body.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: input, output_tokens: 1 } },
+    message: {
+      id,
+      type: 'message',
+      role: 'assistant',
+      model: body.model,
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: { input_tokens: input, output_tokens: 1 },
+    },
   });
   out += sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
   out += sse('ping', { type: 'ping' });
@@ -67,28 +85,64 @@ export function handleAnthropic(req: http.IncomingMessage, res: http.ServerRespo
 
 const TOOL_USE_ID = 'toolu_mock_weather_1';
 
-function toolUse(res: http.ServerResponse, body: { model?: string; messages?: Array<{ content: unknown }>; stream?: boolean }, send: (status: number, body: string) => void): void {
+function toolUse(
+  res: http.ServerResponse,
+  body: { model?: string; messages?: Array<{ content: unknown }>; stream?: boolean },
+  send: (status: number, body: string) => void,
+): void {
   const input = JSON.parse(MOCK_TOOL_CALL.arguments) as Record<string, unknown>;
   const id = `msg_mock${(++seq).toString(36).padStart(8, '0')}`;
   const usage = { input_tokens: 20, output_tokens: MOCK_TOOL_COMPLETION_TOKENS };
   if (body.stream !== true) {
-    return send(200, JSON.stringify({
-      id, type: 'message', role: 'assistant', model: body.model, stop_reason: 'tool_use', stop_sequence: null, usage,
-      content: [{ type: 'text', text: 'Checking.' }, { type: 'tool_use', id: TOOL_USE_ID, name: MOCK_TOOL_CALL.name, input }],
-    }));
+    return send(
+      200,
+      JSON.stringify({
+        id,
+        type: 'message',
+        role: 'assistant',
+        model: body.model,
+        stop_reason: 'tool_use',
+        stop_sequence: null,
+        usage,
+        content: [
+          { type: 'text', text: 'Checking.' },
+          { type: 'tool_use', id: TOOL_USE_ID, name: MOCK_TOOL_CALL.name, input },
+        ],
+      }),
+    );
   }
   const args = MOCK_TOOL_CALL.arguments;
   const third = Math.ceil(args.length / 3);
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
-  let out = sse('message_start', { type: 'message_start', message: { id, type: 'message', role: 'assistant', model: body.model, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 20, output_tokens: 1 } } });
+  let out = sse('message_start', {
+    type: 'message_start',
+    message: {
+      id,
+      type: 'message',
+      role: 'assistant',
+      model: body.model,
+      content: [],
+      stop_reason: null,
+      stop_sequence: null,
+      usage: { input_tokens: 20, output_tokens: 1 },
+    },
+  });
   out += sse('content_block_start', { type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
   out += sse('content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Checking.' } });
   out += sse('content_block_stop', { type: 'content_block_stop', index: 0 });
-  out += sse('content_block_start', { type: 'content_block_start', index: 1, content_block: { type: 'tool_use', id: TOOL_USE_ID, name: MOCK_TOOL_CALL.name, input: {} } });
+  out += sse('content_block_start', {
+    type: 'content_block_start',
+    index: 1,
+    content_block: { type: 'tool_use', id: TOOL_USE_ID, name: MOCK_TOOL_CALL.name, input: {} },
+  });
   for (const piece of [args.slice(0, third), args.slice(third, 2 * third), args.slice(2 * third)]) {
     out += sse('content_block_delta', { type: 'content_block_delta', index: 1, delta: { type: 'input_json_delta', partial_json: piece } });
   }
   out += sse('content_block_stop', { type: 'content_block_stop', index: 1 });
-  out += sse('message_delta', { type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: { output_tokens: MOCK_TOOL_COMPLETION_TOKENS } });
+  out += sse('message_delta', {
+    type: 'message_delta',
+    delta: { stop_reason: 'tool_use', stop_sequence: null },
+    usage: { output_tokens: MOCK_TOOL_COMPLETION_TOKENS },
+  });
   res.end(out + sse('message_stop', { type: 'message_stop' }));
 }

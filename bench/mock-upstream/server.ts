@@ -70,11 +70,41 @@ export const MOCK_IMAGE_TOKENS = 25_501;
 
 // OpenAI's documented chat-completions request fields; anything else is refused as OpenAI does.
 const OPENAI_PARAMS = new Set([
-  'model', 'messages', 'stream', 'stream_options', 'max_tokens', 'max_completion_tokens', 'n', 'temperature', 'top_p',
-  'frequency_penalty', 'presence_penalty', 'logit_bias', 'logprobs', 'top_logprobs', 'seed', 'stop', 'response_format',
-  'tools', 'tool_choice', 'parallel_tool_calls', 'user', 'reasoning_effort', 'verbosity', 'metadata', 'store',
-  'prompt_cache_key', 'safety_identifier', 'service_tier', 'functions', 'function_call', 'modalities', 'audio',
-  'prediction', 'web_search_options', 'mock',
+  'model',
+  'messages',
+  'stream',
+  'stream_options',
+  'max_tokens',
+  'max_completion_tokens',
+  'n',
+  'temperature',
+  'top_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'logit_bias',
+  'logprobs',
+  'top_logprobs',
+  'seed',
+  'stop',
+  'response_format',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'user',
+  'reasoning_effort',
+  'verbosity',
+  'metadata',
+  'store',
+  'prompt_cache_key',
+  'safety_identifier',
+  'service_tier',
+  'functions',
+  'function_call',
+  'modalities',
+  'audio',
+  'prediction',
+  'web_search_options',
+  'mock',
 ]);
 
 /** What the mock bills as prompt tokens (see the header). */
@@ -125,7 +155,8 @@ const ERRORS: Record<string, { status: number; body: string; headers?: Record<st
     headers: { 'retry-after': '1', 'x-ratelimit-remaining-requests': '0' },
     body: JSON.stringify({
       error: {
-        message: 'Rate limit reached for gpt-4o-mini in organization org-MockOrg123456 on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 1s.',
+        message:
+          'Rate limit reached for gpt-4o-mini in organization org-MockOrg123456 on requests per min (RPM): Limit 3, Used 3, Requested 1. Please try again in 1s.',
         type: 'requests',
         param: null,
         code: 'rate_limit_exceeded',
@@ -141,7 +172,12 @@ const ERRORS: Record<string, { status: number; body: string; headers?: Record<st
   'mock-400': {
     status: 400,
     body: JSON.stringify({
-      error: { message: "Invalid 'max_tokens': integer below minimum value.", type: 'invalid_request_error', param: 'max_tokens', code: 'integer_below_min_value' },
+      error: {
+        message: "Invalid 'max_tokens': integer below minimum value.",
+        type: 'invalid_request_error',
+        param: 'max_tokens',
+        code: 'integer_below_min_value',
+      },
     }),
   },
 };
@@ -169,9 +205,12 @@ function sendToolCall(res: http.ServerResponse, body: Record<string, unknown>, i
   const usage = `{"prompt_tokens":${prompt},"completion_tokens":${n},"total_tokens":${prompt + n}}`;
   const { id: callId, name, arguments: args } = MOCK_TOOL_CALL;
   if (body.stream !== true) {
-    return sendJson(res, 200,
+    return sendJson(
+      res,
+      200,
       `{"id":"${id}","object":"chat.completion","created":${created},"model":${modelJson},"choices":[{"index":0,"message":{"role":"assistant","content":null,` +
-      `"tool_calls":[{"id":"${callId}","type":"function","function":{"name":"${name}","arguments":${JSON.stringify(args)}}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}],"usage":${usage}}`);
+        `"tool_calls":[{"id":"${callId}","type":"function","function":{"name":"${name}","arguments":${JSON.stringify(args)}}}],"refusal":null},"logprobs":null,"finish_reason":"tool_calls"}],"usage":${usage}}`,
+    );
   }
   const includeUsage = !!(body.stream_options && (body.stream_options as { include_usage?: unknown }).include_usage === true);
   const head = `data: {"id":"${id}","object":"chat.completion.chunk","created":${created},"model":${modelJson},"system_fingerprint":"fp_catraca_mock","choices":[`;
@@ -179,7 +218,8 @@ function sendToolCall(res: http.ServerResponse, body: Record<string, unknown>, i
   const third = Math.ceil(args.length / 3);
   const pieces = [args.slice(0, third), args.slice(third, 2 * third), args.slice(2 * third)];
   let out = `${head}{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"${callId}","type":"function","function":{"name":"${name}","arguments":""}}],"refusal":null},"logprobs":null,"finish_reason":null}]${tail}`;
-  for (const p of pieces) out += `${head}{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":${JSON.stringify(p)}}}]},"logprobs":null,"finish_reason":null}]${tail}`;
+  for (const p of pieces)
+    out += `${head}{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":${JSON.stringify(p)}}}]},"logprobs":null,"finish_reason":null}]${tail}`;
   out += `${head}{"index":0,"delta":{},"logprobs":null,"finish_reason":"tool_calls"}]${tail}`;
   if (includeUsage) out += `${head}],"usage":${usage}}\n\n`;
   res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
@@ -225,14 +265,19 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     const key = auth && /^Bearer\s+\S+/i.test(auth) ? auth.replace(/^Bearer\s+/i, '') : null;
     if (!key) {
       req.resume();
-      return sendJson(res, 401, JSON.stringify({
-        error: {
-          message: "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
-          type: 'invalid_request_error',
-          param: null,
-          code: null,
-        },
-      }));
+      return sendJson(
+        res,
+        401,
+        JSON.stringify({
+          error: {
+            message:
+              "You didn't provide an API key. You need to provide your API key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            type: 'invalid_request_error',
+            param: null,
+            code: null,
+          },
+        }),
+      );
     }
     if (req.method === 'GET' && path === '/v1/models') {
       req.resume();
@@ -242,7 +287,11 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     }
     if (req.method !== 'POST' || path !== '/v1/chat/completions') {
       req.resume();
-      return sendJson(res, 404, JSON.stringify({ error: { message: `Invalid URL (${req.method} ${path})`, type: 'invalid_request_error', param: null, code: null } }));
+      return sendJson(
+        res,
+        404,
+        JSON.stringify({ error: { message: `Invalid URL (${req.method} ${path})`, type: 'invalid_request_error', param: null, code: null } }),
+      );
     }
 
     const chunks: Buffer[] = [];
@@ -252,38 +301,64 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       try {
         body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
       } catch {
-        return sendJson(res, 400, JSON.stringify({
-          error: { message: 'We could not parse the JSON body of your request.', type: 'invalid_request_error', param: null, code: null },
-        }));
+        return sendJson(
+          res,
+          400,
+          JSON.stringify({
+            error: { message: 'We could not parse the JSON body of your request.', type: 'invalid_request_error', param: null, code: null },
+          }),
+        );
       }
       stats.lastBody = body;
       const unknown = Object.keys(body).find((k) => !OPENAI_PARAMS.has(k));
       if (unknown) {
-        return sendJson(res, 400, JSON.stringify({
-          error: { message: `Unrecognized request argument supplied: ${unknown}`, type: 'invalid_request_error', param: null, code: null },
-        }));
+        return sendJson(
+          res,
+          400,
+          JSON.stringify({
+            error: { message: `Unrecognized request argument supplied: ${unknown}`, type: 'invalid_request_error', param: null, code: null },
+          }),
+        );
       }
       const model = typeof body.model === 'string' ? body.model : '';
       const fixed = ERRORS[model];
       if (fixed) return sendJson(res, fixed.status, fixed.body, fixed.headers);
       if (model === 'mock-401') {
-        return sendJson(res, 401, JSON.stringify({
-          error: {
-            message: `Incorrect API key provided: ${maskKey(key)}. You can find your API key at https://platform.openai.com/account/api-keys.`,
-            type: 'invalid_request_error',
-            param: null,
-            code: 'invalid_api_key',
-          },
-        }));
+        return sendJson(
+          res,
+          401,
+          JSON.stringify({
+            error: {
+              message: `Incorrect API key provided: ${maskKey(key)}. You can find your API key at https://platform.openai.com/account/api-keys.`,
+              type: 'invalid_request_error',
+              param: null,
+              code: 'invalid_api_key',
+            },
+          }),
+        );
       }
       if (model === 'mock-404' || !Array.isArray(body.messages)) {
-        return sendJson(res, 404, JSON.stringify({
-          error: { message: `The model \`${model}\` does not exist or you do not have access to it.`, type: 'invalid_request_error', param: null, code: 'model_not_found' },
-        }));
+        return sendJson(
+          res,
+          404,
+          JSON.stringify({
+            error: {
+              message: `The model \`${model}\` does not exist or you do not have access to it.`,
+              type: 'invalid_request_error',
+              param: null,
+              code: 'model_not_found',
+            },
+          }),
+        );
       }
 
-      const cap = typeof body.max_completion_tokens === 'number' ? body.max_completion_tokens : typeof body.max_tokens === 'number' ? body.max_tokens : Infinity;
-      const ov = (body.mock && typeof body.mock === 'object' ? body.mock : {}) as { output_tokens?: unknown; first_token_ms?: unknown; tokens_per_second?: unknown };
+      const cap =
+        typeof body.max_completion_tokens === 'number' ? body.max_completion_tokens : typeof body.max_tokens === 'number' ? body.max_tokens : Infinity;
+      const ov = (body.mock && typeof body.mock === 'object' ? body.mock : {}) as {
+        output_tokens?: unknown;
+        first_token_ms?: unknown;
+        tokens_per_second?: unknown;
+      };
       const num = (v: unknown) => (typeof v === 'number' && v >= 0 ? v : undefined);
       const natural = model === 'mock-fail-midstream' ? 1000 : (num(ov.output_tokens) ?? defaults.outputTokens);
       const n = Math.max(0, Math.min(natural, cap));
@@ -304,10 +379,18 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
         return sendSplit(res, 400, JSON.stringify({ error: { message: MOCK_SPLIT_ERROR, type: 'invalid_request_error', param: null, code: null } }));
       }
       if (model === 'mock-split-utf8') {
-        return sendSplit(res, 200, JSON.stringify({
-          id, object: 'chat.completion', created, model, choices: [{ index: 0, message: { role: 'assistant', content: MOCK_SPLIT_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' }],
-          usage: { prompt_tokens: prompt, completion_tokens: 3, total_tokens: prompt + 3 },
-        }));
+        return sendSplit(
+          res,
+          200,
+          JSON.stringify({
+            id,
+            object: 'chat.completion',
+            created,
+            model,
+            choices: [{ index: 0, message: { role: 'assistant', content: MOCK_SPLIT_TEXT, refusal: null }, logprobs: null, finish_reason: 'stop' }],
+            usage: { prompt_tokens: prompt, completion_tokens: 3, total_tokens: prompt + 3 },
+          }),
+        );
       }
 
       if (body.stream !== true) {

@@ -16,7 +16,11 @@ export function parseRateLimit(text: string): { requests: number; intervalS: num
 
 /** 100, 60 → "100/1m"; the largest whole unit that divides the interval. */
 export function formatRateLimit(requests: number, intervalS: number): string {
-  for (const [unit, s] of [['d', 86400], ['h', 3600], ['m', 60]] as const) {
+  for (const [unit, s] of [
+    ['d', 86400],
+    ['h', 3600],
+    ['m', 60],
+  ] as const) {
     if (intervalS % s === 0) return `${requests}/${intervalS / s}${unit}`;
   }
   return `${requests}/${intervalS}s`;
@@ -46,7 +50,10 @@ export function parseExpiry(text: string, now = new Date()): ExpiryResult {
     at = new Date(t);
     if (Number.isNaN(at.getTime())) return { ok: false, message: `${JSON.stringify(t)} is not a valid date-time` };
   } else {
-    return { ok: false, message: `${JSON.stringify(t)} is neither a duration like 30d, 12h, 2w, 90m nor an ISO date like 2026-12-31 or 2026-12-31T23:59:59Z (a time needs its zone)` };
+    return {
+      ok: false,
+      message: `${JSON.stringify(t)} is neither a duration like 30d, 12h, 2w, 90m nor an ISO date like 2026-12-31 or 2026-12-31T23:59:59Z (a time needs its zone)`,
+    };
   }
   if (at.getTime() <= now.getTime()) return { ok: false, message: `${at.toISOString()} is not in the future` };
   if (at.getTime() - now.getTime() > MAX_EXPIRY_MS) return { ok: false, message: `${at.toISOString()} is more than 10 years away` };

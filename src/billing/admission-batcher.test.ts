@@ -35,12 +35,16 @@ describe('AdmissionBatcher', () => {
 
   it('keeps tenants independent: one call each for two quiet tenants', async () => {
     const batcher = new AdmissionBatcher(db);
-    const ts = await Promise.all([0, 1].map(async (i) => {
-      const t = await createTenant(db, `quiet-${i}`);
-      await credit(db, { tenantId: t.id, amountMicros: 5000n, source: 'grant' });
-      return { t, k: (await createApiKey(db, { tenantId: t.id })).record };
-    }));
-    const [a, b] = await Promise.all(ts.map(({ t, k }) => batcher.admit({ requestId: `q-${t.id}`, tenantId: t.id, keyId: k.id, min: 100n, max: 9000n, ttlMs: 60000 })));
+    const ts = await Promise.all(
+      [0, 1].map(async (i) => {
+        const t = await createTenant(db, `quiet-${i}`);
+        await credit(db, { tenantId: t.id, amountMicros: 5000n, source: 'grant' });
+        return { t, k: (await createApiKey(db, { tenantId: t.id })).record };
+      }),
+    );
+    const [a, b] = await Promise.all(
+      ts.map(({ t, k }) => batcher.admit({ requestId: `q-${t.id}`, tenantId: t.id, keyId: k.id, min: 100n, max: 9000n, ttlMs: 60000 })),
+    );
     expect([a.status, a.held, b.status, b.held]).toEqual(['ok', 5000n, 'ok', 5000n]);
     expect(batcher.calls).toBe(2);
   });

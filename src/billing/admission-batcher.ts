@@ -18,7 +18,10 @@ export class AdmissionBatcher {
   /** calls made to the database (for tests and stats) */
   calls = 0;
 
-  constructor(private db: DbClient, private maxBatch = 128) {}
+  constructor(
+    private db: DbClient,
+    private maxBatch = 128,
+  ) {}
 
   admit(request: AdmitRequest): Promise<AdmitResult> {
     return new Promise((resolve, reject) => {
@@ -37,7 +40,13 @@ export class AdmissionBatcher {
     }
     t.busy = true;
     this.calls++;
-    const call = batch.length === 1 ? admit(this.db, batch[0].request).then((r) => [r]) : admitBatch(this.db, batch.map((p) => p.request));
+    const call =
+      batch.length === 1
+        ? admit(this.db, batch[0].request).then((r) => [r])
+        : admitBatch(
+            this.db,
+            batch.map((p) => p.request),
+          );
     call
       .then(
         (results) => {

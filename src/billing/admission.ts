@@ -84,7 +84,11 @@ export class Admission {
   private readonly prefix: string;
   readonly counts = { leased: 0, perRequest: 0, leasesOpened: 0, leasesClosed: 0 };
 
-  constructor(private db: DbClient, private batcher: AdmissionBatcher, private opts: AdmissionOptions) {
+  constructor(
+    private db: DbClient,
+    private batcher: AdmissionBatcher,
+    private opts: AdmissionOptions,
+  ) {
     this.prefix = `lease_${opts.doorId}_${randomBytes(4).toString('hex')}_`;
     if (opts.windowMs > 0) {
       this.timer = setInterval(() => this.retireExpired(), Math.max(100, opts.windowMs));
@@ -179,10 +183,27 @@ export class Admission {
     let revoked = false;
     state.opening = (async () => {
       try {
-        const r = await openLease(this.db, { leaseId: id, tenantId: input.tenantId, keyId: input.keyId, amount: want, richness: this.opts.richness, ttlMs: this.opts.windowMs + this.opts.holdTtlMs });
+        const r = await openLease(this.db, {
+          leaseId: id,
+          tenantId: input.tenantId,
+          keyId: input.keyId,
+          amount: want,
+          richness: this.opts.richness,
+          ttlMs: this.opts.windowMs + this.opts.holdTtlMs,
+        });
         if (previous) this.retire(previous);
         if (r.status === 'ok') {
-          state.lease = { id, tenantId: input.tenantId, keyId: input.keyId, granted: r.held, admitted: 0n, refunded: 0n, admitUntil: Date.now() + this.opts.windowMs, open: 0, retired: false };
+          state.lease = {
+            id,
+            tenantId: input.tenantId,
+            keyId: input.keyId,
+            granted: r.held,
+            admitted: 0n,
+            refunded: 0n,
+            admitUntil: Date.now() + this.opts.windowMs,
+            open: 0,
+            retired: false,
+          };
           this.counts.leasesOpened++;
         } else {
           state.lease = undefined;

@@ -26,19 +26,53 @@ function rendered(body: Record<string, unknown>): number {
 
 const bodies: Array<Record<string, unknown> & { messages: unknown[] }> = [
   { messages: [{ role: 'user', content: 'hi' }] },
-  { messages: [{ role: 'system', content: 'Você é um assistente. Responda em português: ação, coração, pão.' }, { role: 'user', content: '日本語のテキストと絵文字 🎉🎉🎉 mixed with English words.' }] },
+  {
+    messages: [
+      { role: 'system', content: 'Você é um assistente. Responda em português: ação, coração, pão.' },
+      { role: 'user', content: '日本語のテキストと絵文字 🎉🎉🎉 mixed with English words.' },
+    ],
+  },
   { messages: [{ role: 'user', content: '\u0000\u0001'.repeat(40) + '🙂'.repeat(30) }] },
-  { messages: [{ role: 'user', content: [{ type: 'text', text: 'describe' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,' + 'A'.repeat(50_000) } }] }] },
+  {
+    messages: [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'describe' },
+          { type: 'image_url', image_url: { url: 'data:image/png;base64,' + 'A'.repeat(50_000) } },
+        ],
+      },
+    ],
+  },
   {
     messages: [
       { role: 'user', content: 'weather?' },
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"São Paulo"}' } }] },
+      {
+        role: 'assistant',
+        content: null,
+        tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"São Paulo"}' } }],
+      },
       { role: 'tool', tool_call_id: 'call_1', content: '{"temp": 31, "sky": "clear"}' },
     ],
-    tools: [{ type: 'function', function: { name: 'get_weather', description: 'Current weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }],
+    tools: [
+      {
+        type: 'function',
+        function: {
+          name: 'get_weather',
+          description: 'Current weather',
+          parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+        },
+      },
+    ],
   },
-  { messages: [{ role: 'user', content: 'x' }], functions: [{ name: 'f', parameters: { type: 'object', properties: { a: { type: 'integer', enum: [1, 2, 3] } } } }] },
-  { messages: [{ role: 'user', content: 'json please' }], response_format: { type: 'json_schema', json_schema: { name: 'r', schema: { type: 'object', properties: { answer: { type: 'string' } } } } } },
+  {
+    messages: [{ role: 'user', content: 'x' }],
+    functions: [{ name: 'f', parameters: { type: 'object', properties: { a: { type: 'integer', enum: [1, 2, 3] } } } }],
+  },
+  {
+    messages: [{ role: 'user', content: 'json please' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'r', schema: { type: 'object', properties: { answer: { type: 'string' } } } } },
+  },
 ];
 
 describe('inputTokensUpperBound', () => {
@@ -63,6 +97,8 @@ describe('inputTokensUpperBound', () => {
     const without = inputTokensUpperBound({ messages: [{ role: 'user', content: 'a' }] }, model);
     expect(withTools - without).toBe(JSON.stringify(tools).length + TOOLS_OVERHEAD + 16);
     expect(inputTokensUpperBound({ messages: [{ role: 'user', content: 'x'.repeat(4_000_000) }] }, model)).toBe(128_000);
-    expect(inputTokensUpperBound({ messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: 'AA', format: 'wav' } }] }] }, model)).toBe(128_000);
+    expect(inputTokensUpperBound({ messages: [{ role: 'user', content: [{ type: 'input_audio', input_audio: { data: 'AA', format: 'wav' } }] }] }, model)).toBe(
+      128_000,
+    );
   });
 });

@@ -21,10 +21,18 @@ async function account(balance: bigint) {
   const k = await createApiKey(db, { tenantId: t.id });
   return { tenantId: t.id, keyId: k.record.id };
 }
-const state = async (tenantId: string) =>
-  (await db.query('select balance_micros, held_micros from tenants where id = $1', [tenantId])).rows[0];
+const state = async (tenantId: string) => (await db.query('select balance_micros, held_micros from tenants where id = $1', [tenantId])).rows[0];
 const s = (a: { tenantId: string; keyId: string }, requestId: string, cost: bigint): Settlement => ({
-  requestId, tenantId: a.tenantId, keyId: a.keyId, costMicros: cost, model: 'm', inputTokens: 1, outputTokens: 1, estimated: false, outcome: 'completed', at: new Date(),
+  requestId,
+  tenantId: a.tenantId,
+  keyId: a.keyId,
+  costMicros: cost,
+  model: 'm',
+  inputTokens: 1,
+  outputTokens: 1,
+  estimated: false,
+  outcome: 'completed',
+  at: new Date(),
 });
 
 describe('ledger functions', () => {
@@ -65,7 +73,6 @@ describe('ledger functions', () => {
     await releaseHold(db, `sw-${a.tenantId}-new`);
     expect(await state(a.tenantId)).toEqual({ balance_micros: 10_000n, held_micros: 0n });
   });
-
 });
 
 describe('admission leases (catraca_lease_open / catraca_lease_close, settlement against a lease)', () => {
@@ -116,7 +123,15 @@ describe('admission leases (catraca_lease_open / catraca_lease_close, settlement
   it('Admission: admits from one lease in memory, per request once the tenant is no longer rich, and closes exactly', async () => {
     const a = await account(700_000n);
     const adm = new Admission(db, new AdmissionBatcher(db), { doorId: 'unit', windowMs: 60_000, richness: 4, holdTtlMs: 60_000, minRequests: 10 });
-    const req = (n: number) => ({ requestId: `adm-${a.tenantId}-${n}`, tenantId: a.tenantId, keyId: a.keyId, min: 10_000n, max: 10_000n, ttlMs: 60_000, leasable: true });
+    const req = (n: number) => ({
+      requestId: `adm-${a.tenantId}-${n}`,
+      tenantId: a.tenantId,
+      keyId: a.keyId,
+      min: 10_000n,
+      max: 10_000n,
+      ttlMs: 60_000,
+      leasable: true,
+    });
     const first = await adm.admit(req(1));
     expect(first).toMatchObject({ status: 'ok', held: 10_000n });
     expect(first.hold).toMatch(/^lease_unit_/);
@@ -160,8 +175,17 @@ describe('admission leases (catraca_lease_open / catraca_lease_close, settlement
     const two = await world();
     const batch = await settleBatch(db, two.items);
     expect(batch.map((r) => [r.status, r.debited])).toEqual(each.map((r) => [r.status, r.debited]));
-    expect(batch.map((r) => [r.status, r.debited])).toEqual([['settled', 2_500n], ['settled', 1_500n], ['settled', 3_500n], ['duplicate', 0n], ['settled', 1_500n]]);
-    for (const [x, y] of [[one.a, two.a], [one.b, two.b]]) {
+    expect(batch.map((r) => [r.status, r.debited])).toEqual([
+      ['settled', 2_500n],
+      ['settled', 1_500n],
+      ['settled', 3_500n],
+      ['duplicate', 0n],
+      ['settled', 1_500n],
+    ]);
+    for (const [x, y] of [
+      [one.a, two.a],
+      [one.b, two.b],
+    ]) {
       const [sx, sy] = [await state(x.tenantId), await state(y.tenantId)];
       expect(sy).toEqual(sx);
       expect((await db.query('select count(*)::int as n from holds where tenant_id = $1', [y.tenantId])).rows[0].n).toBe(0);
@@ -170,4 +194,3 @@ describe('admission leases (catraca_lease_open / catraca_lease_close, settlement
     expect(await state(two.b.tenantId)).toEqual({ balance_micros: 0n, held_micros: 0n });
   });
 });
-

@@ -19,9 +19,11 @@ export async function admit(
   db: DbClient,
   a: { requestId: string; tenantId: string; keyId: string; min: bigint; max: bigint; ttlMs: number },
 ): Promise<AdmitResult> {
-  const { rows } = await db.query({ name: 'catraca_admit', text: 'select * from catraca_admit($1, $2, $3, $4, $5, $6)', values: [
-    a.requestId, a.tenantId, a.keyId, a.min, a.max, a.ttlMs,
-  ] });
+  const { rows } = await db.query({
+    name: 'catraca_admit',
+    text: 'select * from catraca_admit($1, $2, $3, $4, $5, $6)',
+    values: [a.requestId, a.tenantId, a.keyId, a.min, a.max, a.ttlMs],
+  });
   return rows[0];
 }
 
@@ -41,9 +43,11 @@ export interface Settlement {
 }
 
 export async function settle(db: DbClient, s: Settlement): Promise<{ status: 'settled' | 'duplicate' | 'unknown_tenant'; debited: bigint; balance: bigint }> {
-  const { rows } = await db.query({ name: 'catraca_settle', text: 'select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)', values: [
-    s.requestId, s.tenantId, s.keyId, s.costMicros, s.model, s.inputTokens, s.outputTokens, s.estimated, s.outcome, s.at, s.hold ?? null,
-  ] });
+  const { rows } = await db.query({
+    name: 'catraca_settle',
+    text: 'select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)',
+    values: [s.requestId, s.tenantId, s.keyId, s.costMicros, s.model, s.inputTokens, s.outputTokens, s.estimated, s.outcome, s.at, s.hold ?? null],
+  });
   return rows[0];
 }
 
@@ -56,9 +60,7 @@ export async function credit(
   db: DbClient,
   c: { tenantId: string; amountMicros: bigint; source: string; externalId?: string | null; note?: string | null },
 ): Promise<{ status: 'credited' | 'duplicate' | 'unknown_tenant'; balance: bigint }> {
-  const { rows } = await db.query('select * from catraca_credit($1,$2,$3,$4,$5)', [
-    c.tenantId, c.amountMicros, c.source, c.externalId ?? null, c.note ?? null,
-  ]);
+  const { rows } = await db.query('select * from catraca_credit($1,$2,$3,$4,$5)', [c.tenantId, c.amountMicros, c.source, c.externalId ?? null, c.note ?? null]);
   return rows[0];
 }
 
@@ -67,9 +69,11 @@ export async function openLease(
   db: DbClient,
   l: { leaseId: string; tenantId: string; keyId: string; amount: bigint; richness: number; ttlMs: number },
 ): Promise<{ status: 'ok' | 'per_request' | 'key_revoked'; held: bigint; available: bigint }> {
-  const { rows } = await db.query({ name: 'catraca_lease_open', text: 'select * from catraca_lease_open($1,$2,$3,$4,$5,$6)', values: [
-    l.leaseId, l.tenantId, l.keyId, l.amount, l.richness, l.ttlMs,
-  ] });
+  const { rows } = await db.query({
+    name: 'catraca_lease_open',
+    text: 'select * from catraca_lease_open($1,$2,$3,$4,$5,$6)',
+    values: [l.leaseId, l.tenantId, l.keyId, l.amount, l.richness, l.ttlMs],
+  });
   return rows[0];
 }
 
@@ -96,7 +100,11 @@ export interface AdmitRequest {
 /** Several admissions of one tenant in one transaction, results in order (catraca_admit_batch). */
 export async function admitBatch(db: DbClient, items: AdmitRequest[]): Promise<AdmitResult[]> {
   const payload = items.map((a) => ({ request_id: a.requestId, tenant_id: a.tenantId, key_id: a.keyId, min: a.min.toString(), max: a.max.toString() }));
-  const { rows } = await db.query({ name: 'catraca_admit_batch', text: 'select * from catraca_admit_batch($1::jsonb, $2)', values: [JSON.stringify(payload), items[0].ttlMs] });
+  const { rows } = await db.query({
+    name: 'catraca_admit_batch',
+    text: 'select * from catraca_admit_batch($1::jsonb, $2)',
+    values: [JSON.stringify(payload), items[0].ttlMs],
+  });
   return rows.map(({ request_id: _id, ...r }) => r as AdmitResult);
 }
 
@@ -105,8 +113,17 @@ export type SettleResult = { status: 'settled' | 'duplicate' | 'unknown_tenant';
 /** Settles many requests in one transaction (catraca_settle_batch); results in order. */
 export async function settleBatch(db: DbClient, items: Settlement[]): Promise<SettleResult[]> {
   const payload = items.map((s) => ({
-    request_id: s.requestId, tenant_id: s.tenantId, key_id: s.keyId, cost: s.costMicros.toString(), model: s.model,
-    input: s.inputTokens, output: s.outputTokens, estimated: s.estimated, outcome: s.outcome, at: s.at.toISOString(), hold: s.hold ?? null,
+    request_id: s.requestId,
+    tenant_id: s.tenantId,
+    key_id: s.keyId,
+    cost: s.costMicros.toString(),
+    model: s.model,
+    input: s.inputTokens,
+    output: s.outputTokens,
+    estimated: s.estimated,
+    outcome: s.outcome,
+    at: s.at.toISOString(),
+    hold: s.hold ?? null,
   }));
   const { rows } = await db.query({ name: 'catraca_settle_batch', text: 'select * from catraca_settle_batch($1::jsonb)', values: [JSON.stringify(payload)] });
   return rows.map(({ request_id: _id, ...r }) => r as SettleResult);

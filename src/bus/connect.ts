@@ -43,9 +43,7 @@ export function parseNatsUrl(url: string): NatsTarget {
     const info = m[2]!;
     const colon = info.indexOf(':');
     const these =
-      colon < 0
-        ? { token: decodeURIComponent(info) }
-        : { user: decodeURIComponent(info.slice(0, colon)), pass: decodeURIComponent(info.slice(colon + 1)) };
+      colon < 0 ? { token: decodeURIComponent(info) } : { user: decodeURIComponent(info.slice(0, colon)), pass: decodeURIComponent(info.slice(colon + 1)) };
     const key = JSON.stringify(these);
     if (credsKey !== undefined && credsKey !== key) throw new Error('NATS_URL: the servers of one list must all use the same credentials');
     creds = these;

@@ -46,7 +46,10 @@ describe('registerMonitoring over NATS', () => {
    * after the first answer, and a busy machine's second answer can come later), and the question
    * is asked again until `done` holds or 15 s pass — the answers of the last try are returned.
    */
-  async function discover<T extends { metadata?: Record<string, string> }>(ask: (svc: ReturnType<NatsConnection['services']['client']>) => Promise<AsyncIterable<T>>, done: (found: T[]) => boolean): Promise<T[]> {
+  async function discover<T extends { metadata?: Record<string, string> }>(
+    ask: (svc: ReturnType<NatsConnection['services']['client']>) => Promise<AsyncIterable<T>>,
+    done: (found: T[]) => boolean,
+  ): Promise<T[]> {
     const deadline = Date.now() + 15000;
     for (;;) {
       const svc = client.services.client({ strategy: RequestStrategy.Timer, maxWait: 1500 });
@@ -56,7 +59,10 @@ describe('registerMonitoring over NATS', () => {
   }
 
   it('answers $SRV.PING.catraca-gateway for both instances', async () => {
-    const pings = await discover((svc) => svc.ping('catraca-gateway'), (found) => found.length >= 2);
+    const pings = await discover(
+      (svc) => svc.ping('catraca-gateway'),
+      (found) => found.length >= 2,
+    );
     expect(pings.map((p) => p.metadata!.instance).sort()).toEqual([idA, `gw-b_${run}`].sort());
     for (const p of pings) {
       expect(p.name).toBe('catraca-gateway');
@@ -66,7 +72,10 @@ describe('registerMonitoring over NATS', () => {
   });
 
   it('carries the metrics snapshot in $SRV.STATS endpoint data', async () => {
-    const stats: ServiceStats[] = await discover((svc) => svc.stats('catraca-gateway'), (found) => found.length >= 2);
+    const stats: ServiceStats[] = await discover(
+      (svc) => svc.stats('catraca-gateway'),
+      (found) => found.length >= 2,
+    );
     expect(stats.length).toBe(2);
     const a = stats.find((s) => s.metadata!.instance === idA)!;
     expect(a.endpoints!.length).toBe(1);
@@ -88,11 +97,17 @@ describe('registerMonitoring over NATS', () => {
   it('answers a direct request on catraca.monitor.<instance> and stops cleanly', async () => {
     const msg = await client.request(monitorSubject(idA), new Uint8Array(), { timeout: 2000 });
     expect((decodeJson(msg.data) as InstanceStatsData).counters).toEqual({ catraca_jobs_total: 12, catraca_errors_total: 2 });
-    const info = await discover((svc) => svc.info('catraca-gateway'), (found) => found.length >= 2);
+    const info = await discover(
+      (svc) => svc.info('catraca-gateway'),
+      (found) => found.length >= 2,
+    );
     expect(info.length).toBe(2);
     expect(info[0]!.endpoints.map((e) => e.name)).toEqual(['metrics']);
     await stops.pop()!(); // stop B
-    const after = await discover((svc) => svc.ping('catraca-gateway'), (found) => found.length === 1);
+    const after = await discover(
+      (svc) => svc.ping('catraca-gateway'),
+      (found) => found.length === 1,
+    );
     expect(after.map((p) => p.metadata!.instance)).toEqual([idA]);
   });
 });

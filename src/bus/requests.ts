@@ -30,7 +30,10 @@ export class RequestMux {
   private sub: Subscription;
   private timer: NodeJS.Timeout;
 
-  constructor(private nc: NatsConnection, sweepMs = 100) {
+  constructor(
+    private nc: NatsConnection,
+    sweepMs = 100,
+  ) {
     // under NATS permissions a process may read only its own inboxes (_INBOX.<user>.>)
     this.prefix = `${createInbox((nc as unknown as { options?: { inboxPrefix?: string } }).options?.inboxPrefix)}.`;
     this.sub = nc.subscribe(`${this.prefix}*`, {
@@ -88,7 +91,10 @@ export class RequestMux {
 
 /** A JetStream publish acknowledgement that reports a failure (the stream refused the message). */
 export class PublishRefused extends Error {
-  constructor(readonly code: number, description: string) {
+  constructor(
+    readonly code: number,
+    description: string,
+  ) {
     super(`JetStream refused the publish: ${description} (${code})`);
     this.name = 'PublishRefused';
   }
@@ -101,7 +107,14 @@ const ackDecoder = new TextDecoder();
  * wire protocol as nats.js's `js.publish` (a request whose reply is the PubAck JSON), with
  * `Nats-Msg-Id` for the stream's duplicate window. Resolves once the stream stored it (or had it).
  */
-export async function publishToStream(mux: RequestMux, subject: string, data: Uint8Array, msgId: string, timeoutMs: number, hdrs: Record<string, string> = {}): Promise<{ seq: number; duplicate: boolean }> {
+export async function publishToStream(
+  mux: RequestMux,
+  subject: string,
+  data: Uint8Array,
+  msgId: string,
+  timeoutMs: number,
+  hdrs: Record<string, string> = {},
+): Promise<{ seq: number; duplicate: boolean }> {
   const reply = await mux.request(subject, data, timeoutMs, { ...hdrs, 'Nats-Msg-Id': msgId });
   const ack = JSON.parse(ackDecoder.decode(reply.data)) as { seq?: number; duplicate?: boolean; error?: { code?: number; description?: string } };
   if (ack.error) throw new PublishRefused(ack.error.code ?? 0, ack.error.description ?? 'unknown error');

@@ -129,7 +129,9 @@ export async function ensureUsageStream(nc: NatsConnection, opts: UsageStreamSet
       return { action: 'created', replicas };
     } catch (err) {
       if (isPermissionError(err)) {
-        log.warn('the USAGE stream does not exist and this NATS user may not create it: metering creates it; usage publishes are retried until then', { stream: USAGE_STREAM });
+        log.warn('the USAGE stream does not exist and this NATS user may not create it: metering creates it; usage publishes are retried until then', {
+          stream: USAGE_STREAM,
+        });
         return { action: 'not_permitted', replicas: 0 };
       }
       // another process created it meanwhile (with a different configuration): update below
@@ -141,7 +143,7 @@ export async function ensureUsageStream(nc: NatsConnection, opts: UsageStreamSet
   if (mismatch) {
     log.error(
       `the USAGE stream has retention "${existing.config.retention}" (discard ${existing.config.discard}, max_age ${existing.config.max_age / 1e9} s), not "${config.retention}": ` +
-        'JetStream cannot change a stream\'s retention in place, and under this one a long metering outage can drop unsettled usage. Left as it is (only its replicas follow USAGE_REPLICAS). ' +
+        "JetStream cannot change a stream's retention in place, and under this one a long metering outage can drop unsettled usage. Left as it is (only its replicas follow USAGE_REPLICAS). " +
         'To migrate: stop the workers, wait until `catraca status` shows a usage backlog of 0, delete the stream with an admin NATS user (`nats stream rm USAGE`), restart metering (it creates the stream anew), then the workers.',
       { stream: USAGE_STREAM, retention: existing.config.retention, wanted_retention: config.retention },
     );
@@ -154,8 +156,10 @@ export async function ensureUsageStream(nc: NatsConnection, opts: UsageStreamSet
     await jsm.streams.update(USAGE_STREAM, config);
   } catch (err) {
     if (isPermissionError(err)) {
-      log.warn('the USAGE stream differs from this process\'s settings and this NATS user may not update it: left as it is (metering updates it)', {
-        stream: USAGE_STREAM, replicas: existing.config.num_replicas, wanted_replicas: replicas,
+      log.warn("the USAGE stream differs from this process's settings and this NATS user may not update it: left as it is (metering updates it)", {
+        stream: USAGE_STREAM,
+        replicas: existing.config.num_replicas,
+        wanted_replicas: replicas,
       });
       return { action: 'not_permitted', replicas: existing.config.num_replicas || 1 };
     }
@@ -248,7 +252,14 @@ export function watchUsageBacklog(
       return null;
     }
     const above = opts.threshold > 0 && last.messages > opts.threshold;
-    const fields = { backlog: last.messages, threshold: opts.threshold, pending: last.pending, ack_pending: last.ackPending, stream_bytes: last.streamBytes, max_bytes: last.maxBytes };
+    const fields = {
+      backlog: last.messages,
+      threshold: opts.threshold,
+      pending: last.pending,
+      ack_pending: last.ackPending,
+      stream_bytes: last.streamBytes,
+      max_bytes: last.maxBytes,
+    };
     if (above && (!alarm || Date.now() - lastAlarmLog >= repeatMs)) {
       logger.error('usage backlog above USAGE_BACKLOG_ALARM: usage is not being settled (is metering running and PostgreSQL reachable?)', fields);
       lastAlarmLog = Date.now();

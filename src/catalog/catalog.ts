@@ -16,8 +16,19 @@ const MISS_TTL_MS = 1000;
  */
 export function fingerprint(m: ModelRecord): string {
   const canonical = JSON.stringify([
-    m.id, m.pool, m.protocol, m.upstream_model, m.base_url, m.api_key_env, String(m.input_price), String(m.output_price),
-    m.context_length, m.max_output_tokens, m.input_modalities, m.image_input_tokens, m.extra_params,
+    m.id,
+    m.pool,
+    m.protocol,
+    m.upstream_model,
+    m.base_url,
+    m.api_key_env,
+    String(m.input_price),
+    String(m.output_price),
+    m.context_length,
+    m.max_output_tokens,
+    m.input_modalities,
+    m.image_input_tokens,
+    m.extra_params,
   ]);
   return createHash('sha256').update(canonical).digest('base64url').slice(0, 16);
 }
@@ -44,7 +55,10 @@ export class Catalog {
   private timer?: NodeJS.Timeout;
   private sub?: Subscription;
 
-  constructor(private db: DbClient, private refreshMs = 5000) {}
+  constructor(
+    private db: DbClient,
+    private refreshMs = 5000,
+  ) {}
 
   async start(nc?: NatsConnection): Promise<void> {
     await this.reload();

@@ -12,9 +12,7 @@
 
 export const MAX_JSON_DEPTH = 128;
 
-export type JsonScanProblem =
-  | { kind: 'too_deep'; depth: number }
-  | { kind: 'number_out_of_range'; literal: string };
+export type JsonScanProblem = { kind: 'too_deep'; depth: number } | { kind: 'number_out_of_range'; literal: string };
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;

@@ -27,14 +27,44 @@ const HANDLED = ['model', 'messages', 'stream', 'stream_options', 'max_tokens', 
 
 // OpenAI's documented chat-completions parameters that cost nothing beyond tokens.
 const OPENAI_FORWARDED = [
-  'temperature', 'top_p', 'frequency_penalty', 'presence_penalty', 'logit_bias', 'seed', 'stop',
-  'response_format', 'tools', 'tool_choice', 'parallel_tool_calls', 'user', 'reasoning_effort',
-  'verbosity', 'metadata', 'store', 'prompt_cache_key', 'safety_identifier', 'functions', 'function_call',
+  'temperature',
+  'top_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'logit_bias',
+  'seed',
+  'stop',
+  'response_format',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'user',
+  'reasoning_effort',
+  'verbosity',
+  'metadata',
+  'store',
+  'prompt_cache_key',
+  'safety_identifier',
+  'functions',
+  'function_call',
 ];
 
 // OpenRouter's own request fields and sampling knobs of other dialects. Routing is ours (the
 // catalog entry is the route), so these are accepted and never sent on.
-const OTHER_DIALECTS = ['models', 'provider', 'route', 'transforms', 'usage', 'reasoning', 'debug', 'top_k', 'top_a', 'min_p', 'repetition_penalty', 'structured_outputs'];
+const OTHER_DIALECTS = [
+  'models',
+  'provider',
+  'route',
+  'transforms',
+  'usage',
+  'reasoning',
+  'debug',
+  'top_k',
+  'top_a',
+  'min_p',
+  'repetition_penalty',
+  'structured_outputs',
+];
 
 const refuseUnlessOneOf = (allowed: unknown[], why: string) => (v: unknown) => (v === null || v === undefined || allowed.includes(v) ? null : why);
 
@@ -42,12 +72,20 @@ const refuseUnlessOneOf = (allowed: unknown[], why: string) => (v: unknown) => (
 // price (priority tiers, per-call tool fees, audio tokens at audio prices, rejected prediction
 // tokens), or whose output we do not relay.
 const PRICED: Record<string, (v: unknown) => string | null> = {
-  service_tier: refuseUnlessOneOf(['auto', 'default'], "Only service_tier 'auto' or 'default' is available through this gateway: other tiers are priced differently by the vendor."),
-  plugins: (v) => (v === null || v === undefined || (Array.isArray(v) && v.length === 0) ? null : 'Plugins (web search, file parsing, …) are billed by the vendor per use and are not available through this gateway.'),
+  service_tier: refuseUnlessOneOf(
+    ['auto', 'default'],
+    "Only service_tier 'auto' or 'default' is available through this gateway: other tiers are priced differently by the vendor.",
+  ),
+  plugins: (v) =>
+    v === null || v === undefined || (Array.isArray(v) && v.length === 0)
+      ? null
+      : 'Plugins (web search, file parsing, …) are billed by the vendor per use and are not available through this gateway.',
   web_search_options: (v) => (v === null || v === undefined ? null : 'Web search is billed by the vendor per call and is not available through this gateway.'),
-  modalities: (v) => (v === null || v === undefined || (Array.isArray(v) && v.every((m) => m === 'text')) ? null : 'Only text output is available through this gateway.'),
+  modalities: (v) =>
+    v === null || v === undefined || (Array.isArray(v) && v.every((m) => m === 'text')) ? null : 'Only text output is available through this gateway.',
   audio: (v) => (v === null || v === undefined ? null : 'Audio output is not available through this gateway.'),
-  prediction: (v) => (v === null || v === undefined ? null : 'Predicted outputs are not available through this gateway (the vendor bills rejected prediction tokens).'),
+  prediction: (v) =>
+    v === null || v === undefined ? null : 'Predicted outputs are not available through this gateway (the vendor bills rejected prediction tokens).',
   logprobs: (v) => (v === true ? 'logprobs are not relayed by this gateway.' : null),
   top_logprobs: (v) => (typeof v === 'number' && v > 0 ? 'logprobs are not relayed by this gateway.' : null),
   prompt: () => 'Send the conversation as messages; the prompt field is not supported.',

@@ -37,7 +37,8 @@ export function parseFlags(args: string[], spec: FlagSpec, command: string): Fla
       flags[name] = true;
     } else if (values.has(name)) {
       const value = token.value;
-      if (value === undefined || (!token.inlineValue && value.startsWith('--') && value.length > 2)) throw new UsageError(`${command}: --${name} needs a value`);
+      if (value === undefined || (!token.inlineValue && value.startsWith('--') && value.length > 2))
+        throw new UsageError(`${command}: --${name} needs a value`);
       if (flags[name] !== undefined) throw new UsageError(`${command}: --${name} given twice`);
       flags[name] = value;
     } else {

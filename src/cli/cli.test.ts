@@ -75,7 +75,7 @@ describe.concurrent('tenant create', () => {
 });
 
 describe.concurrent('key create', () => {
-  test("models '*' → \"*\"; the database keeps only the SHA-256 of the key", async () => {
+  test('models \'*\' → "*"; the database keeps only the SHA-256 of the key', async () => {
     const tenant = await newTenant();
     const r = await cli(['key', 'create', '--tenant', tenant, '--label', 'agente-1', '--models', '*', '--json']);
     expect(r.code).toBe(0);
@@ -102,17 +102,41 @@ describe.concurrent('key create', () => {
   test('allowlist, limit, reset and rate limit are stored exactly', async () => {
     const tenant = await newTenant();
     const r = await cli([
-      'key', 'create', '--tenant', tenant, '--models', 'sim/echo,sim/lorem', '--limit', '5.50', '--limit-reset', 'daily',
-      '--rate-limit', '100/1m', '--json',
+      'key',
+      'create',
+      '--tenant',
+      tenant,
+      '--models',
+      'sim/echo,sim/lorem',
+      '--limit',
+      '5.50',
+      '--limit-reset',
+      'daily',
+      '--rate-limit',
+      '100/1m',
+      '--json',
     ]);
     expect(r.code).toBe(0);
-    expect(r.json).toEqual({ id: expect.stringMatching(/^key_/), key: expect.stringMatching(/^sk-cat-v1-[0-9a-f]{64}$/), label: '', models: ['sim/echo', 'sim/lorem'], expires_at: null });
+    expect(r.json).toEqual({
+      id: expect.stringMatching(/^key_/),
+      key: expect.stringMatching(/^sk-cat-v1-[0-9a-f]{64}$/),
+      label: '',
+      models: ['sim/echo', 'sim/lorem'],
+      expires_at: null,
+    });
     const { rows } = await db.query(
       'select models, limit_micros, limit_reset, rate_limit_requests, rate_limit_interval_s, is_demo from api_keys where id = $1',
       [r.json.id],
     );
     expect(rows).toEqual([
-      { models: ['sim/echo', 'sim/lorem'], limit_micros: 5_500_000n, limit_reset: 'daily', rate_limit_requests: 100, rate_limit_interval_s: 60, is_demo: false },
+      {
+        models: ['sim/echo', 'sim/lorem'],
+        limit_micros: 5_500_000n,
+        limit_reset: 'daily',
+        rate_limit_requests: 100,
+        rate_limit_interval_s: 60,
+        is_demo: false,
+      },
     ]);
   });
 
@@ -164,7 +188,25 @@ describe.concurrent('key create --expires, key list', () => {
 
   test('key list shows id, label, hint, models, limits, expiry and revocation, never the key', async () => {
     const tenant = await newTenant();
-    const a = await cli(['key', 'create', '--tenant', tenant, '--label', 'bot', '--models', 'sim/echo', '--limit', '5', '--limit-reset', 'weekly', '--rate-limit', '100/1m', '--expires', '7d', '--json']);
+    const a = await cli([
+      'key',
+      'create',
+      '--tenant',
+      tenant,
+      '--label',
+      'bot',
+      '--models',
+      'sim/echo',
+      '--limit',
+      '5',
+      '--limit-reset',
+      'weekly',
+      '--rate-limit',
+      '100/1m',
+      '--expires',
+      '7d',
+      '--json',
+    ]);
     const b = await cli(['key', 'create', '--tenant', tenant, '--label', 'old', '--json']);
     await cli(['key', 'revoke', '--id', b.json.id, '--json']);
     const r = await cli(['key', 'list', '--tenant', tenant, '--json']);
@@ -191,7 +233,15 @@ describe.concurrent('key create --expires, key list', () => {
       created_at: expect.any(String),
       last_used_at: null,
     });
-    expect(byId[b.json.id]).toMatchObject({ label: 'old', models: '*', limit: null, rate_limit: null, expires_at: null, revoked: true, revoked_at: expect.any(String) });
+    expect(byId[b.json.id]).toMatchObject({
+      label: 'old',
+      models: '*',
+      limit: null,
+      rate_limit: null,
+      expires_at: null,
+      revoked: true,
+      revoked_at: expect.any(String),
+    });
 
     const human = await cli(['key', 'list', '--tenant', tenant]);
     expect(human.code).toBe(0);
@@ -215,7 +265,12 @@ describe.concurrent('tenant list, model list', () => {
     expect(r.code).toBe(0);
     expect(r.stdout.trim().split('\n')).toHaveLength(1);
     expect(r.json.tenants.find((t: { id: string }) => t.id === tenant)).toEqual({
-      id: tenant, name: 'Listada', balance: '2.50', held: '0.00', active_keys: 1, created_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/),
+      id: tenant,
+      name: 'Listada',
+      balance: '2.50',
+      held: '0.00',
+      active_keys: 1,
+      created_at: expect.stringMatching(/^\d{4}-\d{2}-\d{2}T/),
     });
     const human = await cli(['tenant', 'list']);
     expect(human.stdout).toMatch(new RegExp(`${tenant} +Listada +2\\.50 +0\\.00 +1 `));
@@ -225,9 +280,19 @@ describe.concurrent('tenant list, model list', () => {
     const r = await cli(['model', 'list', '--json']);
     expect(r.code).toBe(0);
     expect(r.json.models.find((m: { id: string }) => m.id === 'sim/echo')).toEqual({
-      id: 'sim/echo', pool: 'sim', protocol: 'sim', upstream_model: 'echo', base_url: null, api_key_env: null,
-      input_price: '1.00', output_price: '2.00', max_output_tokens: 4096, context_length: expect.any(Number),
-      input_modalities: ['text'], image_input_tokens: null, extra_params: [],
+      id: 'sim/echo',
+      pool: 'sim',
+      protocol: 'sim',
+      upstream_model: 'echo',
+      base_url: null,
+      api_key_env: null,
+      input_price: '1.00',
+      output_price: '2.00',
+      max_output_tokens: 4096,
+      context_length: expect.any(Number),
+      input_modalities: ['text'],
+      image_input_tokens: null,
+      extra_params: [],
     });
     const human = await cli(['model', 'list']);
     expect(human.stdout).toMatch(/\nsim\/echo +sim +sim +echo +1\.00 +2\.00 +4096 /);
@@ -241,18 +306,27 @@ describe.concurrent('--version and --help', () => {
     expect((await cli(['--version', '--json'])).json).toEqual({ version });
   });
 
-  test.each(['tenant create', 'tenant list', 'key create', 'key list', 'key revoke', 'credits grant', 'model set', 'model list', 'ledger check', 'status', 'pix pay'])(
-    '%s --help prints that command\'s usage (exit 0, no database needed)',
-    async (cmd) => {
-      for (const flag of ['--help', '-h']) {
-        const r = await cli([...cmd.split(' '), flag], { DATABASE_URL: undefined, NATS_URL: undefined }, tmpdir());
-        expect(r.code).toBe(0);
-        expect(r.stdout.startsWith(`Usage: catraca ${cmd} `)).toBe(true);
-        expect(r.stdout).toContain('Exit codes: 0 success, 1 failure, 2 usage error.');
-        expect(r.stderr).toBe('');
-      }
-    },
-  );
+  test.each([
+    'tenant create',
+    'tenant list',
+    'key create',
+    'key list',
+    'key revoke',
+    'credits grant',
+    'model set',
+    'model list',
+    'ledger check',
+    'status',
+    'pix pay',
+  ])("%s --help prints that command's usage (exit 0, no database needed)", async (cmd) => {
+    for (const flag of ['--help', '-h']) {
+      const r = await cli([...cmd.split(' '), flag], { DATABASE_URL: undefined, NATS_URL: undefined }, tmpdir());
+      expect(r.code).toBe(0);
+      expect(r.stdout.startsWith(`Usage: catraca ${cmd} `)).toBe(true);
+      expect(r.stdout).toContain('Exit codes: 0 success, 1 failure, 2 usage error.');
+      expect(r.stderr).toBe('');
+    }
+  });
 
   test('key create --help documents --expires and the amounts rule', async () => {
     const r = await cli(['key', 'create', '--help']);
@@ -269,10 +343,7 @@ describe.concurrent('credits grant', () => {
     expect(a.json).toEqual({ tenant, balance: '12.34' });
     const b = await cli(['credits', 'grant', '--tenant', tenant, '--amount', '100.000001', '--json']);
     expect(b.json).toEqual({ tenant, balance: '112.340001' });
-    const { rows } = await db.query(
-      `select kind, amount_micros, balance_after_micros, source, note from ledger where tenant_id = $1 order by id`,
-      [tenant],
-    );
+    const { rows } = await db.query(`select kind, amount_micros, balance_after_micros, source, note from ledger where tenant_id = $1 order by id`, [tenant]);
     expect(rows).toEqual([
       { kind: 'credit', amount_micros: 12_340_000n, balance_after_micros: 12_340_000n, source: 'grant', note: 'boas-vindas' },
       { kind: 'credit', amount_micros: 100_000_001n, balance_after_micros: 112_340_001n, source: 'grant', note: null },
@@ -298,7 +369,10 @@ describe.concurrent('amounts refuse thousands separators', () => {
       ['1.000,00', '"1.000,00" has more than one separator or a space; write amounts without thousands separators'],
       ['1,000.00', '"1,000.00" has more than one separator or a space'],
       ['1 000', '"1 000" has more than one separator or a space'],
-      ['1.000', '"1.000" is ambiguous: a dot followed by exactly three digits reads as a thousands separator in pt-BR and as a decimal separator in en-US; write 1000 for the thousands, or 1.0000 for the decimals'],
+      [
+        '1.000',
+        '"1.000" is ambiguous: a dot followed by exactly three digits reads as a thousands separator in pt-BR and as a decimal separator in en-US; write 1000 for the thousands, or 1.0000 for the decimals',
+      ],
       ['1,500', '"1,500" is ambiguous: a comma followed by exactly three digits'],
     ]) {
       const r = await cli(['credits', 'grant', '--tenant', tenant, '--amount', amount, '--json']);
@@ -344,8 +418,25 @@ describe.concurrent('model set', () => {
   test('creates and updates a model; prices are exact decimal strings', async () => {
     const id = `acme/m-${randomBytes(3).toString('hex')}`;
     const r = await cli([
-      'model', 'set', '--id', id, '--pool', 'openai', '--upstream-model', 'gpt-4o-mini', '--base-url', 'https://api.openai.com/v1',
-      '--api-key-env', 'OPENAI_API_KEY', '--input-price', '0.825', '--output-price', '3.300000', '--max-output-tokens', '16384', '--json',
+      'model',
+      'set',
+      '--id',
+      id,
+      '--pool',
+      'openai',
+      '--upstream-model',
+      'gpt-4o-mini',
+      '--base-url',
+      'https://api.openai.com/v1',
+      '--api-key-env',
+      'OPENAI_API_KEY',
+      '--input-price',
+      '0.825',
+      '--output-price',
+      '3.300000',
+      '--max-output-tokens',
+      '16384',
+      '--json',
     ]);
     expect(r.code).toBe(0);
     expect(r.json).toEqual({
@@ -370,10 +461,31 @@ describe.concurrent('model set', () => {
     const u = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '4', '--json']);
     expect(u.json).toEqual({ ...r.json, input_price: '1.00', output_price: '4.00' });
     // What the model accepts and its worst case per image.
-    const v = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '4', '--modalities', 'text,image', '--image-tokens', '25600', '--extra-params', 'top_k', '--json']);
+    const v = await cli([
+      'model',
+      'set',
+      '--id',
+      id,
+      '--pool',
+      'openai',
+      '--input-price',
+      '1',
+      '--output-price',
+      '4',
+      '--modalities',
+      'text,image',
+      '--image-tokens',
+      '25600',
+      '--extra-params',
+      'top_k',
+      '--json',
+    ]);
     expect(v.json).toEqual({ ...u.json, input_modalities: ['text', 'image'], image_input_tokens: 25600, extra_params: ['top_k'] });
     const bad = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '4', '--modalities', 'image', '--json']);
-    expect([bad.code, bad.stderr.trim()]).toEqual([2, 'catraca: model set: --modalities is a list of text, image, audio, file that includes text\nRun `catraca model set --help` for usage.']);
+    expect([bad.code, bad.stderr.trim()]).toEqual([
+      2,
+      'catraca: model set: --modalities is a list of text, image, audio, file that includes text\nRun `catraca model set --help` for usage.',
+    ]);
   });
 
   test('rejects more than 6 decimals, floats in exponent form and secrets in --api-key-env (exit 2)', async () => {
@@ -476,7 +588,14 @@ describe.concurrent('connection resolution', () => {
       mkdirSync(join(dir, 'a', 'b'), { recursive: true });
       writeFileSync(
         join(dir, '.catraca', 'stack.json'),
-        JSON.stringify({ database_url: process.env.DATABASE_URL, nats_url: process.env.NATS_URL, base_url: 'http://127.0.0.1:1/v1', portal_url: null, pid: process.pid, started_at: new Date().toISOString() }),
+        JSON.stringify({
+          database_url: process.env.DATABASE_URL,
+          nats_url: process.env.NATS_URL,
+          base_url: 'http://127.0.0.1:1/v1',
+          portal_url: null,
+          pid: process.pid,
+          started_at: new Date().toISOString(),
+        }),
       );
       const r = await cli(['tenant', 'create', '--name', 'via-state', '--json'], { DATABASE_URL: undefined, NATS_URL: undefined }, join(dir, 'a', 'b'));
       expect(r.code).toBe(0);

@@ -6,7 +6,18 @@ import { natsOptions } from '../bus/connect.ts';
 import { subjects } from '../bus/subjects.ts';
 import { formatRateLimit } from '../auth/key-options.ts';
 import { createApiKey, getKey, listKeys, revokeKey, type ApiKeyRecord, type LimitReset } from '../db/keys.ts';
-import { defaultProtocol, getModel, listModels, MODALITIES, MODEL_ID_RE, PROTOCOLS, upsertModel, type Modality, type ModelRecord, type Protocol } from '../db/models.ts';
+import {
+  defaultProtocol,
+  getModel,
+  listModels,
+  MODALITIES,
+  MODEL_ID_RE,
+  PROTOCOLS,
+  upsertModel,
+  type Modality,
+  type ModelRecord,
+  type Protocol,
+} from '../db/models.ts';
 import { createPool, type Db } from '../db/pool.ts';
 import { createTenant, getTenant } from '../db/tenants.ts';
 import { brlFlag, brlString, expiryFlag, intFlag, parseFlags, parseRateLimit, str } from './args.ts';
@@ -45,14 +56,16 @@ export async function tenantCreate(ctx: CliContext, args: string[]): Promise<voi
 
 export async function tenantList(ctx: CliContext, args: string[]): Promise<void> {
   parseFlags(args, { values: [] }, 'tenant list');
-  const rows = await withDb(ctx, async (db) =>
-    (
-      await db.query(
-        `select t.id, t.name, t.balance_micros, t.held_micros, t.created_at,
+  const rows = await withDb(
+    ctx,
+    async (db) =>
+      (
+        await db.query(
+          `select t.id, t.name, t.balance_micros, t.held_micros, t.created_at,
                 (select count(*) from api_keys k where k.tenant_id = t.id and k.revoked_at is null)::int as active_keys
            from tenants t order by t.created_at, t.id`,
-      )
-    ).rows,
+        )
+      ).rows,
   );
   const tenants = rows.map((t) => ({
     id: t.id as string,
@@ -78,7 +91,14 @@ function table(head: string[], rows: string[][], numeric: number[], empty: strin
   if (!rows.length) return empty;
   const all = [head, ...rows];
   const w = head.map((_, i) => Math.max(...all.map((r) => r[i].length)));
-  return all.map((r) => r.map((c, i) => (numeric.includes(i) ? c.padStart(w[i]) : c.padEnd(w[i]))).join('  ').trimEnd()).join('\n');
+  return all
+    .map((r) =>
+      r
+        .map((c, i) => (numeric.includes(i) ? c.padStart(w[i]) : c.padEnd(w[i])))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 // -------------------------------------------------------------------------------------- key
@@ -93,7 +113,14 @@ export async function keyCreate(ctx: CliContext, args: string[]): Promise<void> 
   const modelsText = (str(flags, 'models') ?? '*').trim();
   let models: string[] | null = null;
   if (modelsText !== '*') {
-    models = [...new Set(modelsText.split(',').map((m) => m.trim()).filter(Boolean))];
+    models = [
+      ...new Set(
+        modelsText
+          .split(',')
+          .map((m) => m.trim())
+          .filter(Boolean),
+      ),
+    ];
     if (!models.length) throw new UsageError(`${cmd}: --models must be '*' or a comma-separated list like vendor/a,vendor/b`);
     const bad = models.filter((m) => !MODEL_ID_RE.test(m));
     if (bad.length) throw new UsageError(`${cmd}: not model ids (vendor/name): ${bad.join(', ')}`);
@@ -206,7 +233,13 @@ export async function keyRevoke(ctx: CliContext, args: string[]): Promise<void> 
   });
   // Broadcast so every front door drops its cached record now. The database row is what counts
   // (admission re-checks it), so a failed broadcast is a warning, not a failure.
-  await broadcast(ctx, subjects.keyInvalidated, { key_id: id }, 'revoked in the database', 'front doors drop the key when their cache expires (KEY_CACHE_TTL_MS)');
+  await broadcast(
+    ctx,
+    subjects.keyInvalidated,
+    { key_id: id },
+    'revoked in the database',
+    'front doors drop the key when their cache expires (KEY_CACHE_TTL_MS)',
+  );
   ctx.out({ id, revoked: true }, `revoked key ${id}`);
 }
 
@@ -262,8 +295,21 @@ export async function modelSet(ctx: CliContext, args: string[]): Promise<void> {
     args,
     {
       values: [
-        'id', 'pool', 'protocol', 'upstream-model', 'base-url', 'api-key-env', 'input-price', 'output-price', 'max-output-tokens', 'context-length',
-        'modalities', 'image-tokens', 'extra-params', 'name', 'description',
+        'id',
+        'pool',
+        'protocol',
+        'upstream-model',
+        'base-url',
+        'api-key-env',
+        'input-price',
+        'output-price',
+        'max-output-tokens',
+        'context-length',
+        'modalities',
+        'image-tokens',
+        'extra-params',
+        'name',
+        'description',
       ],
       required: ['id', 'pool', 'input-price', 'output-price'],
     },
@@ -291,10 +337,16 @@ export async function modelSet(ctx: CliContext, args: string[]): Promise<void> {
   const maxOut = intFlag(flags, 'max-output-tokens', cmd);
   const ctxLen = intFlag(flags, 'context-length', cmd);
   const protocol = str(flags, 'protocol');
-  if (protocol !== undefined && !(PROTOCOLS as readonly string[]).includes(protocol)) throw new UsageError(`${cmd}: --protocol must be one of ${PROTOCOLS.join(', ')}`);
+  if (protocol !== undefined && !(PROTOCOLS as readonly string[]).includes(protocol))
+    throw new UsageError(`${cmd}: --protocol must be one of ${PROTOCOLS.join(', ')}`);
   const list = (name: string) => {
     const v = str(flags, name);
-    return v === undefined ? undefined : v.split(',').map((x) => x.trim()).filter(Boolean);
+    return v === undefined
+      ? undefined
+      : v
+          .split(',')
+          .map((x) => x.trim())
+          .filter(Boolean);
   };
   const modalities = list('modalities');
   if (modalities && (!modalities.includes('text') || modalities.some((m) => !(MODALITIES as readonly string[]).includes(m)))) {
@@ -303,7 +355,8 @@ export async function modelSet(ctx: CliContext, args: string[]): Promise<void> {
   const extraParams = list('extra-params');
   if (extraParams?.some((p) => !/^[a-z_][a-z0-9_]*$/.test(p))) throw new UsageError(`${cmd}: --extra-params is a list of request field names like top_k,min_p`);
   const imageTokensText = str(flags, 'image-tokens');
-  const imageTokens = imageTokensText === undefined ? undefined : imageTokensText === '' || imageTokensText === 'none' ? null : intFlag(flags, 'image-tokens', cmd)!;
+  const imageTokens =
+    imageTokensText === undefined ? undefined : imageTokensText === '' || imageTokensText === 'none' ? null : intFlag(flags, 'image-tokens', cmd)!;
 
   const m = await withDb(ctx, async (db) => {
     // Options not given keep their current values; an empty string clears base-url/api-key-env.
@@ -375,7 +428,10 @@ export async function ledgerCheckCommand(ctx: CliContext, args: string[]): Promi
     ? `ledger OK: ${result.tenants_checked} tenant(s) checked, balances match the ledger`
     : [
         `ledger MISMATCH: ${result.mismatches.length} problem(s) in ${result.tenants_checked} tenant(s) checked`,
-        ...result.mismatches.map((m) => `  ${m.tenant} ${m.check}${m.key_id ? ` key ${m.key_id}` : ''}${m.request_id ? ` request ${m.request_id} ×${m.count}` : ''}${m.expected !== undefined ? ` expected ${m.expected}` : ''}${m.actual !== undefined ? ` actual ${m.actual}` : ''}`),
+        ...result.mismatches.map(
+          (m) =>
+            `  ${m.tenant} ${m.check}${m.key_id ? ` key ${m.key_id}` : ''}${m.request_id ? ` request ${m.request_id} ×${m.count}` : ''}${m.expected !== undefined ? ` expected ${m.expected}` : ''}${m.actual !== undefined ? ` actual ${m.actual}` : ''}`,
+        ),
       ].join('\n');
   ctx.out({ ...result }, human);
   return result.ok ? 0 : 1;

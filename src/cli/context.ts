@@ -3,7 +3,10 @@ import { readStackState, type StackState } from '../stack/state.ts';
 
 /** A failure the user can act on: its message goes to stderr, the process exits with `exitCode`. */
 export class CliError extends Error {
-  constructor(message: string, readonly exitCode = 1) {
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
     super(message);
     this.name = 'CliError';
   }

@@ -124,7 +124,10 @@ describe('catraca status (the CLI, piped)', () => {
         const t = await createTenant(db, 'status');
         await credit(db, { tenantId: t.id, amountMicros: 1_000_000n, source: 'grant', note: 'test' });
         const k = await createApiKey(db, { tenantId: t.id, label: 'status' });
-        for (const [id, amount] of [['h1', 1000n], ['h2', 2500n]] as const) {
+        for (const [id, amount] of [
+          ['h1', 1000n],
+          ['h2', 2500n],
+        ] as const) {
           expect((await admit(db, { requestId: id, tenantId: t.id, keyId: k.record.id, min: amount, max: amount, ttlMs: 600000 })).status).toBe('ok');
         }
         expect((await openLease(db, { leaseId: 'l1', tenantId: t.id, keyId: k.record.id, amount: 5000n, richness: 1, ttlMs: 600000 })).status).toBe('ok');
@@ -159,7 +162,9 @@ describe('catraca status (the CLI, piped)', () => {
       expect(r.code).toBe(0);
       expect(r.stdout).not.toContain('\x1b');
       const lines = r.stdout.split('\n');
-      expect(lines).toContain(`Usage       ${K} waiting to be settled (metering: ${K} pending, 0 unacknowledged); stream ${lines.join('\n').match(/stream (\d+) of/)![1]} of 1048576 bytes, retention workqueue`);
+      expect(lines).toContain(
+        `Usage       ${K} waiting to be settled (metering: ${K} pending, 0 unacknowledged); stream ${lines.join('\n').match(/stream (\d+) of/)![1]} of 1048576 bytes, retention workqueue`,
+      );
       expect(lines).toContain('Holds       2 open, R$ 0.003500; leases 1 open, R$ 0.005000');
       expect(lines).toContain('POOL    WORKERS  IN-FLIGHT  CAPACITY  WAITING');
       expect(lines).toContain('openai        1          1        10        0');
@@ -172,7 +177,9 @@ describe('catraca status (the CLI, piped)', () => {
       const base = { ...process.env } as Record<string, string | undefined>;
       delete base.DATABASE_URL;
       const child = spawn(process.execPath, [BIN, 'status', '--watch', '--wait-ms', '200'], {
-        cwd: emptyDir, env: { ...base, NATS_URL: nats.url, DATABASE_URL: databaseUrl } as NodeJS.ProcessEnv, stdio: ['ignore', 'pipe', 'pipe'],
+        cwd: emptyDir,
+        env: { ...base, NATS_URL: nats.url, DATABASE_URL: databaseUrl } as NodeJS.ProcessEnv,
+        stdio: ['ignore', 'pipe', 'pipe'],
       });
       let out = '';
       child.stdout.on('data', (d) => (out += d));

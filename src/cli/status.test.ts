@@ -26,7 +26,9 @@ describe('catraca status', () => {
     const w = createMetrics();
     w.gauge('catraca_inflight', 'Jobs streaming').set(7);
     stops.push((await registerMonitoring(nc, { name: 'catraca-gateway', version: '0.1.0', instanceId: gw, metrics: g })).stop);
-    stops.push((await registerMonitoring(nc, { name: 'catraca-worker', version: '0.1.0', instanceId: wk, metrics: w, extra: () => ({ pools: ['openai'] }) })).stop);
+    stops.push(
+      (await registerMonitoring(nc, { name: 'catraca-worker', version: '0.1.0', instanceId: wk, metrics: w, extra: () => ({ pools: ['openai'] }) })).stop,
+    );
   });
   afterAll(async () => {
     for (const s of stops) await s();

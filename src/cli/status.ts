@@ -134,7 +134,12 @@ export function formatTable(rows: InstanceRow[]): string {
   const all = [head, ...body];
   const numeric = new Set([3, 5, 6, 7, 8, 9, 10, 11, 12]);
   const w = head.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const lines = all.map((r) => r.map((c, i) => (numeric.has(i) ? c.padStart(w[i]!) : c.padEnd(w[i]!))).join('  ').trimEnd());
+  const lines = all.map((r) =>
+    r
+      .map((c, i) => (numeric.has(i) ? c.padStart(w[i]!) : c.padEnd(w[i]!)))
+      .join('  ')
+      .trimEnd(),
+  );
   if (!rows.length) lines.push('(no catraca instance answered on $SRV.STATS)');
   return lines.join('\n');
 }
@@ -185,7 +190,10 @@ export interface StatusReport {
   ok: boolean;
   nats: { ok: boolean; url: string; server?: string; rtt_ms?: number; error?: string };
   postgres: { ok: boolean; url: string; rtt_ms?: number; error?: string } | null;
-  usage: ({ messages: number; pending: number | null; ack_pending: number | null; stream_bytes: number; max_bytes: number; retention: string }) | { error: string } | null;
+  usage:
+    | { messages: number; pending: number | null; ack_pending: number | null; stream_bytes: number; max_bytes: number; retention: string }
+    | { error: string }
+    | null;
   holds: { holds: number; held: string; leases: number; leased: string } | null;
   pools: PoolRow[];
   instances: InstanceRow[];
@@ -196,7 +204,10 @@ function usageOut(b: UsageBacklog) {
 }
 
 /** Everything `catraca status` shows, collected once. */
-export async function collectStatus(nc: NatsConnection, opts: { natsUrl: string; db?: pg.Pool; databaseUrl?: string; service?: string; waitMs?: number }): Promise<StatusReport> {
+export async function collectStatus(
+  nc: NatsConnection,
+  opts: { natsUrl: string; db?: pg.Pool; databaseUrl?: string; service?: string; waitMs?: number },
+): Promise<StatusReport> {
   const t0 = performance.now();
   let rtt: number | undefined;
   try {
@@ -229,14 +240,22 @@ export async function collectStatus(nc: NatsConnection, opts: { natsUrl: string;
 function table(head: string[], body: string[][], numeric: Set<number>): string[] {
   const all = [head, ...body];
   const w = head.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  return all.map((r) => r.map((c, i) => (numeric.has(i) ? c.padStart(w[i]!) : c.padEnd(w[i]!))).join('  ').trimEnd());
+  return all.map((r) =>
+    r
+      .map((c, i) => (numeric.has(i) ? c.padStart(w[i]!) : c.padEnd(w[i]!)))
+      .join('  ')
+      .trimEnd(),
+  );
 }
 
 /** The human report: health, usage backlog, holds, pools, then the instance table. Plain text, no escape codes. */
 export function formatReport(r: StatusReport): string {
   const out: string[] = [];
-  out.push(`NATS        ${r.nats.ok ? 'ok' : 'DOWN'}  ${r.nats.url}${r.nats.server ? `  (nats-server ${r.nats.server}, rtt ${r.nats.rtt_ms} ms)` : ''}${r.nats.error ? `  ${r.nats.error}` : ''}`);
-  if (r.postgres) out.push(`PostgreSQL  ${r.postgres.ok ? 'ok' : 'DOWN'}  ${r.postgres.url}${r.postgres.ok ? `  (rtt ${r.postgres.rtt_ms} ms)` : `  ${r.postgres.error}`}`);
+  out.push(
+    `NATS        ${r.nats.ok ? 'ok' : 'DOWN'}  ${r.nats.url}${r.nats.server ? `  (nats-server ${r.nats.server}, rtt ${r.nats.rtt_ms} ms)` : ''}${r.nats.error ? `  ${r.nats.error}` : ''}`,
+  );
+  if (r.postgres)
+    out.push(`PostgreSQL  ${r.postgres.ok ? 'ok' : 'DOWN'}  ${r.postgres.url}${r.postgres.ok ? `  (rtt ${r.postgres.rtt_ms} ms)` : `  ${r.postgres.error}`}`);
   else out.push('PostgreSQL  -  (no DATABASE_URL and no running stack: holds not shown)');
   if (r.usage && 'error' in r.usage) out.push(`Usage       ${r.usage.error}`);
   else if (r.usage) {
@@ -250,7 +269,13 @@ export function formatReport(r: StatusReport): string {
   if (r.holds) out.push(`Holds       ${r.holds.holds} open, R$ ${r.holds.held}; leases ${r.holds.leases} open, R$ ${r.holds.leased}`);
   if (r.pools.length) {
     out.push('');
-    out.push(...table(['POOL', 'WORKERS', 'IN-FLIGHT', 'CAPACITY', 'WAITING'], r.pools.map((p) => [p.pool, String(p.workers), String(p.inflight), String(p.capacity), String(p.waiting)]), new Set([1, 2, 3, 4])));
+    out.push(
+      ...table(
+        ['POOL', 'WORKERS', 'IN-FLIGHT', 'CAPACITY', 'WAITING'],
+        r.pools.map((p) => [p.pool, String(p.workers), String(p.inflight), String(p.capacity), String(p.waiting)]),
+        new Set([1, 2, 3, 4]),
+      ),
+    );
   }
   out.push('');
   out.push(formatTable(r.instances));

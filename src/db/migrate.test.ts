@@ -67,7 +67,9 @@ describe('migrate', () => {
       writeFileSync(join(dir, '002_b.sql'), 'create table b (id int);\n');
       const err = await migrate(url, { dir }).catch((e) => e);
       expect(err).toBeInstanceOf(MigrationChecksumError);
-      expect(err.message).toMatch(/^migration 001_a\.sql was changed after it was applied \(sha256 recorded [0-9a-f]{12}…, file now [0-9a-f]{12}…\): restore the file as it was applied and put the change in a new migration$/);
+      expect(err.message).toMatch(
+        /^migration 001_a\.sql was changed after it was applied \(sha256 recorded [0-9a-f]{12}…, file now [0-9a-f]{12}…\): restore the file as it was applied and put the change in a new migration$/,
+      );
       expect(err.file).toBe('001_a.sql');
       expect(await query(url, `select to_regclass('b') is null as missing`)).toEqual([{ missing: true }]);
       expect((await query(url, 'select version from schema_migrations')).map((r) => r.version)).toEqual(['001_a.sql']);
@@ -101,8 +103,13 @@ describe('migrate', () => {
 
   test("the run's database (migrated by the test setup) has a checksum for every shipped migration", async () => {
     const dir = join(dirname(fileURLToPath(import.meta.url)), 'migrations');
-    const rows = await query<{ version: string; checksum: string }>(process.env.DATABASE_URL!, 'select version, checksum from schema_migrations order by version');
-    const files = readdirSync(dir).filter((f) => f.endsWith('.sql')).sort();
+    const rows = await query<{ version: string; checksum: string }>(
+      process.env.DATABASE_URL!,
+      'select version, checksum from schema_migrations order by version',
+    );
+    const files = readdirSync(dir)
+      .filter((f) => f.endsWith('.sql'))
+      .sort();
     expect(rows).toEqual(files.map((f) => ({ version: f, checksum: sha256(readFileSync(join(dir, f))) })));
   });
 });

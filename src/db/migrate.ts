@@ -16,9 +16,10 @@ export async function ensureDatabase(databaseUrl: string): Promise<void> {
   await client.connect();
   try {
     const { rowCount } = await client.query('select 1 from pg_database where datname = $1', [name]);
-    if (!rowCount) await client.query(`create database "${name.replace(/"/g, '""')}"`).catch((err) => {
-      if (err.code !== '42P04') throw err; // created concurrently
-    });
+    if (!rowCount)
+      await client.query(`create database "${name.replace(/"/g, '""')}"`).catch((err) => {
+        if (err.code !== '42P04') throw err; // created concurrently
+      });
   } finally {
     await client.end();
   }
@@ -33,7 +34,11 @@ export function migrationChecksum(contents: Buffer | string): string {
 
 /** A migration that was applied and whose file has changed since: refused, never re-run. */
 export class MigrationChecksumError extends Error {
-  constructor(readonly file: string, readonly recorded: string, readonly actual: string) {
+  constructor(
+    readonly file: string,
+    readonly recorded: string,
+    readonly actual: string,
+  ) {
     super(
       `migration ${file} was changed after it was applied (sha256 recorded ${recorded.slice(0, 12)}…, file now ${actual.slice(0, 12)}…): ` +
         'restore the file as it was applied and put the change in a new migration',
@@ -58,7 +63,9 @@ export async function migrate(databaseUrl: string, options: { dir?: string } = {
     await client.query('select pg_advisory_lock(7261001)');
     await client.query('create table if not exists schema_migrations (version text primary key, applied_at timestamptz not null default now(), checksum text)');
     await client.query('alter table schema_migrations add column if not exists checksum text');
-    const files = readdirSync(dir).filter((f) => MIGRATION_FILE.test(f)).sort();
+    const files = readdirSync(dir)
+      .filter((f) => MIGRATION_FILE.test(f))
+      .sort();
     const contents = new Map(files.map((f) => [f, readFileSync(join(dir, f))]));
     const done = new Map<string, string | null>(
       (await client.query('select version, checksum from schema_migrations')).rows.map((r) => [r.version as string, r.checksum as string | null]),

@@ -42,12 +42,19 @@ export const ModelInputSchema = z.object({
   protocol: z.enum(PROTOCOLS).optional(),
   upstream_model: z.string().min(1),
   base_url: z.string().url().nullable().default(null),
-  api_key_env: z.string().regex(/^[A-Z_][A-Z0-9_]*$/, 'api-key-env must be an environment variable name').nullable().default(null),
+  api_key_env: z
+    .string()
+    .regex(/^[A-Z_][A-Z0-9_]*$/, 'api-key-env must be an environment variable name')
+    .nullable()
+    .default(null),
   input_price: z.bigint().nonnegative(),
   output_price: z.bigint().nonnegative(),
   context_length: z.number().int().positive().default(128000),
   max_output_tokens: z.number().int().positive().default(4096),
-  input_modalities: z.array(z.enum(MODALITIES)).default(['text']).refine((m) => m.includes('text'), 'input modalities must include text'),
+  input_modalities: z
+    .array(z.enum(MODALITIES))
+    .default(['text'])
+    .refine((m) => m.includes('text'), 'input modalities must include text'),
   image_input_tokens: z.number().int().positive().nullable().default(null),
   extra_params: z.array(z.string().regex(/^[a-z_][a-z0-9_]*$/, 'extra params are field names like top_k')).default([]),
   name: z.string().nullable().default(null),
@@ -70,9 +77,23 @@ export async function upsertModel(db: DbClient, input: ModelInput): Promise<Mode
        max_output_tokens = excluded.max_output_tokens, name = excluded.name, description = excluded.description,
        updated_at = now()
      returning *`,
-    [m.id, m.pool, m.upstream_model, m.base_url, m.api_key_env, m.input_price, m.output_price,
-     m.context_length, m.max_output_tokens, m.name, m.description,
-     m.protocol ?? defaultProtocol(m.pool), m.input_modalities, m.image_input_tokens, m.extra_params],
+    [
+      m.id,
+      m.pool,
+      m.upstream_model,
+      m.base_url,
+      m.api_key_env,
+      m.input_price,
+      m.output_price,
+      m.context_length,
+      m.max_output_tokens,
+      m.name,
+      m.description,
+      m.protocol ?? defaultProtocol(m.pool),
+      m.input_modalities,
+      m.image_input_tokens,
+      m.extra_params,
+    ],
   );
   return rows[0];
 }

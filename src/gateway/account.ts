@@ -84,10 +84,28 @@ export function modelsBody(models: ModelRecord[]) {
       context_length: m.context_length,
       architecture: { modality: 'text->text', input_modalities: ['text'], output_modalities: ['text'], tokenizer: 'Other', instruct_type: null },
       pricing: { prompt: pricePerToken(m.input_price), completion: pricePerToken(m.output_price), request: '0', image: '0', currency: 'BRL' },
-      pricing_per_million_tokens: { prompt: pricePerToken(m.input_price * 1_000_000n), completion: pricePerToken(m.output_price * 1_000_000n), currency: 'BRL' },
+      pricing_per_million_tokens: {
+        prompt: pricePerToken(m.input_price * 1_000_000n),
+        completion: pricePerToken(m.output_price * 1_000_000n),
+        currency: 'BRL',
+      },
       top_provider: { context_length: m.context_length, max_completion_tokens: m.max_output_tokens, is_moderated: false },
       per_request_limits: null,
-      supported_parameters: ['max_tokens', 'max_completion_tokens', 'temperature', 'top_p', 'stop', 'stream', 'stream_options', 'seed', 'presence_penalty', 'frequency_penalty', 'tools', 'tool_choice', 'response_format'],
+      supported_parameters: [
+        'max_tokens',
+        'max_completion_tokens',
+        'temperature',
+        'top_p',
+        'stop',
+        'stream',
+        'stream_options',
+        'seed',
+        'presence_penalty',
+        'frequency_penalty',
+        'tools',
+        'tool_choice',
+        'response_format',
+      ],
     })),
   };
 }
@@ -104,7 +122,14 @@ export async function generationBody(db: Db, key: ApiKeyRecord, id: string) {
     [id, key.tenant_id],
   );
   const g = rows[0];
-  if (!g) throw new CatracaError(404, 'not_found_error', 'generation_not_found', `Generation "${id}" not found (it appears once metering has settled it, usually within milliseconds).`, 'id');
+  if (!g)
+    throw new CatracaError(
+      404,
+      'not_found_error',
+      'generation_not_found',
+      `Generation "${id}" not found (it appears once metering has settled it, usually within milliseconds).`,
+      'id',
+    );
   return {
     data: {
       id: g.request_id,

@@ -81,7 +81,10 @@ export class Dispatcher {
 
   private requests: RequestMux;
 
-  constructor(private nc: NatsConnection, private opts: DispatchOptions) {
+  constructor(
+    private nc: NatsConnection,
+    private opts: DispatchOptions,
+  ) {
     this.requests = new RequestMux(nc);
   }
 

@@ -9,7 +9,11 @@ function countingDb() {
   return db;
 }
 
-const refusal = (p: Promise<unknown>) => p.then(() => 'accepted', (e: { code?: string }) => e.code);
+const refusal = (p: Promise<unknown>) =>
+  p.then(
+    () => 'accepted',
+    (e: { code?: string }) => e.code,
+  );
 
 describe('KeyCache', () => {
   it('refuses a missing header, another scheme and tokens not shaped like our keys without a database lookup', async () => {

@@ -39,7 +39,11 @@ export class KeyCache {
   private inflight = new Map<string, Promise<ApiKeyRecord | null>>();
   private sub?: Subscription;
 
-  constructor(private db: Db, private ttlMs: number, private maxEntries = 100_000) {}
+  constructor(
+    private db: Db,
+    private ttlMs: number,
+    private maxEntries = 100_000,
+  ) {}
 
   get size(): number {
     return this.byHash.size;

@@ -16,11 +16,16 @@ try {
   process.stderr.write(`catraca front door: ${(err as Error).message}\n`);
   process.exit(1);
 }
-if (uwsRuntime.officialError) log.warn('the official uWebSockets.js is installed but did not load; using @trufflesuite/uws-js-unofficial', { reason: uwsRuntime.officialError });
+if (uwsRuntime.officialError)
+  log.warn('the official uWebSockets.js is installed but did not load; using @trufflesuite/uws-js-unofficial', { reason: uwsRuntime.officialError });
 const config = loadConfig();
 configureLogging({ level: config.LOG_LEVEL, format: config.LOG_FORMAT });
 // The front door writes only holds (reservations) and reads; see PoolOptions.asyncCommit.
-const db = createPool(config.DATABASE_URL, 20, { asyncCommit: true, connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS, statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS });
+const db = createPool(config.DATABASE_URL, 20, {
+  asyncCommit: true,
+  connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
+  statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
+});
 const nc = await connectBus(config.NATS_URL, `catraca-gateway ${config.CATRACA_INSTANCE ?? process.pid}`);
 const gateway = await startGateway({ config, db, nc, doorId: config.CATRACA_INSTANCE, portalUrl: config.PORTAL_PUBLIC_URL });
 

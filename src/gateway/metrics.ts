@@ -45,7 +45,8 @@ export function createGatewayMetrics(
     /** a job that waited for a worker slot got one after `ms` */
     waited(pool: string, ms: number) {
       let h = waitedByPool.get(pool);
-      if (!h) waitedByPool.set(pool, (h = metrics.histogram('catraca_dispatch_wait_seconds', 'Wait for a worker slot of jobs that had to wait, seconds', { pool })));
+      if (!h)
+        waitedByPool.set(pool, (h = metrics.histogram('catraca_dispatch_wait_seconds', 'Wait for a worker slot of jobs that had to wait, seconds', { pool })));
       h.observe(ms / 1000);
     },
     /** registers the waiting-jobs gauge of each pool as it appears */

@@ -66,7 +66,12 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     onError: (what, err) => log.warn(what, { err: err as Error }),
   });
   keys.onInvalidate((keyId) => admission.invalidateKey(keyId));
-  const gm = createGatewayMetrics(() => inFlight, () => router.size, admission, () => dispatcher.depth());
+  const gm = createGatewayMetrics(
+    () => inFlight,
+    () => router.size,
+    admission,
+    () => dispatcher.depth(),
+  );
   const track = (status: number, startedAt = Date.now(), ttfbMs: number | null = null) => {
     byStatus[status] = (byStatus[status] ?? 0) + 1;
     gm.answered(status, startedAt, ttfbMs);
@@ -99,7 +104,14 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   poolGauges.unref();
   const tracer = opts.tracer ?? tracerFromEnv('catraca-gateway');
   const chatDeps = {
-    config, db, nc, keys, catalog, router, portalUrl: opts.portalUrl, tracer,
+    config,
+    db,
+    nc,
+    keys,
+    catalog,
+    router,
+    portalUrl: opts.portalUrl,
+    tracer,
     admission,
     dispatcher,
     metrics: gm,
@@ -110,14 +122,15 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   };
 
   /** Authenticated GET: runs `body` after auth, answers JSON, maps errors. */
-  const authedGet = (handler: (key: Awaited<ReturnType<KeyCache['authenticate']>>, query: URLSearchParams) => Promise<unknown>) =>
-    (res: HttpResponse, req: HttpRequest) => {
+  const authedGet =
+    (handler: (key: Awaited<ReturnType<KeyCache['authenticate']>>, query: URLSearchParams) => Promise<unknown>) => (res: HttpResponse, req: HttpRequest) => {
       const s = begin(res, req);
       const authorization = req.getHeader('authorization');
       const query = new URLSearchParams(req.getQuery() ?? '');
       res.onAborted(() => (s.aborted = true));
       if (refuseIfDraining(s)) return;
-      keys.authenticate(authorization)
+      keys
+        .authenticate(authorization)
         .then((key) => handler(key, query))
         .then((body) => {
           track(200);
@@ -166,10 +179,22 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         config.BODY_TIMEOUT_MS,
       );
     })
-    .get('/v1/credits', authedGet((key) => creditsBody(db, key)))
-    .get('/v1/key', authedGet((key) => keyBody(db, key)))
-    .get('/v1/auth/key', authedGet((key) => keyBody(db, key)))
-    .get('/v1/generation', authedGet((key, query) => generationBody(db, key, query.get('id') ?? '')))
+    .get(
+      '/v1/credits',
+      authedGet((key) => creditsBody(db, key)),
+    )
+    .get(
+      '/v1/key',
+      authedGet((key) => keyBody(db, key)),
+    )
+    .get(
+      '/v1/auth/key',
+      authedGet((key) => keyBody(db, key)),
+    )
+    .get(
+      '/v1/generation',
+      authedGet((key, query) => generationBody(db, key, query.get('id') ?? '')),
+    )
     .get('/v1/models', (res, req) => {
       const s = begin(res, req);
       track(200);
@@ -206,10 +231,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
       draining = true;
       closeListenSocket(listenSocket);
       if (inFlight > 0) {
-        await Promise.race([
-          new Promise<void>((r) => (drained = r)),
-          new Promise<void>((r) => setTimeout(r, graceMs).unref()),
-        ]);
+        await Promise.race([new Promise<void>((r) => (drained = r)), new Promise<void>((r) => setTimeout(r, graceMs).unref())]);
       }
       clearInterval(poolGauges);
       dispatcher.stop();

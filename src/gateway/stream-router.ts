@@ -28,7 +28,11 @@ export class StreamRouter {
   private sweeper?: NodeJS.Timeout;
   private prefixLength: number;
 
-  constructor(private nc: NatsConnection, readonly doorId: string, private idleTimeoutMs: number) {
+  constructor(
+    private nc: NatsConnection,
+    readonly doorId: string,
+    private idleTimeoutMs: number,
+  ) {
     this.prefixLength = subjects.stream(doorId, '').length;
   }
 
@@ -65,7 +69,11 @@ export class StreamRouter {
       return;
     }
     if (frame.seq !== route.nextSeq) {
-      this.fail(requestId, route, errors.upstream(502, 'stream_gap', `Frames were lost between worker and gateway (expected ${route.nextSeq}, got ${frame.seq}).`));
+      this.fail(
+        requestId,
+        route,
+        errors.upstream(502, 'stream_gap', `Frames were lost between worker and gateway (expected ${route.nextSeq}, got ${frame.seq}).`),
+      );
       return;
     }
     if (frame.seq === 0 && msg?.headers) {

@@ -53,7 +53,12 @@ describe('loadUws', () => {
         console.warn('This version of µWS is not compatible with your Node.js build:\n\nError: NODE_MODULE_VERSION 115 vs 127');
         return fallback;
       });
-      expect(rt).toEqual({ module: fallback, package: UNOFFICIAL_PACKAGE, native: false, fallbackReason: 'This version of µWS is not compatible with your Node.js build: Error: NODE_MODULE_VERSION 115 vs 127' });
+      expect(rt).toEqual({
+        module: fallback,
+        package: UNOFFICIAL_PACKAGE,
+        native: false,
+        fallbackReason: 'This version of µWS is not compatible with your Node.js build: Error: NODE_MODULE_VERSION 115 vs 127',
+      });
     } finally {
       console.warn = warn;
     }
@@ -74,9 +79,13 @@ describe('assertNativeUws', () => {
     const rt: UwsRuntime = { module: { App: jsFn } as never, package: UNOFFICIAL_PACKAGE, native: false, fallbackReason: 'NODE_MODULE_VERSION 115 vs 127' };
     expect(() => assertNativeUws(rt)).toThrow(/needs uWebSockets\.js loaded natively/);
     const msg = notNativeMessage(rt, { ...process.versions, node: '22.11.0', modules: '127' }, 'linux-x64');
-    expect(msg).toContain('@trufflesuite/uws-js-unofficial did not load a native build on Node 22.11.0 (ABI 127, linux-x64) and fell back to its JavaScript shim');
+    expect(msg).toContain(
+      '@trufflesuite/uws-js-unofficial did not load a native build on Node 22.11.0 (ABI 127, linux-x64) and fell back to its JavaScript shim',
+    );
     expect(msg).toContain('(NODE_MODULE_VERSION 115 vs 127)');
-    expect(msg).toContain('Run the front door on Node 20, or install the official build (uWebSockets.js from github.com/uNetworking/uWebSockets.js, a release that ships a binary for ABI 127; it needs glibc ≥ 2.38)');
+    expect(msg).toContain(
+      'Run the front door on Node 20, or install the official build (uWebSockets.js from github.com/uNetworking/uWebSockets.js, a release that ships a binary for ABI 127; it needs glibc ≥ 2.38)',
+    );
     expect(() => assertNativeUws({ ...rt, native: true })).not.toThrow();
   });
 });
@@ -84,13 +93,21 @@ describe('assertNativeUws', () => {
 test('the front door process stops at once, exit 1, when uWebSockets.js runs its fallback (forced with UWS_USE_FALLBACK=1)', async () => {
   const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
   const r = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
-    const env = { ...process.env, UWS_USE_FALLBACK: '1', GATEWAY_PORT: '0', NATS_URL: 'nats://127.0.0.1:1', DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' };
+    const env = {
+      ...process.env,
+      UWS_USE_FALLBACK: '1',
+      GATEWAY_PORT: '0',
+      NATS_URL: 'nats://127.0.0.1:1',
+      DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none',
+    };
     execFile(process.execPath, ['--import', 'tsx', join(root, 'src/gateway/main.ts')], { cwd: root, env, timeout: 20000 }, (err, _stdout, stderr) => {
       resolve({ code: err ? ((err as { code?: number }).code ?? null) : 0, stderr });
     });
   });
   expect(r.code).toBe(1);
-  expect(r.stderr).toContain(`catraca front door: the front door needs uWebSockets.js loaded natively, but @trufflesuite/uws-js-unofficial did not load a native build on Node ${process.versions.node}`);
+  expect(r.stderr).toContain(
+    `catraca front door: the front door needs uWebSockets.js loaded natively, but @trufflesuite/uws-js-unofficial did not load a native build on Node ${process.versions.node}`,
+  );
   expect(r.stderr).toContain('"msg":"refusing to start"');
   expect(r.stderr).not.toContain('front door listening');
 });

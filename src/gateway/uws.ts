@@ -68,11 +68,21 @@ export function loadUws(load: Loader = requireHere): UwsRuntime {
   }
   const native = isNativeUws(mod);
   const fallbackReason = printed.join(' ').replace(/\s+/g, ' ').trim() || undefined;
-  return { module: mod, package: UNOFFICIAL_PACKAGE, native, ...(officialError ? { officialError } : {}), ...(!native && fallbackReason ? { fallbackReason } : {}) };
+  return {
+    module: mod,
+    package: UNOFFICIAL_PACKAGE,
+    native,
+    ...(officialError ? { officialError } : {}),
+    ...(!native && fallbackReason ? { fallbackReason } : {}),
+  };
 }
 
 /** The message the front door stops with when uWebSockets.js is not native. */
-export function notNativeMessage(rt: Pick<UwsRuntime, 'package' | 'officialError' | 'fallbackReason'>, versions = process.versions, platform = `${process.platform}-${process.arch}`): string {
+export function notNativeMessage(
+  rt: Pick<UwsRuntime, 'package' | 'officialError' | 'fallbackReason'>,
+  versions = process.versions,
+  platform = `${process.platform}-${process.arch}`,
+): string {
   return [
     `the front door needs uWebSockets.js loaded natively, but ${rt.package} did not load a native build on Node ${versions.node} (ABI ${versions.modules}, ${platform}) and fell back to its JavaScript shim, which catraca refuses to serve on.`,
     rt.officialError ? `The official ${OFFICIAL_PACKAGE} is installed but did not load: ${rt.officialError}.` : '',

@@ -66,10 +66,11 @@ export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 100
     exists = false;
   }
   if (exists) await jsm.consumers.update(USAGE_STREAM, METERING_DURABLE, { ack_wait: config.ack_wait, max_ack_pending: config.max_ack_pending });
-  else await jsm.consumers.add(USAGE_STREAM, config).catch(async (err) => {
-    // another metering instance created it first
-    if (!String(err.message).includes('already')) throw err;
-  });
+  else
+    await jsm.consumers.add(USAGE_STREAM, config).catch(async (err) => {
+      // another metering instance created it first
+      if (!String(err.message).includes('already')) throw err;
+    });
 }
 
 /**
@@ -84,7 +85,18 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   await ensureMeteringConsumer(nc, opts.ackWaitMs, opts.stream);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
-  const stats: MeteringStats = { settled: 0, duplicates: 0, failures: 0, poison: 0, swept: 0, inFlight: 0, lastLagMs: 0, maxLagMs: 0, openHolds: 0, openLeases: 0 };
+  const stats: MeteringStats = {
+    settled: 0,
+    duplicates: 0,
+    failures: 0,
+    poison: 0,
+    swept: 0,
+    inFlight: 0,
+    lastLagMs: 0,
+    maxLagMs: 0,
+    openHolds: 0,
+    openLeases: 0,
+  };
   let heldMicros = { holds: 0, leases: 0 };
   const metrics = createMetrics();
   const settler = new UsageSettler(db, tracer, stats, metrics, log);

@@ -67,7 +67,13 @@ export class UsageSettler {
       });
     }
     try {
-      const results = items.length === 1 ? [await settle(this.db, items[0].settlement)] : await settleBatch(this.db, items.map((i) => i.settlement));
+      const results =
+        items.length === 1
+          ? [await settle(this.db, items[0].settlement)]
+          : await settleBatch(
+              this.db,
+              items.map((i) => i.settlement),
+            );
       for (let i = 0; i < items.length; i++) this.conclude(items[i], results[i]);
       return;
     } catch (err) {
@@ -118,7 +124,11 @@ export class UsageSettler {
   private conclude(item: Item, result: SettleResult): void {
     const { msg, usage, settlement } = item;
     const { stats, mx } = this;
-    item.span?.setAttributes({ 'catraca.settle_status': result.status, 'catraca.debited_micros': Number(result.debited ?? 0), 'catraca.redelivered': msg.redelivered });
+    item.span?.setAttributes({
+      'catraca.settle_status': result.status,
+      'catraca.debited_micros': Number(result.debited ?? 0),
+      'catraca.redelivered': msg.redelivered,
+    });
     if (result.status === 'unknown_tenant') item.span?.setStatus('error', 'unknown tenant');
     item.span?.end();
     if (result.status === 'duplicate') {
@@ -131,7 +141,12 @@ export class UsageSettler {
       mx.lag.observe(stats.lastLagMs / 1000);
       mx.lagNamed.observe(stats.lastLagMs / 1000);
       if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
-      if (result.debited < settlement.costMicros) this.log.warn('shortfall: cost exceeded available balance', { request_id: usage.request_id, cost: settlement.costMicros.toString(), debited: result.debited.toString() });
+      if (result.debited < settlement.costMicros)
+        this.log.warn('shortfall: cost exceeded available balance', {
+          request_id: usage.request_id,
+          cost: settlement.costMicros.toString(),
+          debited: result.debited.toString(),
+        });
     } else {
       stats.poison++;
       mx.errors.inc();

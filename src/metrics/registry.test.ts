@@ -101,7 +101,6 @@ describe('renderPrometheus', () => {
   });
 });
 
-
 describe('counters read from their source', () => {
   it('report the source value, render as counters and refuse inc()', () => {
     const m = createMetrics();
@@ -166,7 +165,9 @@ describe('processMetrics', () => {
     while (Date.now() < until);
     await new Promise((r) => setTimeout(r, 30));
     expect(eventLoopDelay().max).toBeGreaterThanOrEqual(0.1);
-    const again = renderPrometheus(proc).split('\n').find((l) => l.startsWith('nodejs_eventloop_lag_max_seconds '))!;
+    const again = renderPrometheus(proc)
+      .split('\n')
+      .find((l) => l.startsWith('nodejs_eventloop_lag_max_seconds '))!;
     expect(Number(again.split(' ')[1])).toBeGreaterThanOrEqual(0.1);
   });
 });

@@ -19,8 +19,8 @@ import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
  * (0.1, 0.15], not (0.1, 0.25]).
  */
 export const DEFAULT_BUCKETS_SECONDS: readonly number[] = [
-  0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05,
-  0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60, 120,
+  0.0001, 0.0002, 0.0003, 0.0005, 0.00075, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1,
+  1.5, 2, 3, 5, 10, 30, 60, 120,
 ];
 
 export type Labels = Record<string, string>;
@@ -102,13 +102,7 @@ export function seriesKey(name: string, labels: Labels = {}): string {
  * Unlike Prometheus the result is clamped to the observed [min, max], and a rank in the +Inf
  * bucket returns the observed max. No observations → 0.
  */
-export function bucketQuantile(
-  q: number,
-  bounds: readonly number[],
-  counts: readonly number[],
-  min: number,
-  max: number,
-): number {
+export function bucketQuantile(q: number, bounds: readonly number[], counts: readonly number[], min: number, max: number): number {
   let total = 0;
   for (const c of counts) total += c;
   if (total === 0) return 0;

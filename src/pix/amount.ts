@@ -23,7 +23,9 @@ export function fromValor(valor: string): bigint {
  * "5.001" are refused, never read as thousands), at most 2 decimals.
  */
 export function parseUserAmountInput(text: string): AmountInputResult {
-  const t = String(text ?? '').trim().replace(/^R\$\s*/i, '');
+  const t = String(text ?? '')
+    .trim()
+    .replace(/^R\$\s*/i, '');
   return parseAmountInput(t, { maxDecimals: 2, maxIntegerDigits: 10 });
 }
 

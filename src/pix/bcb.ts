@@ -3,7 +3,16 @@ import { z } from 'zod';
 import { buildDynamicBrCode } from './brcode.ts';
 import { fromValor, toValor } from './amount.ts';
 import { httpRequest, type TlsOptions } from './http.ts';
-import { PspError, type CobStatus, type PixCharge, type PixPayment, type PixRefund, type PspAdapter, type WebhookRequest, type WebhookVerification } from './types.ts';
+import {
+  PspError,
+  type CobStatus,
+  type PixCharge,
+  type PixPayment,
+  type PixRefund,
+  type PspAdapter,
+  type WebhookRequest,
+  type WebhookVerification,
+} from './types.ts';
 
 // Adapter for the Banco Central's standard API Pix (bacen/pix-api), which Efí, Banco do Brasil,
 // Itaú, Sicoob and others implement. The built-in simulator speaks the same endpoints, so the
@@ -132,8 +141,7 @@ export class BcbPixAdapter implements PspAdapter {
     const c = CobSchema.parse(raw);
     const location = c.location ?? c.loc?.location ?? null;
     const brCode =
-      c.pixCopiaECola ??
-      (location ? buildDynamicBrCode({ location, merchantName: this.o.merchantName, merchantCity: this.o.merchantCity }) : null);
+      c.pixCopiaECola ?? (location ? buildDynamicBrCode({ location, merchantName: this.o.merchantName, merchantCity: this.o.merchantCity }) : null);
     if (!brCode) throw new PspError(502, 'PSP returned a charge without location or pixCopiaECola');
     return {
       txid: c.txid,

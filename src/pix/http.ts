@@ -28,7 +28,11 @@ export function httpRequest(
       u,
       {
         method: opts.method,
-        headers: { accept: 'application/json', ...(opts.body !== undefined ? { 'content-length': String(Buffer.byteLength(opts.body)) } : {}), ...opts.headers },
+        headers: {
+          accept: 'application/json',
+          ...(opts.body !== undefined ? { 'content-length': String(Buffer.byteLength(opts.body)) } : {}),
+          ...opts.headers,
+        },
         ...(u.protocol === 'https:' ? { cert: opts.tls?.cert, key: opts.tls?.key, ca: opts.tls?.ca, passphrase: opts.tls?.passphrase } : {}),
         timeout: opts.timeoutMs ?? 15000,
       },

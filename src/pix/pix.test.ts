@@ -12,8 +12,7 @@ import { PixService } from './service.ts';
 import { createApiKey } from '../db/keys.ts';
 import { admit, releaseHold } from '../billing/ledger.ts';
 
-const BCB_EXAMPLE =
-  '00020126580014br.gov.bcb.pix0136123e4567-e12b-12d1-a456-4266554400005204000053039865802BR5913Fulano de Tal6008BRASILIA62070503***63041D3D';
+const BCB_EXAMPLE = '00020126580014br.gov.bcb.pix0136123e4567-e12b-12d1-a456-4266554400005204000053039865802BR5913Fulano de Tal6008BRASILIA62070503***63041D3D';
 
 describe('BR Code', () => {
   it('CRC16 matches the BCB example payload (…63041D3D)', () => {
@@ -43,7 +42,8 @@ describe('Pix through the BCB adapter against the simulator', () => {
   let portal: Portal;
   let secret: string;
   const balance = async (tenantId: string) => (await db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros as bigint;
-  const events = async (txid: string) => (await db.query('select outcome from pix_webhook_events where txid = $1 order by id', [txid])).rows.map((r) => r.outcome);
+  const events = async (txid: string) =>
+    (await db.query('select outcome from pix_webhook_events where txid = $1 order by id', [txid])).rows.map((r) => r.outcome);
   const post = (path: string, body: unknown) =>
     httpRequest(`${portal.url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
@@ -92,11 +92,15 @@ describe('Pix through the BCB adapter against the simulator', () => {
     const t = await createTenant(db, 'pix-forged');
     const ch = await portal.pix.createTopUp(t.id, 20_000_000n);
     const e2e = 'E12345678202501011200abcdefghijk';
-    const bad = await post(`/webhooks/pix/${'0'.repeat(64)}/pix`, { pix: [{ endToEndId: e2e, txid: ch.txid, valor: '20.00', horario: new Date().toISOString() }] });
+    const bad = await post(`/webhooks/pix/${'0'.repeat(64)}/pix`, {
+      pix: [{ endToEndId: e2e, txid: ch.txid, valor: '20.00', horario: new Date().toISOString() }],
+    });
     expect(bad.status).toBe(401);
     const noSecret = await post(`/webhooks/pix//pix`, { pix: [{ endToEndId: e2e, txid: ch.txid, valor: '20.00', horario: new Date().toISOString() }] });
     expect(noSecret.status).not.toBe(200);
-    const unknown = await post(`/webhooks/pix/${secret}/pix`, { pix: [{ endToEndId: e2e, txid: 'a'.repeat(32), valor: '20.00', horario: new Date().toISOString() }] });
+    const unknown = await post(`/webhooks/pix/${secret}/pix`, {
+      pix: [{ endToEndId: e2e, txid: 'a'.repeat(32), valor: '20.00', horario: new Date().toISOString() }],
+    });
     expect(unknown.status).toBe(200);
     const wrong = await post(`/webhooks/pix/${secret}/pix`, { pix: [{ endToEndId: e2e, txid: ch.txid, valor: '2000.00', horario: new Date().toISOString() }] });
     expect(wrong.status).toBe(200);
@@ -124,7 +128,10 @@ describe('Pix through the BCB adapter against the simulator', () => {
     const r = await post(`/webhooks/pix/${secret}/pix`, { pix: [forged] });
     expect(r.status).toBe(200);
     expect(await balance(t.id)).toBe(0n);
-    expect((await db.query('select status, end_to_end_id from pix_charges where txid = $1', [ch.txid])).rows[0]).toEqual({ status: 'ATIVA', end_to_end_id: null });
+    expect((await db.query('select status, end_to_end_id from pix_charges where txid = $1', [ch.txid])).rows[0]).toEqual({
+      status: 'ATIVA',
+      end_to_end_id: null,
+    });
     const audit = async () => (await db.query('select outcome, end_to_end_id, detail from pix_webhook_events where txid = $1 order by id', [ch.txid])).rows;
     expect(await audit()).toEqual([{ outcome: 'not_confirmed', end_to_end_id: forgedE2e, detail: 'webhook: PSP status ATIVA' }]);
 
@@ -161,7 +168,9 @@ describe('Pix through the BCB adapter against the simulator', () => {
       throw new Error('connect ECONNREFUSED');
     };
     const svc = new PixService(db, down);
-    const body = Buffer.from(JSON.stringify({ pix: [{ endToEndId: 'E99999999202501011200pspdown0001', txid: ch.txid, valor: '10.00', horario: new Date().toISOString() }] }));
+    const body = Buffer.from(
+      JSON.stringify({ pix: [{ endToEndId: 'E99999999202501011200pspdown0001', txid: ch.txid, valor: '10.00', horario: new Date().toISOString() }] }),
+    );
     const r = await svc.handleWebhook({ secret, headers: {}, rawBody: body });
     expect(r).toEqual({ status: 503, body: { error: 'psp unavailable, deliver again' } });
     expect(await balance(t.id)).toBe(0n);
@@ -209,13 +218,19 @@ describe('Pix through the BCB adapter against the simulator', () => {
     expect(r2).toBe('shortfall');
     expect(await balance(t.id)).toBe(5_000_000n);
     await releaseHold(db, `req-${t.id}`);
-    const rows = (await db.query(`select amount_micros, cost_micros, source, external_id from ledger where tenant_id = $1 and kind = 'debit' order by id`, [t.id])).rows;
+    const rows = (
+      await db.query(`select amount_micros, cost_micros, source, external_id from ledger where tenant_id = $1 and kind = 'debit' order by id`, [t.id])
+    ).rows;
     expect(rows).toEqual([
       { amount_micros: 4_000_000n, cost_micros: 4_000_000n, source: 'pix_refund', external_id: `pix_refund:${paid.endToEndId}:dev1` },
       { amount_micros: 1_000_000n, cost_micros: 6_000_000n, source: 'pix_refund', external_id: `pix_refund:${paid.endToEndId}:dev2` },
     ]);
-    expect(await portal.pix.applyRefund(paid.endToEndId!, { id: 'dev2', rtrId: null, amountMicros: 6_000_000n, status: 'DEVOLVIDO' }, 'webhook')).toBe('duplicate');
-    expect(await portal.pix.applyRefund(paid.endToEndId!, { id: 'dev3', rtrId: null, amountMicros: 1_000_000n, status: 'DEVOLVIDO' }, 'webhook')).toBe('exceeds_payment');
+    expect(await portal.pix.applyRefund(paid.endToEndId!, { id: 'dev2', rtrId: null, amountMicros: 6_000_000n, status: 'DEVOLVIDO' }, 'webhook')).toBe(
+      'duplicate',
+    );
+    expect(await portal.pix.applyRefund(paid.endToEndId!, { id: 'dev3', rtrId: null, amountMicros: 1_000_000n, status: 'DEVOLVIDO' }, 'webhook')).toBe(
+      'exceeds_payment',
+    );
   });
 
   it('top-up limits: min R$ 5,00, max R$ 5.000,00, whole centavos', async () => {

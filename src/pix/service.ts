@@ -16,7 +16,7 @@ const OUR_TXID = /^[a-zA-Z0-9]{26,35}$/;
  */
 export function auditText(v: string | null | undefined): string | null {
   if (v === null || v === undefined) return null;
-  const clean = v.replace(/\u0000/g, '\uFFFD');
+  const clean = v.replaceAll('\u0000', '\uFFFD');
   return clean.length > 200 ? `${clean.slice(0, 199)}…` : clean;
 }
 
@@ -89,10 +89,9 @@ export class PixService {
     // one tenant's top-up form, not a hot path.
     const row = await withTransaction(this.db, async (c) => {
       await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_TOPUP_TENANT, tenantId]);
-      const { rows: open } = await c.query(
-        `select count(*)::int as n from pix_charges where tenant_id = $1 and status = 'ATIVA' and expires_at > now()`,
-        [tenantId],
-      );
+      const { rows: open } = await c.query(`select count(*)::int as n from pix_charges where tenant_id = $1 and status = 'ATIVA' and expires_at > now()`, [
+        tenantId,
+      ]);
       if (open[0].n >= maxOpen) throw new TopUpError('too_many_open');
       const txid = newTxid();
       const expiresInS = this.opts.expiresInS ?? DEFAULT_CHARGE_EXPIRY_S;
@@ -122,7 +121,11 @@ export class PixService {
 
   private async audit(db: DbClient, e: { outcome: string; txid?: string | null; e2e?: string | null; detail?: string | null; remote?: string | null }) {
     await db.query('insert into pix_webhook_events (outcome, txid, end_to_end_id, detail, remote_addr) values ($1,$2,$3,$4,$5)', [
-      e.outcome, auditText(e.txid), auditText(e.e2e), auditText(e.detail), auditText(e.remote),
+      e.outcome,
+      auditText(e.txid),
+      auditText(e.e2e),
+      auditText(e.detail),
+      auditText(e.remote),
     ]);
   }
 
@@ -196,7 +199,8 @@ export class PixService {
       const { rows } = await c.query('select * from pix_charges where txid = $1 for update', [p.txid]);
       const ch = rows[0] as ChargeRow | undefined;
       if (!ch) return { outcome: 'unknown_txid' };
-      if (p.amountMicros !== ch.amount_micros) return { outcome: 'amount_mismatch', detail: `expected ${ch.amount_micros} got ${p.amountMicros} micro-BRL`, tenant: ch.tenant_id };
+      if (p.amountMicros !== ch.amount_micros)
+        return { outcome: 'amount_mismatch', detail: `expected ${ch.amount_micros} got ${p.amountMicros} micro-BRL`, tenant: ch.tenant_id };
       if (ch.status === 'CONCLUIDA') {
         return ch.end_to_end_id === p.endToEndId ? { outcome: 'duplicate', tenant: ch.tenant_id } : { outcome: 'already_paid_other_e2e', tenant: ch.tenant_id };
       }
@@ -204,7 +208,12 @@ export class PixService {
       const paidAt = Number.isNaN(Date.parse(p.horario)) ? new Date() : new Date(p.horario);
       await c.query(`update pix_charges set status = 'CONCLUIDA', end_to_end_id = $2, paid_at = $3 where txid = $1`, [p.txid, p.endToEndId, paidAt]);
       const r = await credit(c, { tenantId: ch.tenant_id, amountMicros: ch.amount_micros, source: 'pix', externalId: p.endToEndId, note: p.txid });
-      return { outcome: r.status === 'credited' ? 'credited' : 'duplicate', tenant: ch.tenant_id, balance: r.balance, detail: ch.status === 'EXPIRADA' ? 'paid after local expiry' : undefined };
+      return {
+        outcome: r.status === 'credited' ? 'credited' : 'duplicate',
+        tenant: ch.tenant_id,
+        balance: r.balance,
+        detail: ch.status === 'EXPIRADA' ? 'paid after local expiry' : undefined,
+      };
     });
     const fields = { via, txid: p.txid, e2e: p.endToEndId, tenant: outcome.tenant, detail: outcome.detail, remote };
     if (outcome.outcome === 'credited') log.info('pix credited', { ...fields, balance_micros: String(outcome.balance) });
@@ -237,13 +246,24 @@ export class PixService {
       if (d.status === 'EM_PROCESSAMENTO') return { outcome: 'pending', txid: ch.txid, tenant: ch.tenant_id };
       if (d.status === 'NAO_REALIZADO') return { outcome: 'not_done', txid: ch.txid, tenant: ch.tenant_id };
       const { rows: res } = await c.query('select * from catraca_pix_refund($1, $2, $3, $4)', [
-        ch.tenant_id, d.amountMicros, `pix_refund:${endToEndId}:${d.id}`, `devolução ${d.id} of ${ch.txid}`,
+        ch.tenant_id,
+        d.amountMicros,
+        `pix_refund:${endToEndId}:${d.id}`,
+        `devolução ${d.id} of ${ch.txid}`,
       ]);
       if (res[0].status === 'duplicate') return { outcome: 'duplicate', txid: ch.txid, tenant: ch.tenant_id, debited: ex[0].debited_micros };
       await c.query('update pix_refunds set debited_micros = $3 where end_to_end_id = $1 and refund_id = $2', [endToEndId, d.id, res[0].debited]);
       return { outcome: res[0].status as RefundOutcome, txid: ch.txid, tenant: ch.tenant_id, debited: res[0].debited };
     });
-    const fields = { via, e2e: endToEndId, refund_id: d.id, txid: r.txid, tenant: r.tenant, amount_micros: String(d.amountMicros), debited_micros: r.debited === undefined ? undefined : String(r.debited) };
+    const fields = {
+      via,
+      e2e: endToEndId,
+      refund_id: d.id,
+      txid: r.txid,
+      tenant: r.tenant,
+      amount_micros: String(d.amountMicros),
+      debited_micros: r.debited === undefined ? undefined : String(r.debited),
+    };
     if (r.outcome === 'shortfall') log.error('pix refund exceeded the available balance: debited only what was available', fields);
     else if (r.outcome === 'unknown_payment' || r.outcome === 'exceeds_payment') log.warn('pix refund ignored', { ...fields, outcome: r.outcome });
     else log.info('pix refund', { ...fields, outcome: r.outcome });
@@ -282,10 +302,7 @@ export class PixService {
 
   /** One pass over open charges, least recently checked first. */
   async reconcileOnce(limit = 50): Promise<{ checked: number; failed: number }> {
-    const { rows } = await this.db.query(
-      `select txid from pix_charges where status = 'ATIVA' order by checked_at nulls first, created_at limit $1`,
-      [limit],
-    );
+    const { rows } = await this.db.query(`select txid from pix_charges where status = 'ATIVA' order by checked_at nulls first, created_at limit $1`, [limit]);
     let failed = 0;
     for (const r of rows) {
       try {

@@ -38,9 +38,7 @@ export interface PixCharge {
   pix: PixPayment[];
 }
 
-export type WebhookVerification =
-  | { ok: true; payments: PixPayment[] }
-  | { ok: false; reason: 'bad_secret' | 'bad_body'; detail?: string };
+export type WebhookVerification = { ok: true; payments: PixPayment[] } | { ok: false; reason: 'bad_secret' | 'bad_body'; detail?: string };
 
 export interface WebhookRequest {
   /** Secret carried by the callback URL (…/webhooks/pix/<secret>/pix). */
@@ -64,7 +62,11 @@ export interface PspAdapter {
 }
 
 export class PspError extends Error {
-  constructor(readonly status: number, message: string, readonly body?: unknown) {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly body?: unknown,
+  ) {
     super(message);
     this.name = 'PspError';
   }

@@ -42,7 +42,10 @@ export interface Session {
   idHash: Buffer;
 }
 
-export const normalizeEmail = (e: string) => String(e ?? '').trim().toLowerCase();
+export const normalizeEmail = (e: string) =>
+  String(e ?? '')
+    .trim()
+    .toLowerCase();
 export const validEmail = (e: string) => e.length <= 254 && EMAIL_RE.test(e);
 
 export function hashPassword(pw: string): Promise<string> {
@@ -59,10 +62,10 @@ let dummyHash: Promise<string> | null = null;
 export async function reserveSignupAttempt(db: pg.Pool, ip: string, max = SIGNUP_MAX_PER_IP): Promise<boolean> {
   return withTransaction(db, async (c) => {
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_SIGNUP_IP, ip]);
-    const { rows } = await c.query(
-      'select count(*)::int as n from portal_signup_attempts where ip = $1 and created_at > now() - make_interval(mins => $2)',
-      [ip, SIGNUP_WINDOW_MIN],
-    );
+    const { rows } = await c.query('select count(*)::int as n from portal_signup_attempts where ip = $1 and created_at > now() - make_interval(mins => $2)', [
+      ip,
+      SIGNUP_WINDOW_MIN,
+    ]);
     if (rows[0].n >= max) return false;
     await c.query('insert into portal_signup_attempts (ip) values ($1)', [ip]);
     return true;
@@ -117,7 +120,10 @@ export async function reserveLoginAttempt(db: pg.Pool, email: string, ip: string
   });
 }
 
-export async function logIn(db: pg.Pool, a: { email: string; password: string; ip: string }): Promise<{ ok: true; user: User } | { ok: false; error: 'rate_limited' | 'bad_credentials' }> {
+export async function logIn(
+  db: pg.Pool,
+  a: { email: string; password: string; ip: string },
+): Promise<{ ok: true; user: User } | { ok: false; error: 'rate_limited' | 'bad_credentials' }> {
   const email = normalizeEmail(a.email).slice(0, 254);
   if (!(await reserveLoginAttempt(db, email, a.ip))) return { ok: false, error: 'rate_limited' };
   const { rows } = await db.query('select id, tenant_id, email, created_at, password_hash from portal_users where email = $1', [email]);
@@ -139,7 +145,10 @@ export async function createSession(db: DbClient, userId: string): Promise<{ tok
   const token = randomBytes(32).toString('base64url');
   const csrf = randomBytes(32).toString('base64url');
   await db.query('insert into portal_sessions (id, user_id, csrf_secret, expires_at) values ($1, $2, $3, $4)', [
-    sha256(token), userId, csrf, new Date(Date.now() + SESSION_TTL_MS),
+    sha256(token),
+    userId,
+    csrf,
+    new Date(Date.now() + SESSION_TTL_MS),
   ]);
   return { token, csrf };
 }

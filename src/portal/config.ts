@@ -25,7 +25,10 @@ export class PortalConfigError extends Error {
 
 /** 127.0.0.0/8, ::1 (also as ::ffff:127.x) and localhost: reachable from this machine only. */
 export function isLoopbackHost(host: string): boolean {
-  const h = host.trim().toLowerCase().replace(/^\[|\]$/g, '');
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[|\]$/g, '');
   return h === 'localhost' || h === '::1' || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h);
 }
 
@@ -99,8 +102,10 @@ export function resolvePortalSetup(env: PortalEnv, o: { host: string; adapterGiv
         fileProblem('PIX_CERT_KEY_FILE', env.PIX_CERT_KEY_FILE),
         env.PIX_CA_FILE ? fileProblem('PIX_CA_FILE', env.PIX_CA_FILE) : null,
       ].filter((x): x is string => x !== null);
-      if (problems.length) throw new PortalConfigError(`PIX_PROVIDER=bcb needs a complete BCB API Pix configuration: ${problems.join('; ')} (see .env.example)`);
-      if (o.devMode || devEnv) throw new PortalConfigError('PORTAL_DEV_MODE=1 needs PIX_PROVIDER=simulator: the pay button pays at the built-in simulator only');
+      if (problems.length)
+        throw new PortalConfigError(`PIX_PROVIDER=bcb needs a complete BCB API Pix configuration: ${problems.join('; ')} (see .env.example)`);
+      if (o.devMode || devEnv)
+        throw new PortalConfigError('PORTAL_DEV_MODE=1 needs PIX_PROVIDER=simulator: the pay button pays at the built-in simulator only');
       setup = {
         provider: 'bcb',
         devMode: false,

@@ -61,7 +61,10 @@ export function readBody(req: http.IncomingMessage, limit: number): Promise<Buff
 
 /** The right-most X-Forwarded-For entry (repeated headers are joined with ", " by node). */
 export function lastForwardedFor(h: string | string[] | undefined): string {
-  const parts = (Array.isArray(h) ? h.join(',') : (h ?? '')).split(',').map((p) => p.trim()).filter(Boolean);
+  const parts = (Array.isArray(h) ? h.join(',') : (h ?? ''))
+    .split(',')
+    .map((p) => p.trim())
+    .filter(Boolean);
   return (parts[parts.length - 1] ?? '').slice(0, 100);
 }
 
@@ -106,12 +109,12 @@ export function parseForm(body: Buffer): Form | null {
 }
 export const one = (f: Form, k: string) => {
   const v = f[k];
-  return Array.isArray(v) ? v[0] ?? '' : v ?? '';
+  return Array.isArray(v) ? (v[0] ?? '') : (v ?? '');
 };
 
-
 export const securityHeaders = {
-  'content-security-policy': "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+  'content-security-policy':
+    "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
   'x-content-type-options': 'nosniff',
   'x-frame-options': 'DENY',
   'referrer-policy': 'same-origin',
@@ -134,4 +137,3 @@ export const send = (ctx: Ctx, status: number, type: string, body: string | Buff
 };
 export const redirect = (ctx: Ctx, to: string) => send(ctx, 303, 'text/plain; charset=utf-8', '', { location: to });
 export const json = (ctx: Ctx, status: number, body: unknown) => send(ctx, status, 'application/json; charset=utf-8', JSON.stringify(body));
-

@@ -1,4 +1,3 @@
-
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,16 +14,32 @@ import { qrDataUrl } from '../pix/brcode.ts';
 import { parseUserAmountInput } from '../pix/amount.ts';
 import { CENTAVO_MICROS, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
 import { type PixService, TopUpError } from '../pix/service.ts';
-import { type PixSimulator } from '../pix/simulator/server.ts';
+import type { PixSimulator } from '../pix/simulator/server.ts';
 import { paySimulatedCharge } from '../pix/simulator/pay.ts';
-import { createSession, destroySession, destroySessionToken, logIn, LOGIN_WINDOW_MIN, SESSION_TTL_MS, SIGNUP_WINDOW_MIN, signUp, tokensEqual, } from './auth.ts';
+import { createSession, destroySession, destroySessionToken, logIn, LOGIN_WINDOW_MIN, SESSION_TTL_MS, SIGNUP_WINDOW_MIN, signUp, tokensEqual } from './auth.ts';
 import { putFlash, takeFlash } from './flash.ts';
 import { money } from './format.ts';
 import type { SafeHtml } from './html.ts';
 import { dailySpend, ledgerPage, spendByKey, spendByModel } from './usage.ts';
 import * as V from './views.ts';
 
-import { addCookie, cookie, type CreatedKeyFlash, type Ctx, type Form, json, MAX_FORM_BYTES, one, parseForm, PRE_CSRF_COOKIE, readBody, redirect, safeDecode, send, SESSION_COOKIE } from './http.ts';
+import {
+  addCookie,
+  cookie,
+  type CreatedKeyFlash,
+  type Ctx,
+  type Form,
+  json,
+  MAX_FORM_BYTES,
+  one,
+  parseForm,
+  PRE_CSRF_COOKIE,
+  readBody,
+  redirect,
+  safeDecode,
+  send,
+  SESSION_COOKIE,
+} from './http.ts';
 
 // Every page and form of the portal, and the Pix webhook: route(ctx) answers one request.
 
@@ -68,7 +83,11 @@ export function createRoutes(d: RouteDeps): { route(ctx: Ctx): Promise<void> } {
     json(ctx, r.status, r.body);
   }
 
-  async function keysView(ctx: Ctx, status: number, extra: { created?: CreatedKeyFlash | null; form?: Form; error?: string | null; flash?: string | null } = {}) {
+  async function keysView(
+    ctx: Ctx,
+    status: number,
+    extra: { created?: CreatedKeyFlash | null; form?: Form; error?: string | null; flash?: string | null } = {},
+  ) {
     const tenantId = ctx.session!.user.tenant_id;
     const keys = await listKeys(db, tenantId);
     const withUsage = await Promise.all(
@@ -78,7 +97,10 @@ export function createRoutes(d: RouteDeps): { route(ctx: Ctx): Promise<void> } {
       }),
     );
     const models = await listModels(db);
-    await page(ctx, status, ctx.t('keys.title'), (vc) => V.keysPage(vc, { keys: withUsage, models, created: extra.created, form: extra.form }), { error: extra.error, flash: extra.flash });
+    await page(ctx, status, ctx.t('keys.title'), (vc) => V.keysPage(vc, { keys: withUsage, models, created: extra.created, form: extra.form }), {
+      error: extra.error,
+      flash: extra.flash,
+    });
   }
 
   /** The message for a refused amount: thousands separators get their own (see src/billing/amount-input.ts). */
@@ -104,7 +126,8 @@ export function createRoutes(d: RouteDeps): { route(ctx: Ctx): Promise<void> } {
     const limitText = one(f, 'limit').trim();
     if (limitText) {
       const parsed = parseUserAmountInput(limitText);
-      if (!parsed.ok || parsed.micros % CENTAVO_MICROS !== 0n) return keysView(ctx, 400, { form: f, error: amountError(ctx, parsed, limitText, 'keys.bad_limit') });
+      if (!parsed.ok || parsed.micros % CENTAVO_MICROS !== 0n)
+        return keysView(ctx, 400, { form: f, error: amountError(ctx, parsed, limitText, 'keys.bad_limit') });
       limitMicros = parsed.micros;
     }
     const resetText = one(f, 'limit_reset');
@@ -135,7 +158,13 @@ export function createRoutes(d: RouteDeps): { route(ctx: Ctx): Promise<void> } {
       rateLimitIntervalS: rate?.intervalS ?? null,
       expiresAt,
     });
-    log.info('api key created', { tenant: tenantId, key_id: created.record.id, models: models ?? '*', expires_at: expiresAt, rate_limit: rateText ? `${rate!.requests}/${rate!.intervalS}s` : null });
+    log.info('api key created', {
+      tenant: tenantId,
+      key_id: created.record.id,
+      models: models ?? '*',
+      expires_at: expiresAt,
+      rate_limit: rateText ? `${rate!.requests}/${rate!.intervalS}s` : null,
+    });
     // Post/Redirect/Get: the key goes into a one-time flash of this session (encrypted under the
     // session's cookie token) and the GET it redirects to shows it once and deletes it. A refresh
     // re-sends only that GET: no second key, and the key is not shown again. Never logged.
@@ -180,7 +209,11 @@ export function createRoutes(d: RouteDeps): { route(ctx: Ctx): Promise<void> } {
       redirect(ctx, `/topup/${ch.txid}`);
     } catch (err) {
       if (err instanceof TopUpError && err.code === 'too_many_open') return fail(429, ctx.t('topup.too_many_open', { max: MAX_OPEN_CHARGES }));
-      if (err instanceof TopUpError) return fail(400, err.code === 'below_min' ? ctx.t('topup.below_min', lim) : err.code === 'above_max' ? ctx.t('topup.above_max', lim) : ctx.t('topup.bad_amount'));
+      if (err instanceof TopUpError)
+        return fail(
+          400,
+          err.code === 'below_min' ? ctx.t('topup.below_min', lim) : err.code === 'above_max' ? ctx.t('topup.above_max', lim) : ctx.t('topup.bad_amount'),
+        );
       log.error('pix charge creation failed', { err, tenant: tenantId });
       return fail(502, ctx.t('topup.psp_error'));
     }
@@ -260,9 +293,17 @@ export function createRoutes(d: RouteDeps): { route(ctx: Ctx): Promise<void> } {
       if (!r.ok) {
         if (r.error === 'rate_limited') {
           log.warn('sign-up rate limited', { ip: ctx.ip });
-          return page(ctx, 429, ctx.t('auth.signup_title'), (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }), { error: ctx.t('auth.signup_rate_limited', { minutes: SIGNUP_WINDOW_MIN }) });
+          return page(ctx, 429, ctx.t('auth.signup_title'), (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }), {
+            error: ctx.t('auth.signup_rate_limited', { minutes: SIGNUP_WINDOW_MIN }),
+          });
         }
-        return page(ctx, r.error === 'email_taken' ? 409 : 400, ctx.t('auth.signup_title'), (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }), { error: ctx.t(`auth.${r.error}`) });
+        return page(
+          ctx,
+          r.error === 'email_taken' ? 409 : 400,
+          ctx.t('auth.signup_title'),
+          (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }),
+          { error: ctx.t(`auth.${r.error}`) },
+        );
       }
       log.info('user signed up', { user: r.user.id, tenant: r.user.tenant_id });
       return startSession(ctx, r.user.id);
@@ -295,8 +336,15 @@ export function createRoutes(d: RouteDeps): { route(ctx: Ctx): Promise<void> } {
     const tenantId = ctx.session.user.tenant_id;
 
     if (path === '/dashboard' && method === 'GET') {
-      const [tenant, days, byModel, byKey] = await Promise.all([getTenant(db, tenantId), dailySpend(db, tenantId), spendByModel(db, tenantId), spendByKey(db, tenantId)]);
-      return page(ctx, 200, ctx.t('dash.title'), (vc) => V.dashboardPage(vc, { balance: tenant!.balance_micros, held: tenant!.held_micros, days, byModel, byKey, gatewayUrl }));
+      const [tenant, days, byModel, byKey] = await Promise.all([
+        getTenant(db, tenantId),
+        dailySpend(db, tenantId),
+        spendByModel(db, tenantId),
+        spendByKey(db, tenantId),
+      ]);
+      return page(ctx, 200, ctx.t('dash.title'), (vc) =>
+        V.dashboardPage(vc, { balance: tenant!.balance_micros, held: tenant!.held_micros, days, byModel, byKey, gatewayUrl }),
+      );
     }
     if (path === '/topup') {
       if (method === 'POST') return createTopUp(ctx, form);

@@ -4,17 +4,29 @@ import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import type { NatsConnection } from 'nats';
 import { createLogger } from '../log.ts';
-import { PixService, } from '../pix/service.ts';
-import { type PixSimulator } from '../pix/simulator/server.ts';
+import { PixService } from '../pix/service.ts';
+import type { PixSimulator } from '../pix/simulator/server.ts';
 import type { PspAdapter } from '../pix/types.ts';
-import { loadSession, purgeExpired, } from './auth.ts';
+import { loadSession, purgeExpired } from './auth.ts';
 import { loadPortalEnv, resolvePortalSetup, type PortalEnv } from './config.ts';
-import { purgeFlash, } from './flash.ts';
-import { parseLang, translator, type Lang, } from './i18n/index.ts';
+import { purgeFlash } from './flash.ts';
+import { parseLang, translator, type Lang } from './i18n/index.ts';
 
 import { connectPsp } from './psp.ts';
 import { createRoutes } from './routes.ts';
-import { addCookie, cookie, type Ctx, LANG_COOKIE, lastForwardedFor, parseCookies, PRE_CSRF_COOKIE, requestUrl, securityHeaders, send, SESSION_COOKIE } from './http.ts';
+import {
+  addCookie,
+  cookie,
+  type Ctx,
+  LANG_COOKIE,
+  lastForwardedFor,
+  parseCookies,
+  PRE_CSRF_COOKIE,
+  requestUrl,
+  securityHeaders,
+  send,
+  SESSION_COOKIE,
+} from './http.ts';
 
 export { lastForwardedFor, requestUrl };
 
@@ -81,7 +93,11 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
         return;
       }
       const cookies = parseCookies(req.headers.cookie);
-      const forwardedProto = trustProxy ? String(req.headers['x-forwarded-proto'] ?? '').split(',')[0].trim() : '';
+      const forwardedProto = trustProxy
+        ? String(req.headers['x-forwarded-proto'] ?? '')
+            .split(',')[0]
+            .trim()
+        : '';
       const secure = secureMode === 'auto' ? (req.socket as { encrypted?: boolean }).encrypted === true || forwardedProto === 'https' : secureMode;
       // Behind our proxy, the client is the RIGHT-most X-Forwarded-For entry: the one our proxy
       // appended. Entries to its left come from the client and can say anything.

@@ -50,7 +50,9 @@ export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?
         ${langLinks(c)}
       </div>`
     : html`<nav><a href="/login">${c.t('nav.login')}</a><a href="/signup">${c.t('nav.signup')}</a></nav><div class="who">${langLinks(c)}</div>`;
-  return '<!doctype html>' + html`<html lang="${c.lang}">
+  return (
+    '<!doctype html>' +
+    html`<html lang="${c.lang}">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -66,7 +68,8 @@ ${opts.error ? html`<p class="error" role="alert" data-testid="error">${opts.err
 ${body}
 </main>
 </body>
-</html>`.value;
+</html>`.value
+  );
 }
 
 export function loginPage(c: ViewCtx, v: { email?: string } = {}): SafeHtml {
@@ -97,11 +100,13 @@ ${csrfField(c)}
 }
 
 function spendChart(c: ViewCtx, days: Array<{ day: string; micros: bigint; requests: number }>): SafeHtml {
-  const W = 720, H = 180, pad = 24;
+  const W = 720,
+    H = 180,
+    pad = 24;
   const max = days.reduce((m, d) => (d.micros > m ? d.micros : m), 0n);
   const bw = (W - pad * 2) / Math.max(days.length, 1);
   const bars = days.map((d, i) => {
-    const h = max === 0n ? 0 : Number((d.micros * 1000n) / max) / 1000 * (H - pad * 2);
+    const h = max === 0n ? 0 : (Number((d.micros * 1000n) / max) / 1000) * (H - pad * 2);
     const x = pad + i * bw;
     return html`<rect x="${(x + 1).toFixed(1)}" y="${(H - pad - h).toFixed(1)}" width="${Math.max(bw - 2, 1).toFixed(1)}" height="${h.toFixed(1)}" data-day="${d.day}" data-micros="${d.micros.toString()}"><title>${d.day}: ${amount(c.lang, d.micros)} · ${d.requests} req</title></rect>`;
   });
@@ -135,14 +140,22 @@ export function dashboardPage(
 <section class="card"><h2>${c.t('dash.spend_30d')}</h2>${spendChart(c, d.days)}</section>
 <div class="grid2">
 <section class="card"><h2>${c.t('dash.by_model')}</h2>
-${d.byModel.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="by-model"><thead><tr><th>${c.t('dash.model')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.tokens_in')}</th><th class="num">${c.t('dash.tokens_out')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
+${
+  d.byModel.length === 0
+    ? html`<p class="muted">${c.t('common.none')}</p>`
+    : html`<table data-testid="by-model"><thead><tr><th>${c.t('dash.model')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.tokens_in')}</th><th class="num">${c.t('dash.tokens_out')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
 ${d.byModel.map((m) => html`<tr><td><code>${m.model}</code></td><td class="num">${int(c.lang, m.requests)}</td><td class="num">${int(c.lang, m.input_tokens)}</td><td class="num">${int(c.lang, m.output_tokens)}</td><td class="num">${amount(c.lang, m.micros)}</td></tr>`)}
-</tbody></table>`}
+</tbody></table>`
+}
 </section>
 <section class="card"><h2>${c.t('dash.by_key')}</h2>
-${d.byKey.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="by-key"><thead><tr><th>${c.t('dash.key')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
+${
+  d.byKey.length === 0
+    ? html`<p class="muted">${c.t('common.none')}</p>`
+    : html`<table data-testid="by-key"><thead><tr><th>${c.t('dash.key')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
 ${d.byKey.map((k) => html`<tr><td>${k.label || k.key_hint || k.key_id}</td><td class="num">${int(c.lang, k.requests)}</td><td class="num">${amount(c.lang, k.micros)}</td></tr>`)}
-</tbody></table>`}
+</tbody></table>`
+}
 </section>
 </div>`;
 }
@@ -158,9 +171,13 @@ ${csrfField(c)}
 </form>
 </section>
 <section class="card"><h2>${c.t('topup.history')}</h2>
-${charges.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : html`<table data-testid="charges"><thead><tr><th>${c.t('ledger.when')}</th><th class="num">${c.t('ledger.amount')}</th><th>${c.t('keys.status')}</th><th></th></tr></thead><tbody>
+${
+  charges.length === 0
+    ? html`<p class="muted">${c.t('common.none')}</p>`
+    : html`<table data-testid="charges"><thead><tr><th>${c.t('ledger.when')}</th><th class="num">${c.t('ledger.amount')}</th><th>${c.t('keys.status')}</th><th></th></tr></thead><tbody>
 ${charges.map((ch) => html`<tr><td>${dateTime(c.lang, ch.created_at)}</td><td class="num">${money(c.lang, ch.amount_micros)}</td><td><span class="badge s-${ch.status}">${c.t(`status.${ch.status}` as never)}</span></td><td><a href="/topup/${ch.txid}">${ch.txid.slice(0, 8)}…</a></td></tr>`)}
-</tbody></table>`}
+</tbody></table>`
+}
 </section>`;
 }
 
@@ -222,28 +239,39 @@ function limitText(c: ViewCtx, k: ApiKeyRecord) {
 
 export function keysPage(
   c: ViewCtx,
-  d: { keys: Array<ApiKeyRecord & { windowUsage: bigint }>; models: ModelRecord[]; created?: { key: string; label: string } | null; form?: Record<string, string | string[]> },
+  d: {
+    keys: Array<ApiKeyRecord & { windowUsage: bigint }>;
+    models: ModelRecord[];
+    created?: { key: string; label: string } | null;
+    form?: Record<string, string | string[]>;
+  },
 ): SafeHtml {
   const f = d.form ?? {};
   const picked = new Set(Array.isArray(f.models) ? f.models : f.models ? [f.models] : []);
   return html`<h1>${c.t('keys.title')}</h1>
-${d.created ? html`<section class="card created" data-testid="created-key">
+${
+  d.created
+    ? html`<section class="card created" data-testid="created-key">
 <h2>${c.t('keys.created_title')}: ${d.created.label}</h2>
 <p class="warning">⚠ ${c.t('keys.created_warning')}</p>
 <div class="copyrow"><input type="text" readonly id="newkey" value="${d.created.key}" data-testid="new-key" autocomplete="off" spellcheck="false">
 <button type="button" data-copy="#newkey" data-copied="${c.t('common.copied')}" data-testid="copy-key">${c.t('common.copy')}</button></div>
-</section>` : ''}
+</section>`
+    : ''
+}
 <section class="card">
 <table data-testid="keys-table"><thead><tr><th>${c.t('keys.label')}</th><th>${c.t('keys.prefix')}</th><th>${c.t('keys.allowlist')}</th><th>${c.t('keys.limit_col')}</th><th>${c.t('keys.rate_col')}</th><th>${c.t('keys.expires_col')}</th><th class="num">${c.t('keys.usage')}</th><th>${c.t('keys.last_used')}</th><th>${c.t('keys.status')}</th><th></th></tr></thead><tbody>
 ${d.keys.length === 0 ? html`<tr><td colspan="10" class="muted">${c.t('common.none')}</td></tr>` : ''}
-${d.keys.map((k) => html`<tr data-key-id="${k.id}" data-testid="key-row">
+${d.keys.map(
+  (k) => html`<tr data-key-id="${k.id}" data-testid="key-row">
 <td>${k.label}</td><td><code>${k.key_hint}</code></td><td>${allowlist(c, k)}</td><td>${limitText(c, k)}</td>
 <td data-testid="key-rate">${rateText(c, k)}</td><td data-testid="key-expires">${k.expires_at ? dateTime(c.lang, new Date(k.expires_at)) : c.t('common.never')}</td>
 <td class="num">${amount(c.lang, k.usage_micros)}${k.limit_reset ? html`<br><small>${amount(c.lang, k.windowUsage)} ${c.t(`keys.window_${k.limit_reset}` as never)}</small>` : ''}</td>
 <td>${k.last_used_at ? dateTime(c.lang, k.last_used_at) : c.t('common.never')}</td>
 <td>${k.revoked_at ? html`<span class="badge s-EXPIRADA">${c.t('keys.revoked')}</span>` : expired(k) ? html`<span class="badge s-EXPIRADA">${c.t('keys.expired')}</span>` : html`<span class="badge s-CONCLUIDA">${c.t('keys.active')}</span>`}</td>
 <td>${k.revoked_at ? '' : html`<a class="button danger small" href="/keys/${k.id}/revoke" data-testid="revoke-link">${c.t('keys.revoke')}</a>`}</td>
-</tr>`)}
+</tr>`,
+)}
 </tbody></table>
 </section>
 <section class="card">
@@ -303,8 +331,10 @@ export function ledgerPage(c: ViewCtx, rows: LedgerRow[], page: number, hasMore:
 <section class="card">
 <table data-testid="ledger"><thead><tr><th>${c.t('ledger.when')}</th><th>${c.t('ledger.what')}</th><th class="num">${c.t('ledger.amount')}</th><th class="num">${c.t('ledger.balance_after')}</th></tr></thead><tbody>
 ${rows.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
-${rows.map((r) => html`<tr data-testid="ledger-row" data-source="${r.source}"><td>${dateTime(c.lang, r.created_at)}</td><td>${ledgerWhat(c, r)}</td>
-<td class="num ${r.kind}">${r.kind === 'credit' ? '+' : '−'}${amount(c.lang, r.amount_micros)}</td><td class="num">${amount(c.lang, r.balance_after_micros)}</td></tr>`)}
+${rows.map(
+  (r) => html`<tr data-testid="ledger-row" data-source="${r.source}"><td>${dateTime(c.lang, r.created_at)}</td><td>${ledgerWhat(c, r)}</td>
+<td class="num ${r.kind}">${r.kind === 'credit' ? '+' : '−'}${amount(c.lang, r.amount_micros)}</td><td class="num">${amount(c.lang, r.balance_after_micros)}</td></tr>`,
+)}
 </tbody></table>
 <p class="pager">${page > 1 ? html`<a href="/ledger?page=${page - 1}" data-testid="prev">${c.t('common.prev')}</a>` : ''} ${hasMore ? html`<a href="/ledger?page=${page + 1}" data-testid="next">${c.t('common.next')}</a>` : ''}</p>
 </section>`;

@@ -11,7 +11,11 @@ import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { freePort } from './services.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string; dependencies: Record<string, string>; devDependencies: Record<string, string> };
+const PKG = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as {
+  version: string;
+  dependencies: Record<string, string>;
+  devDependencies: Record<string, string>;
+};
 
 function walk(dir: string): string[] {
   return readdirSync(dir).flatMap((f) => (statSync(join(dir, f)).isDirectory() ? walk(join(dir, f)) : [join(dir, f)]));
@@ -39,7 +43,16 @@ describe('npm run build, and the compiled code without sources or dev dependenci
   test('dist/ holds every entry point compiled, the static files and the migrations; no TypeScript, no tsx', () => {
     expect(build.code, build.stderr).toBe(0);
     const dist = join(clone, 'dist');
-    for (const entry of ['src/gateway/main.js', 'workers/main.js', 'src/metering/main.js', 'src/portal/main.js', 'src/stack/main.js', 'src/stack/migrate-main.js', 'src/cli/main.js', 'src/stack/healthcheck.js']) {
+    for (const entry of [
+      'src/gateway/main.js',
+      'workers/main.js',
+      'src/metering/main.js',
+      'src/portal/main.js',
+      'src/stack/main.js',
+      'src/stack/migrate-main.js',
+      'src/cli/main.js',
+      'src/stack/healthcheck.js',
+    ]) {
       expect(existsSync(join(dist, entry)), entry).toBe(true);
     }
     const files = walk(dist).map((f) => relative(dist, f));
@@ -100,7 +113,10 @@ describe('npm run build, and the compiled code without sources or dev dependenci
       expect(node(['dist/src/cli/main.js', '--version'], clone)).toMatchObject({ code: 0, stdout: `${PKG.version}\n` });
       expect(node(['bin/catraca.js', '--version'], clone)).toMatchObject({ code: 0, stdout: `${PKG.version}\n` });
       const help = node(['bin/catraca.js', 'key', 'list', '--help'], clone);
-      expect([help.code, help.stdout.split('\n')[0]]).toEqual([0, 'Usage: catraca key list --tenant ID                                       → {tenant, keys: [{id, label, hint, models, limit, …}]}']);
+      expect([help.code, help.stdout.split('\n')[0]]).toEqual([
+        0,
+        'Usage: catraca key list --tenant ID                                       → {tenant, keys: [{id, label, hint, models, limit, …}]}',
+      ]);
     });
 
     test('migrate, then the whole stack (dist/src/stack/main.js, compiled children) answers a request and stops on SIGTERM', async () => {
@@ -108,7 +124,13 @@ describe('npm run build, and the compiled code without sources or dev dependenci
       expect(migrate.code, migrate.stderr).toBe(0);
       expect(migrate.stderr).toContain('"msg":"migrations applied"');
 
-      const env: NodeJS.ProcessEnv = { ...process.env, DATABASE_URL: dbUrl, GATEWAY_PORT: String(await freePort()), PORTAL_PORT: String(await freePort()), NODE_OPTIONS: '' };
+      const env: NodeJS.ProcessEnv = {
+        ...process.env,
+        DATABASE_URL: dbUrl,
+        GATEWAY_PORT: String(await freePort()),
+        PORTAL_PORT: String(await freePort()),
+        NODE_OPTIONS: '',
+      };
       delete env.NATS_URL; // a nats-server of its own
       const stack: ChildProcess = spawn(process.execPath, ['dist/src/stack/main.js'], { cwd: clone, env, stdio: ['ignore', 'pipe', 'pipe'] });
       let out = '';
@@ -118,7 +140,8 @@ describe('npm run build, and the compiled code without sources or dev dependenci
       try {
         const deadline = Date.now() + 60000;
         let key: string | undefined;
-        while (Date.now() < deadline && !(key = /Demo key\s+(sk-cat-v1-[0-9a-f]{64})/.exec(out)?.[1]) && stack.exitCode === null) await new Promise((r) => setTimeout(r, 100));
+        while (Date.now() < deadline && !(key = /Demo key\s+(sk-cat-v1-[0-9a-f]{64})/.exec(out)?.[1]) && stack.exitCode === null)
+          await new Promise((r) => setTimeout(r, 100));
         expect(key, out).toBeDefined();
         expect(out).toMatch(/^gateway\s+\| /m);
         const base = /Base URL\s+(\S+)/.exec(out)![1];

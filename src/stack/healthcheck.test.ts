@@ -49,7 +49,10 @@ describe('NATS', () => {
 
   test("a worker registered from this host is healthy; another host's, or none, is not", async () => {
     expect(await healthcheck('worker', { NATS_URL: process.env.NATS_URL })).toMatchObject({ ok: true });
-    expect(await checkNats(process.env.NATS_URL!, 'catraca-worker', 'another-container', 500)).toMatchObject({ ok: false, detail: expect.stringContaining(`only on ${hostname()}`) });
+    expect(await checkNats(process.env.NATS_URL!, 'catraca-worker', 'another-container', 500)).toMatchObject({
+      ok: false,
+      detail: expect.stringContaining(`only on ${hostname()}`),
+    });
     expect((await checkNats(process.env.NATS_URL!, 'catraca-metering', hostname(), 300)).ok).toBe(false);
     expect(await healthcheck('metering', {})).toEqual({ ok: false, detail: 'NATS_URL is not set' });
     expect((await checkNats('nats://127.0.0.1:1', 'catraca-worker')).detail).toMatch(/^NATS unreachable/);

@@ -31,7 +31,12 @@ export async function checkHttp(port: number, timeoutMs = 2500): Promise<{ ok: b
   }
 }
 
-export async function checkNats(natsUrl: string, service: 'catraca-worker' | 'catraca-metering', host = hostname(), waitMs = 1500): Promise<{ ok: boolean; detail: string }> {
+export async function checkNats(
+  natsUrl: string,
+  service: 'catraca-worker' | 'catraca-metering',
+  host = hostname(),
+  waitMs = 1500,
+): Promise<{ ok: boolean; detail: string }> {
   let nc: Awaited<ReturnType<typeof connect>> | undefined;
   try {
     nc = await connect({ servers: natsUrl.split(','), timeout: 2000, reconnect: false, name: 'catraca healthcheck' });

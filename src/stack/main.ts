@@ -155,7 +155,10 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
     }
     throw new Error(`entry point ${entryFile(root, p)} of the ${p} is missing${COMPILED ? ' (run `npm run build`)' : ''}`);
   });
-  for (const [name, port] of [['gateway', gatewayPort], ['portal', portalPort]] as const) {
+  for (const [name, port] of [
+    ['gateway', gatewayPort],
+    ['portal', portalPort],
+  ] as const) {
     if (processes.includes(name) && (await tcpReachable('127.0.0.1', port, 500))) {
       throw new Error(`port ${port} for the ${name} is already in use; stop whatever listens there or set ${name.toUpperCase()}_PORT`);
     }
@@ -166,14 +169,21 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
   for (const p of processes) {
     const port = metricsPorts[p];
     if (port && (await tcpReachable('127.0.0.1', port, 500))) {
-      throw new Error(`metrics port ${port} for the ${p} is already in use; stop whatever listens there or set ${p.toUpperCase()}_METRICS_PORT (a port, or off)`);
+      throw new Error(
+        `metrics port ${port} for the ${p} is already in use; stop whatever listens there or set ${p.toUpperCase()}_METRICS_PORT (a port, or off)`,
+      );
     }
   }
 
   if (processes.includes('portal')) {
     // The portal's own startup check, run here so that a refused configuration stops `npm start`
     // with its message instead of a portal restarting in a loop.
-    const childEnv: Record<string, string | undefined> = { ...process.env, CATRACA_DEV: '1', PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1', ...options.env };
+    const childEnv: Record<string, string | undefined> = {
+      ...process.env,
+      CATRACA_DEV: '1',
+      PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1',
+      ...options.env,
+    };
     resolvePortalSetup(loadPortalEnv(childEnv), { host: childEnv.PORTAL_HOST! });
   }
 
@@ -191,7 +201,12 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
     ]);
     if (natsUrl && nats.embedded) log.warn('NATS_URL is not reachable; using an embedded nats-server', { nats_url: redactNatsUrl(natsUrl) });
     if (databaseUrl && pg.embedded) log.warn('DATABASE_URL is not reachable; using an embedded PostgreSQL', { database_url: redactUrl(databaseUrl) });
-    log.info('services ready', { nats_url: redactNatsUrl(nats.url), nats_embedded: nats.embedded, database_url: redactUrl(pg.url), postgres_embedded: pg.embedded });
+    log.info('services ready', {
+      nats_url: redactNatsUrl(nats.url),
+      nats_embedded: nats.embedded,
+      database_url: redactUrl(pg.url),
+      postgres_embedded: pg.embedded,
+    });
 
     const applied = await migrate(pg.url);
     if (applied.length) log.info('migrations applied', { applied });
@@ -202,7 +217,13 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
     } finally {
       await db.end();
     }
-    log.info('seeded', { tenant: seed.tenantId, granted: seed.granted, models_created: seed.modelsCreated, demo_key_id: seed.demoKey.keyId, revoked_demo_keys: seed.demoKey.revoked.length });
+    log.info('seeded', {
+      tenant: seed.tenantId,
+      granted: seed.granted,
+      models_created: seed.modelsCreated,
+      demo_key_id: seed.demoKey.keyId,
+      revoked_demo_keys: seed.demoKey.revoked.length,
+    });
 
     const nc = await connectBus(nats.url, 'catraca-stack');
     try {
@@ -251,7 +272,10 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
     const output =
       options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
     const pretty = options.prettyChildren ? prettyChildLine : (line: string) => line;
-    const supervisor = new Supervisor(specs, { output: (line, stream) => output(pretty(line), stream), event: (msg, fields, level) => log[level](msg, fields) });
+    const supervisor = new Supervisor(specs, {
+      output: (line, stream) => output(pretty(line), stream),
+      event: (msg, fields, level) => log[level](msg, fields),
+    });
     cleanups.push(() => supervisor.stop());
     supervisor.start();
 
@@ -295,7 +319,12 @@ export function banner(stack: RunningStack): string {
     `  Portal      ${portal_url ?? '(portal not available in this checkout)'}`,
     `  Demo key    ${key}`,
     ...(Object.values(stack.metricsPorts).some((p) => p)
-      ? [`  Metrics     ${Object.entries(stack.metricsPorts).filter(([, p]) => p).map(([n, p]) => `${n} :${p}`).join('  ')}  (http://127.0.0.1:PORT/metrics)`]
+      ? [
+          `  Metrics     ${Object.entries(stack.metricsPorts)
+            .filter(([, p]) => p)
+            .map(([n, p]) => `${n} :${p}`)
+            .join('  ')}  (http://127.0.0.1:PORT/metrics)`,
+        ]
       : []),
     '              (tenant "Demo", R$ 100,00 granted once; a new demo key is made on every start',
     '               and the previous one is revoked)',

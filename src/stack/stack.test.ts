@@ -20,8 +20,7 @@ describe('startStack without children', () => {
   test('migrates, seeds idempotently, rotates the demo key, writes and removes stack.json', async () => {
     const root = mkdtempSync(join(tmpdir(), 'catraca-root-'));
     try {
-      const run = () =>
-        startStack({ root, natsUrl: '', databaseUrl: process.env.DATABASE_URL, processes: [], gatewayPort: 1, portalPort: 2 });
+      const run = () => startStack({ root, natsUrl: '', databaseUrl: process.env.DATABASE_URL, processes: [], gatewayPort: 1, portalPort: 2 });
       const a = await run();
       const state = JSON.parse(readFileSync(stateFile(root), 'utf8'));
       expect(state).toEqual({
@@ -56,7 +55,9 @@ describe('startStack without children', () => {
         { id: a.demo.keyId, label: 'demo', is_demo: true, live: false },
         { id: b.demo.keyId, label: 'demo', is_demo: true, live: true },
       ]);
-      const { rows: live } = await db.query(`select count(*)::int as n from api_keys where tenant_id = $1 and is_demo and revoked_at is null`, [DEMO_TENANT_ID]);
+      const { rows: live } = await db.query(`select count(*)::int as n from api_keys where tenant_id = $1 and is_demo and revoked_at is null`, [
+        DEMO_TENANT_ID,
+      ]);
       expect(live[0].n).toBe(1);
       const { rows: models } = await db.query(
         `select id, pool, upstream_model, input_price, output_price, max_output_tokens from models where id like 'sim/%' order by id`,
@@ -91,7 +92,9 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
     try {
       expect(stack.ready).toBe(true);
       expect(stack.urls.portal_url).toBe(`http://127.0.0.1:${portalPort}`);
-      const ext = Object.values(networkInterfaces()).flat().find((i) => i && i.family === 'IPv4' && !i.internal);
+      const ext = Object.values(networkInterfaces())
+        .flat()
+        .find((i) => i && i.family === 'IPv4' && !i.internal);
       if (ext) expect(await tcpReachable(ext.address, portalPort, 1000)).toBe(false);
       const c = new PortalClient(stack.urls.portal_url!);
       expect((await c.signUp(`dev.${Date.now()}@example.com`)).status).toBe(303);
@@ -123,7 +126,14 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
 
   test('PORTAL_HOST=0.0.0.0 with dev mode stops npm start with the reason, before anything starts', async () => {
     await expect(
-      startStack({ root: ROOT, databaseUrl: process.env.DATABASE_URL, processes: ['portal'], writeState: false, portalPort: await freePort(), env: { PORTAL_HOST: '0.0.0.0' } }),
+      startStack({
+        root: ROOT,
+        databaseUrl: process.env.DATABASE_URL,
+        processes: ['portal'],
+        writeState: false,
+        portalPort: await freePort(),
+        env: { PORTAL_HOST: '0.0.0.0' },
+      }),
     ).rejects.toThrow('the portal would listen on 0.0.0.0 with the Pix simulator');
   });
 });
@@ -145,8 +155,14 @@ function seriesValue(text: string, name: string, label = ''): number {
   return sum;
 }
 const PROCESS_METRICS = [
-  'process_cpu_seconds_total', 'process_resident_memory_bytes', 'process_start_time_seconds', 'process_open_fds',
-  'nodejs_heap_size_used_bytes', 'nodejs_eventloop_lag_seconds', 'nodejs_version_info', 'catraca_build_info',
+  'process_cpu_seconds_total',
+  'process_resident_memory_bytes',
+  'process_start_time_seconds',
+  'process_open_fds',
+  'nodejs_heap_size_used_bytes',
+  'nodejs_eventloop_lag_seconds',
+  'nodejs_version_info',
+  'catraca_build_info',
 ];
 
 const haveEntries = (['gateway', 'worker', 'metering'] as const).every((p) => existsSync(join(ROOT, ENTRY_POINTS[p])));
@@ -193,12 +209,32 @@ describe.runIf(haveEntries)('startStack with gateway, worker and metering', () =
   test('every process serves /metrics on its own internal port; the counters move by exactly the requests sent', async () => {
     const ports = stack.metricsPorts as Record<'gateway' | 'worker' | 'metering', number>;
     const expected = {
-      gateway: ['catraca_jobs_total counter', 'catraca_http_responses_total counter', 'catraca_admissions_total counter', 'catraca_leases_opened_total counter',
-        'catraca_latency_seconds histogram', 'catraca_ttft_seconds histogram', 'catraca_admit_seconds histogram', 'catraca_inflight gauge'],
-      worker: ['catraca_jobs_total counter', 'catraca_jobs_accepted_total counter', 'catraca_latency_seconds histogram', 'catraca_upstream_ttft_seconds histogram',
-        'catraca_worker_capacity gauge', 'catraca_usage_pending gauge'],
-      metering: ['catraca_jobs_total counter', 'catraca_usage_settled_total counter', 'catraca_metering_lag_seconds histogram', 'catraca_open_holds gauge',
-        'catraca_open_leases gauge', 'catraca_usage_backlog_messages gauge'],
+      gateway: [
+        'catraca_jobs_total counter',
+        'catraca_http_responses_total counter',
+        'catraca_admissions_total counter',
+        'catraca_leases_opened_total counter',
+        'catraca_latency_seconds histogram',
+        'catraca_ttft_seconds histogram',
+        'catraca_admit_seconds histogram',
+        'catraca_inflight gauge',
+      ],
+      worker: [
+        'catraca_jobs_total counter',
+        'catraca_jobs_accepted_total counter',
+        'catraca_latency_seconds histogram',
+        'catraca_upstream_ttft_seconds histogram',
+        'catraca_worker_capacity gauge',
+        'catraca_usage_pending gauge',
+      ],
+      metering: [
+        'catraca_jobs_total counter',
+        'catraca_usage_settled_total counter',
+        'catraca_metering_lag_seconds histogram',
+        'catraca_open_holds gauge',
+        'catraca_open_leases gauge',
+        'catraca_usage_backlog_messages gauge',
+      ],
     };
     for (const [proc, names] of Object.entries(expected)) {
       const text = await scrape(ports[proc as keyof typeof ports]);

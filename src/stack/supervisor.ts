@@ -42,7 +42,10 @@ export class Supervisor {
   private stopping = false;
   private readonly width: number;
 
-  constructor(private readonly specs: ChildSpec[], private readonly opts: SupervisorOptions = {}) {
+  constructor(
+    private readonly specs: ChildSpec[],
+    private readonly opts: SupervisorOptions = {},
+  ) {
     this.width = Math.max(...specs.map((s) => s.name.length), 4);
   }
 
@@ -100,7 +103,11 @@ export class Supervisor {
         if (upMs > 60000) m.restarts = 0;
         const backoff = Math.min(250 * 2 ** m.restarts, this.opts.maxBackoffMs ?? 10000);
         m.restarts++;
-        this.opts.event?.('exited unexpectedly; restarting', { child: spec.name, code, signal, up_ms: upMs, restart_in_ms: backoff, restarts: m.restarts }, 'warn');
+        this.opts.event?.(
+          'exited unexpectedly; restarting',
+          { child: spec.name, code, signal, up_ms: upMs, restart_in_ms: backoff, restarts: m.restarts },
+          'warn',
+        );
         m.timer = setTimeout(() => {
           m.timer = null;
           if (!this.stopping) this.launch(m);

@@ -18,7 +18,9 @@ describe('traceparent (W3C Trace Context)', () => {
   it('trims surrounding whitespace; accepts a future version with more fields', () => {
     expect(parseTraceparent(`  ${example} `)?.spanId).toBe('00f067aa0ba902b7');
     expect(parseTraceparent('cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-ever')).toEqual({
-      traceId: '4bf92f3577b34da6a3ce929d0e0e4736', spanId: '00f067aa0ba902b7', traceFlags: 1,
+      traceId: '4bf92f3577b34da6a3ce929d0e0e4736',
+      spanId: '00f067aa0ba902b7',
+      traceFlags: 1,
     });
   });
 

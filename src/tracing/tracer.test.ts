@@ -13,10 +13,17 @@ describe('Tracer', () => {
     expect(child.parentSpanId).toBe('00f067aa0ba902b7');
     expect(child.spanId).toMatch(/^[0-9a-f]{16}$/);
     expect(child.traceparent()).toBe(`00-4bf92f3577b34da6a3ce929d0e0e4736-${child.spanId}-01`);
-    child.setAttributes({ n: 3, ok: true, none: undefined }).addLink(`00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`).addLink('garbage').setStatus('error', 'boom');
+    child
+      .setAttributes({ n: 3, ok: true, none: undefined })
+      .addLink(`00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`)
+      .addLink('garbage')
+      .setStatus('error', 'boom');
     child.end();
     child.end(); // once
-    child.setAttribute('late', 1).addLink(`00-${'c'.repeat(32)}-${'d'.repeat(16)}-01`).setStatus('ok'); // ignored once ended
+    child
+      .setAttribute('late', 1)
+      .addLink(`00-${'c'.repeat(32)}-${'d'.repeat(16)}-01`)
+      .setStatus('ok'); // ignored once ended
     const root = t.startSpan('chat.completions', { parent: 'not-a-traceparent' });
     expect(root.parentSpanId).toBeNull();
     expect(root.traceId).not.toBe(child.traceId);
@@ -26,7 +33,10 @@ describe('Tracer', () => {
       ['chat.completions', 'catraca-test', null],
     ]);
     expect(mem.spans[0]).toMatchObject({
-      kind: 'consumer', attributes: { pool: 'sim', n: 3, ok: true }, links: [{ traceId: 'a'.repeat(32), spanId: 'b'.repeat(16) }], status: { code: 'error', message: 'boom' },
+      kind: 'consumer',
+      attributes: { pool: 'sim', n: 3, ok: true },
+      links: [{ traceId: 'a'.repeat(32), spanId: 'b'.repeat(16) }],
+      status: { code: 'error', message: 'boom' },
     });
     expect(mem.spans[0]!.endTime).toBeGreaterThanOrEqual(mem.spans[0]!.startTime);
     expect(mem.spans[0]!.attributes).toEqual({ pool: 'sim', n: 3, ok: true });
@@ -49,7 +59,8 @@ describe('Tracer', () => {
     const on = tracerFromEnv('catraca-gateway', { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4318/', OTEL_EXPORTER_OTLP_HEADERS: 'api-key=s%3Dx, team=a' });
     expect(on.exporter).toBeInstanceOf(OtlpHttpExporter);
     expect((on.exporter as unknown as { opts: { url: string; headers: Record<string, string> } }).opts).toMatchObject({
-      url: 'http://collector:4318/v1/traces', headers: { 'api-key': 's=x', team: 'a' },
+      url: 'http://collector:4318/v1/traces',
+      headers: { 'api-key': 's=x', team: 'a' },
     });
     void on.shutdown();
     const named = tracerFromEnv('catraca-gateway', { OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://c/traces', OTEL_SERVICE_NAME: 'edge' });
@@ -83,7 +94,11 @@ describe('OtlpHttpExporter', () => {
   it('batches spans into OTLP/JSON ExportTraceServiceRequests at <endpoint>/v1/traces', async () => {
     const tracer = tracerFromEnv('catraca-worker', { OTEL_EXPORTER_OTLP_ENDPOINT: url, OTEL_EXPORTER_OTLP_HEADERS: 'authorization=Bearer%20t' });
     const exporter = tracer.exporter as OtlpHttpExporter;
-    const parent = tracer.startSpan('job', { parent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01', kind: 'consumer', attributes: { 'catraca.request_id': 'gen-1', tokens: 12, ratio: 0.5, ok: true } });
+    const parent = tracer.startSpan('job', {
+      parent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+      kind: 'consumer',
+      attributes: { 'catraca.request_id': 'gen-1', tokens: 12, ratio: 0.5, ok: true },
+    });
     parent.end();
     for (let i = 0; i < 4; i++) tracer.startSpan(`s${i}`).end();
     expect(bodies).toHaveLength(0); // nothing sent before the interval or a full batch

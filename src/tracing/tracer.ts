@@ -126,7 +126,10 @@ export interface StartSpanOptions {
 }
 
 export class Tracer {
-  constructor(readonly serviceName: string, readonly exporter: SpanExporter | null = null) {}
+  constructor(
+    readonly serviceName: string,
+    readonly exporter: SpanExporter | null = null,
+  ) {}
 
   get recording(): boolean {
     return this.exporter !== null;

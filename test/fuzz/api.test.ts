@@ -75,7 +75,8 @@ const VALID: Record<string, (v: unknown) => boolean> = {
   model: (v) => v === 'sim/echo' || v === 'sim/lorem',
   messages: () => false, // replaced by a value that is never a valid message list (filtered below)
   stream: (v) => v === null || typeof v === 'boolean',
-  stream_options: (v) => v === null || (typeof v === 'object' && !Array.isArray(v) && [undefined, true, false].includes((v as { include_usage?: unknown }).include_usage as never)),
+  stream_options: (v) =>
+    v === null || (typeof v === 'object' && !Array.isArray(v) && [undefined, true, false].includes((v as { include_usage?: unknown }).include_usage as never)),
   max_tokens: (v) => v === null || posInt(v, 4096),
   max_completion_tokens: (v) => v === null || posInt(v, 4096),
   n: (v) => v === null || v === 1,
@@ -92,25 +93,76 @@ const VALID: Record<string, (v: unknown) => boolean> = {
   prompt: () => false,
 };
 const anyJson = fc.jsonValue({ maxDepth: 3 });
-const wrongField = fc.constantFrom(...Object.keys(VALID)).chain((field) =>
-  fc.tuple(fc.constant(field), fc.oneof(anyJson, fc.constantFrom(-1, 0, 0.5, 4097, 1e308, 2.5, '', 'sim/echo ', true, [], {}, [1], 'auto '))).filter(([f, v]) => !VALID[f](v)),
-);
+const wrongField = fc
+  .constantFrom(...Object.keys(VALID))
+  .chain((field) =>
+    fc
+      .tuple(fc.constant(field), fc.oneof(anyJson, fc.constantFrom(-1, 0, 0.5, 4097, 1e308, 2.5, '', 'sim/echo ', true, [], {}, [1], 'auto ')))
+      .filter(([f, v]) => !VALID[f](v)),
+  );
 const badMessages = fc.oneof(
   anyJson.filter((v) => !Array.isArray(v)),
   fc.constant([]),
   fc.array(fc.oneof(anyJson.filter((v) => typeof v !== 'object' || v === null || Array.isArray(v))), { minLength: 1, maxLength: 3 }),
-  fc.record({ role: anyJson.filter((r) => !['system', 'developer', 'user', 'assistant', 'tool', 'function'].includes(r as string)), content: fc.string() }).map((m) => [m]),
-  fc.record({ role: fc.constantFrom('user', 'system'), content: anyJson.filter((c) => c !== null && typeof c !== 'string' && !Array.isArray(c)) }).map((m) => [m]),
+  fc
+    .record({ role: anyJson.filter((r) => !['system', 'developer', 'user', 'assistant', 'tool', 'function'].includes(r as string)), content: fc.string() })
+    .map((m) => [m]),
+  fc
+    .record({ role: fc.constantFrom('user', 'system'), content: anyJson.filter((c) => c !== null && typeof c !== 'string' && !Array.isArray(c)) })
+    .map((m) => [m]),
   fc.record({ role: fc.constant('user'), content: fc.constant('x'), name: anyJson.filter((n) => typeof n !== 'string' && n !== null) }).map((m) => [m]),
-  fc.record({ role: fc.constant('user'), content: fc.array(anyJson.filter((p) => typeof p !== 'object' || p === null || Array.isArray(p)), { minLength: 1, maxLength: 2 }) }).map((m) => [m]),
+  fc
+    .record({
+      role: fc.constant('user'),
+      content: fc.array(
+        anyJson.filter((p) => typeof p !== 'object' || p === null || Array.isArray(p)),
+        { minLength: 1, maxLength: 2 },
+      ),
+    })
+    .map((m) => [m]),
 );
 const unknownField = fc.string({ minLength: 1, maxLength: 20 }).filter((k) => !(k in VALID) && !KNOWN.has(k) && k !== '__proto__');
 const KNOWN = new Set([
-  'model', 'messages', 'stream', 'stream_options', 'max_tokens', 'max_completion_tokens', 'n', 'sim', 'temperature', 'top_p',
-  'frequency_penalty', 'presence_penalty', 'logit_bias', 'seed', 'stop', 'response_format', 'tools', 'tool_choice',
-  'parallel_tool_calls', 'user', 'reasoning_effort', 'verbosity', 'metadata', 'store', 'prompt_cache_key', 'safety_identifier',
-  'functions', 'function_call', 'models', 'provider', 'route', 'transforms', 'usage', 'reasoning', 'debug', 'top_k', 'top_a',
-  'min_p', 'repetition_penalty', 'structured_outputs',
+  'model',
+  'messages',
+  'stream',
+  'stream_options',
+  'max_tokens',
+  'max_completion_tokens',
+  'n',
+  'sim',
+  'temperature',
+  'top_p',
+  'frequency_penalty',
+  'presence_penalty',
+  'logit_bias',
+  'seed',
+  'stop',
+  'response_format',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'user',
+  'reasoning_effort',
+  'verbosity',
+  'metadata',
+  'store',
+  'prompt_cache_key',
+  'safety_identifier',
+  'functions',
+  'function_call',
+  'models',
+  'provider',
+  'route',
+  'transforms',
+  'usage',
+  'reasoning',
+  'debug',
+  'top_k',
+  'top_a',
+  'min_p',
+  'repetition_penalty',
+  'structured_outputs',
 ]);
 
 /** Invalid UTF-8: each of these byte strings is refused by a strict decoder wherever it stands. */
@@ -134,7 +186,8 @@ describe('fuzz: POST /v1/chat/completions bodies', () => {
       fc.asyncProperty(wrongField, async ([field, value]) => {
         const r = await post(JSON.stringify(validBody({ [field]: value })));
         const code = expectDocumented4xx(r, ['invalid_request', 'unsupported_parameter', 'model_not_found']);
-        if (code === 'invalid_request' || code === 'unsupported_parameter') expect((r.json as { error: { param: string } }).error.param?.split(/[.[]/)[0]).toBe(field);
+        if (code === 'invalid_request' || code === 'unsupported_parameter')
+          expect((r.json as { error: { param: string } }).error.param?.split(/[.[]/)[0]).toBe(field);
         await expectUntouched();
       }),
       runs(200),
@@ -166,18 +219,23 @@ describe('fuzz: POST /v1/chat/completions bodies', () => {
       (x: string) => x,
     );
     await fc.assert(
-      fc.asyncProperty(fc.integer({ min: MAX_JSON_DEPTH + 1, max: 10_000 }), fc.array(fc.boolean(), { minLength: 1, maxLength: 8 }), where, async (depth, kinds, wrap) => {
-        let open = '';
-        let close = '';
-        for (let i = 0; i < depth; i++) {
-          const obj = kinds[i % kinds.length];
-          open += obj ? '{"k":' : '[';
-          close = (obj ? '}' : ']') + close;
-        }
-        const r = await post(wrap(`${open}"leaf"${close}`));
-        expectDocumented4xx(r, ['json_too_deep']);
-        await expectUntouched();
-      }),
+      fc.asyncProperty(
+        fc.integer({ min: MAX_JSON_DEPTH + 1, max: 10_000 }),
+        fc.array(fc.boolean(), { minLength: 1, maxLength: 8 }),
+        where,
+        async (depth, kinds, wrap) => {
+          let open = '';
+          let close = '';
+          for (let i = 0; i < depth; i++) {
+            const obj = kinds[i % kinds.length];
+            open += obj ? '{"k":' : '[';
+            close = (obj ? '}' : ']') + close;
+          }
+          const r = await post(wrap(`${open}"leaf"${close}`));
+          expectDocumented4xx(r, ['json_too_deep']);
+          await expectUntouched();
+        },
+      ),
       runs(60),
     );
     await expectServing();
@@ -240,7 +298,10 @@ describe('fuzz: POST /v1/chat/completions bodies', () => {
     // the other way round the request is served, priced and forwarded as what the gateway parsed
     const r = await rawRequest({
       port,
-      headers: [['authorization', `Bearer ${canary.key}`], ['content-type', 'application/json']],
+      headers: [
+        ['authorization', `Bearer ${canary.key}`],
+        ['content-type', 'application/json'],
+      ],
       body: '{"model":"nope/nope","messages":[{"role":"user","content":"x"}],"model":"sim/echo","max_tokens":1,"max_tokens":2}',
     });
     expect(r.status).toBe(200);
@@ -252,7 +313,19 @@ describe('fuzz: POST /v1/chat/completions bodies', () => {
   }, 60000);
 
   it('truncated bodies are a 400 invalid_json', async () => {
-    const body = Buffer.from(JSON.stringify(validBody({ stream: true, temperature: 0.5, stop: ['a', 'b'], messages: [{ role: 'system', content: 'sé breve' }, { role: 'user', content: 'oi' }] })));
+    const body = Buffer.from(
+      JSON.stringify(
+        validBody({
+          stream: true,
+          temperature: 0.5,
+          stop: ['a', 'b'],
+          messages: [
+            { role: 'system', content: 'sé breve' },
+            { role: 'user', content: 'oi' },
+          ],
+        }),
+      ),
+    );
     await fc.assert(
       fc.asyncProperty(fc.integer({ min: 0, max: body.length - 1 }), async (cut) => {
         const r = await post(body.subarray(0, cut));
@@ -270,7 +343,17 @@ describe('fuzz: POST /v1/chat/completions bodies', () => {
       const r = await post(Buffer.alloc(size, 0x20));
       expectDocumented4xx(r, ['request_too_large']);
     }
-    const big = await rawRequest({ port, auto: false, headers: [['host', 'x'], ['authorization', `Bearer ${fuzzed.key}`], ['content-length', String(MAX_BODY * 64)]], body: Buffer.alloc(1024, 0x20), timeoutMs: 10000 });
+    const big = await rawRequest({
+      port,
+      auto: false,
+      headers: [
+        ['host', 'x'],
+        ['authorization', `Bearer ${fuzzed.key}`],
+        ['content-length', String(MAX_BODY * 64)],
+      ],
+      body: Buffer.alloc(1024, 0x20),
+      timeoutMs: 10000,
+    });
     expectDocumented4xx(big, ['request_too_large']);
     expect(big.closed).toBe(true);
     // a 4 MiB string: over the limit once quoted and wrapped
@@ -294,7 +377,9 @@ describe('fuzz: POST /v1/chat/completions bodies', () => {
   it('a job over max_payload under a balance lease returns the lease to the balance (nothing charged)', async () => {
     const leased = await stack.tenant('1000.00'); // no rate limit: admitted from a lease
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: leased.key, maxRetries: 0 });
-    const err = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'c'.repeat(2 * 1024 * 1024) }], max_tokens: 5 }).catch((e) => e);
+    const err = await client.chat.completions
+      .create({ model: 'sim/echo', messages: [{ role: 'user', content: 'c'.repeat(2 * 1024 * 1024) }], max_tokens: 5 })
+      .catch((e) => e);
     expect(err).toBeInstanceOf(OpenAI.APIError);
     expect(err.status).toBe(413);
     expect(err.error).toMatchObject({ code: 'request_too_large', type: 'invalid_request_error' });
@@ -314,7 +399,10 @@ describe('fuzz: Authorization headers', () => {
     fc.constant(''),
     fc.string({ maxLength: 40 }).filter((s) => !/^bearer\s/i.test(s.trim())),
     fc.constantFrom('Bearer', 'Bearer ', 'bearer', 'Basic dXNlcjpwYXNz', 'Token sk-cat-v1-abc', 'Bearer  ', 'Bearer\t', 'Bearer sk-cat-v1-', 'Bearer sk-'),
-    fc.string({ minLength: 1, maxLength: 60 }).map((s) => `Bearer ${s}`).filter((h) => !h.includes(key())),
+    fc
+      .string({ minLength: 1, maxLength: 60 })
+      .map((s) => `Bearer ${s}`)
+      .filter((h) => !h.includes(key())),
     // (CR and LF end a header line: what follows would be another header, not this one's value)
     binary.map((b) => Buffer.concat([Buffer.from('Bearer '), b])),
     binary,
@@ -328,7 +416,15 @@ describe('fuzz: Authorization headers', () => {
   it('malformed keys are a 401 before the body is read', async () => {
     await fc.assert(
       fc.asyncProperty(header, async (h) => {
-        const r = await rawRequest({ port, headers: [['authorization', h as string | Buffer], ['content-type', 'application/json']], body, timeoutMs: 5000 });
+        const r = await rawRequest({
+          port,
+          headers: [
+            ['authorization', h as string | Buffer],
+            ['content-type', 'application/json'],
+          ],
+          body,
+          timeoutMs: 5000,
+        });
         expectDocumented4xx(r, ['missing_api_key', 'invalid_api_key']);
         await expectUntouched();
       }),
@@ -344,15 +440,31 @@ describe('fuzz: Authorization headers', () => {
 
 describe('slow senders', () => {
   it('slow-loris headers and trickled bodies are cut off without delaying anyone else', async () => {
-    const head = (len: number) => `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${fuzzed.key}\r\ncontent-type: application/json\r\ncontent-length: ${len}\r\n\r\n`;
+    const head = (len: number) =>
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${fuzzed.key}\r\ncontent-type: application/json\r\ncontent-length: ${len}\r\n\r\n`;
     const json = JSON.stringify(validBody());
-    const loris = Array.from({ length: 20 }, () => trickle({ port, data: Buffer.from(head(json.length) + json), sliceBytes: 1, intervalMs: 400, maxMs: 30000 }));
+    const loris = Array.from({ length: 20 }, () =>
+      trickle({ port, data: Buffer.from(head(json.length) + json), sliceBytes: 1, intervalMs: 400, maxMs: 30000 }),
+    );
     // headers complete, body trickled 10 bytes per 500 ms (uWS's idle timeout restarts with each chunk)
-    const bodies = Array.from({ length: 5 }, () => trickle({ port, data: Buffer.from(head(json.length) + json), sliceBytes: 10, intervalMs: 500, maxMs: 30000, startBytes: head(json.length).length }));
+    const bodies = Array.from({ length: 5 }, () =>
+      trickle({ port, data: Buffer.from(head(json.length) + json), sliceBytes: 10, intervalMs: 500, maxMs: 30000, startBytes: head(json.length).length }),
+    );
     // control bytes in a header (a key with NUL in it): uWS's parser never sees the request end and
     // closes the connection at its idle timeout, answering nothing; nothing reaches catraca
-    const withNul = (i: number) => Buffer.concat([Buffer.from(`Bearer ${fuzzed.key.slice(0, i)}`), Buffer.from([i % 2 ? 0 : 1]), Buffer.from(fuzzed.key.slice(i))]);
-    const nuls = [0, 7, 12, 20, fuzzed.key.length].map((i) => rawRequest({ port, headers: [['authorization', withNul(i)], ['content-type', 'application/json']], body: json, timeoutMs: 20000 }));
+    const withNul = (i: number) =>
+      Buffer.concat([Buffer.from(`Bearer ${fuzzed.key.slice(0, i)}`), Buffer.from([i % 2 ? 0 : 1]), Buffer.from(fuzzed.key.slice(i))]);
+    const nuls = [0, 7, 12, 20, fuzzed.key.length].map((i) =>
+      rawRequest({
+        port,
+        headers: [
+          ['authorization', withNul(i)],
+          ['content-type', 'application/json'],
+        ],
+        body: json,
+        timeoutMs: 20000,
+      }),
+    );
     // meanwhile every other client is served promptly
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: canary.key, maxRetries: 0 });
     for (let i = 0; i < 10; i++) {

@@ -73,20 +73,48 @@ const badTxid = fc.oneof(
   fc.constant(null).map(() => `${txid}%00`),
 );
 const valor = fc.oneof(fc.constantFrom('25.00', '25.0', '25', '0.00', '-25.00', '1e3', '25,00', ''), fc.string({ maxLength: 12 }));
-const notice = fc.record({
-  endToEndId: fc.oneof(e2e, fc.string({ maxLength: 40 })),
-  txid: fc.oneof(badTxid, fc.constant(null), fc.constant(null).map(() => txid)),
-  valor,
-  horario: fc.oneof(fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.string({ maxLength: 30 })),
-  devolucoes: fc.option(fc.array(fc.record({ id: fc.string({ maxLength: 40 }), rtrId: fc.option(fc.string()), valor, status: fc.constantFrom('EM_PROCESSAMENTO', 'DEVOLVIDO', 'NAO_REALIZADO', 'X') }), { maxLength: 2 }), { nil: undefined }),
-}, { requiredKeys: ['endToEndId', 'txid', 'valor', 'horario'] });
+const notice = fc.record(
+  {
+    endToEndId: fc.oneof(e2e, fc.string({ maxLength: 40 })),
+    txid: fc.oneof(
+      badTxid,
+      fc.constant(null),
+      fc.constant(null).map(() => txid),
+    ),
+    valor,
+    horario: fc.oneof(
+      fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+      fc.string({ maxLength: 30 }),
+    ),
+    devolucoes: fc.option(
+      fc.array(
+        fc.record({
+          id: fc.string({ maxLength: 40 }),
+          rtrId: fc.option(fc.string()),
+          valor,
+          status: fc.constantFrom('EM_PROCESSAMENTO', 'DEVOLVIDO', 'NAO_REALIZADO', 'X'),
+        }),
+        { maxLength: 2 },
+      ),
+      { nil: undefined },
+    ),
+  },
+  { requiredKeys: ['endToEndId', 'txid', 'valor', 'horario'] },
+);
 
 describe('fuzz: Pix webhook', () => {
   it('random bodies: 400 (not a notice) or 200 (notices audited), never a credit', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.oneof(fc.jsonValue({ maxDepth: 5 }).map((v) => JSON.stringify(v)), fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)), fc.string({ maxLength: 300 })), async (body) => {
-        expectDocumented(await post(hook(), body), [400]);
-      }),
+      fc.asyncProperty(
+        fc.oneof(
+          fc.jsonValue({ maxDepth: 5 }).map((v) => JSON.stringify(v)),
+          fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)),
+          fc.string({ maxLength: 300 }),
+        ),
+        async (body) => {
+          expectDocumented(await post(hook(), body), [400]);
+        },
+      ),
       runs(120),
     );
     await expectNothingCredited();
@@ -109,7 +137,10 @@ describe('fuzz: Pix webhook', () => {
         const item: Record<string, unknown> = { endToEndId: 'E12345678202501011200abcdefghijk', txid, valor: '25.00', horario: new Date().toISOString() };
         const body = field === 'pix' ? { pix: v } : { pix: [{ ...item, [field]: v }] };
         if (field === 'txid' && v === null) return; // a notice without txid is documented (audited as no_txid)
-        expectDocumented(await post(hook(), JSON.stringify(body)), field === 'devolucoes' && (v === null || (Array.isArray(v) && v.length === 0)) ? [200] : [400]);
+        expectDocumented(
+          await post(hook(), JSON.stringify(body)),
+          field === 'devolucoes' && (v === null || (Array.isArray(v) && v.length === 0)) ? [200] : [400],
+        );
       }),
       runs(80),
     );
@@ -119,10 +150,15 @@ describe('fuzz: Pix webhook', () => {
 
   it('bad txids are audited (NUL replaced, length capped) and refused as unknown', async () => {
     for (const bad of ['a\u0000b'.padEnd(32, 'c'), `${txid}\u0000`, 'x'.repeat(5000), '%zz%00']) {
-      const r = await post(hook(), JSON.stringify({ pix: [{ endToEndId: 'E12345678202501011200abcdefghijk', txid: bad, valor: '25.00', horario: new Date().toISOString() }] }));
+      const r = await post(
+        hook(),
+        JSON.stringify({ pix: [{ endToEndId: 'E12345678202501011200abcdefghijk', txid: bad, valor: '25.00', horario: new Date().toISOString() }] }),
+      );
       expectDocumented(r, [200]);
     }
-    const { rows } = await db.query("select txid from pix_webhook_events where outcome = 'unknown_txid' and (txid like 'a_b%' or txid like 'xxxx%' or txid like '\\%zz%') order by id desc limit 3");
+    const { rows } = await db.query(
+      "select txid from pix_webhook_events where outcome = 'unknown_txid' and (txid like 'a_b%' or txid like 'xxxx%' or txid like '\\%zz%') order by id desc limit 3",
+    );
     for (const row of rows) {
       expect(row.txid).not.toContain('\u0000');
       expect(row.txid.length).toBeLessThanOrEqual(200);
@@ -138,7 +174,10 @@ describe('fuzz: Pix webhook', () => {
     );
     await fc.assert(
       fc.asyncProperty(oddSecret, fc.boolean(), async (s, withPix) => {
-        const r = await post(`/webhooks/pix/${s}${withPix ? '/pix' : ''}`, JSON.stringify({ pix: [{ endToEndId: 'E12345678202501011200abcdefghijk', txid, valor: '25.00', horario: new Date().toISOString() }] }));
+        const r = await post(
+          `/webhooks/pix/${s}${withPix ? '/pix' : ''}`,
+          JSON.stringify({ pix: [{ endToEndId: 'E12345678202501011200abcdefghijk', txid, valor: '25.00', horario: new Date().toISOString() }] }),
+        );
         // (`..` and `.` are dot segments: the path becomes another page of the portal, and a POST without its CSRF token is a 403)
         expect([401, 403, 404], `${r.status} ${r.body.toString().slice(0, 100)}`).toContain(r.status);
       }),

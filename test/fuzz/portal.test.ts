@@ -25,7 +25,15 @@ const FROM = { 'x-forwarded-for': `198.51.100.${1 + Math.floor(Math.random() * 2
 
 beforeAll(async () => {
   await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n });
-  portal = await startPortal({ db, nc: null, reconcileIntervalMs: 0, signupLimitPerHour: 100_000, trustProxy: true, registerWebhook: false, env: { PIX_PROVIDER: 'simulator' } });
+  portal = await startPortal({
+    db,
+    nc: null,
+    reconcileIntervalMs: 0,
+    signupLimitPerHour: 100_000,
+    trustProxy: true,
+    registerWebhook: false,
+    env: { PIX_PROVIDER: 'simulator' },
+  });
   port = Number(new URL(portal.url).port);
   console.log(`fuzz seed ${SEED}`);
 });
@@ -53,7 +61,24 @@ const nasty = fc.oneof(
   fc.string({ maxLength: 40 }),
   fc.string({ unit: 'binary', maxLength: 40 }),
   fc.string({ minLength: 1, maxLength: 10 }).map((s) => `${s}\u0000${s}`),
-  fc.constantFrom('', ' ', '\u0000', '%zz', '%', '<script>alert(1)</script>', "' or 1=1 --", '\ud800', '١٢٣', '12,34', '1.000,00', '-5', '1e9', 'NaN', 'Infinity', '0x10'),
+  fc.constantFrom(
+    '',
+    ' ',
+    '\u0000',
+    '%zz',
+    '%',
+    '<script>alert(1)</script>',
+    "' or 1=1 --",
+    '\ud800',
+    '١٢٣',
+    '12,34',
+    '1.000,00',
+    '-5',
+    '1e9',
+    'NaN',
+    'Infinity',
+    '0x10',
+  ),
   fc.integer({ min: 101, max: 20_000 }).map((n) => 'é'.repeat(n)),
 );
 const maybeRepeated = fc.oneof(nasty, fc.array(nasty, { minLength: 2, maxLength: 3 }));
@@ -99,16 +124,19 @@ describe('fuzz: portal forms', () => {
     let created = 0;
     await fc.assert(
       fc.asyncProperty(
-        fc.record({
-          label: maybeRepeated,
-          scope: fc.oneof(fc.constantFrom('all', 'some'), nasty),
-          models: fc.oneof(fc.constant('sim/echo'), maybeRepeated),
-          limit: maybeRepeated,
-          limit_reset: fc.oneof(fc.constantFrom('daily', 'weekly', 'monthly'), nasty),
-          rate_requests: fc.oneof(fc.integer({ min: -5, max: 2_000_000 }).map(String), nasty),
-          rate_interval: fc.oneof(fc.constantFrom('s', 'm', 'h', 'd'), nasty),
-          expires: fc.oneof(fc.constantFrom('', '1d', '7d', '30d', '90d', '365d'), nasty),
-        }, { requiredKeys: ['label'] }),
+        fc.record(
+          {
+            label: maybeRepeated,
+            scope: fc.oneof(fc.constantFrom('all', 'some'), nasty),
+            models: fc.oneof(fc.constant('sim/echo'), maybeRepeated),
+            limit: maybeRepeated,
+            limit_reset: fc.oneof(fc.constantFrom('daily', 'weekly', 'monthly'), nasty),
+            rate_requests: fc.oneof(fc.integer({ min: -5, max: 2_000_000 }).map(String), nasty),
+            rate_interval: fc.oneof(fc.constantFrom('s', 'm', 'h', 'd'), nasty),
+            expires: fc.oneof(fc.constantFrom('', '1d', '7d', '30d', '90d', '365d'), nasty),
+          },
+          { requiredKeys: ['label'] },
+        ),
         async (f) => {
           const token = PortalClient.csrf((await c.get('/keys')).text);
           const r = await c.post('/keys', { _csrf: token, ...f } as Record<string, string | string[]>);
@@ -129,12 +157,18 @@ describe('fuzz: portal forms', () => {
   it('top-up amounts: 303 to the charge, or the form with its error', async () => {
     const c = await signedIn();
     await fc.assert(
-      fc.asyncProperty(fc.oneof(maybeRepeated, fc.integer({ min: -100, max: 10_000 }).map((n) => `${n},00`)), async (amount) => {
-        const token = PortalClient.csrf((await c.get('/topup')).text);
-        const r = await c.post('/topup', { _csrf: token, amount });
-        expectHandled(r, [303, 400, 413, 429]);
-        if (r.status === 303) expect(r.location).toMatch(/^\/topup\/[a-zA-Z0-9]{26,35}$/);
-      }),
+      fc.asyncProperty(
+        fc.oneof(
+          maybeRepeated,
+          fc.integer({ min: -100, max: 10_000 }).map((n) => `${n},00`),
+        ),
+        async (amount) => {
+          const token = PortalClient.csrf((await c.get('/topup')).text);
+          const r = await c.post('/topup', { _csrf: token, amount });
+          expectHandled(r, [303, 400, 413, 429]);
+          if (r.status === 303) expect(r.location).toMatch(/^\/topup\/[a-zA-Z0-9]{26,35}$/);
+        },
+      ),
       runs(50),
     );
     await expectUp();
@@ -146,14 +180,29 @@ describe('fuzz: portal forms', () => {
       fc.constantFrom('%', '%z', '%zz', '%%', '%00', '%E0%A4%A', '%ED%A0%80', '%FF', '+', '&&', '==', '%0', '%u0041', '%C0%AF'),
       fc.string({ maxLength: 20 }),
     );
-    const body = fc.array(fc.tuple(fc.constantFrom('email', 'password', 'org', 'label', 'amount', 'limit', 'scope', 'models', '%zz', ''), fc.array(enc, { maxLength: 4 }).map((a) => a.join(''))), { maxLength: 6 });
+    const body = fc.array(
+      fc.tuple(
+        fc.constantFrom('email', 'password', 'org', 'label', 'amount', 'limit', 'scope', 'models', '%zz', ''),
+        fc.array(enc, { maxLength: 4 }).map((a) => a.join('')),
+      ),
+      { maxLength: 6 },
+    );
     await fc.assert(
       fc.asyncProperty(fc.constantFrom('/signup', '/login', '/keys', '/topup'), body, async (path, fields) => {
         const page = await c.get(path === '/keys' || path === '/topup' ? path : '/dashboard');
         const token = PortalClient.csrf(page.text);
         const cookie = [...c.cookies].map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join('; ');
         const raw = [`_csrf=${token}`, ...fields.map(([k, v]) => `${k}=${v}`)].join('&');
-        const r = await rawRequest({ port, path, headers: [['content-type', 'application/x-www-form-urlencoded'], ['cookie', cookie], ['x-forwarded-for', FROM['x-forwarded-for']]], body: raw });
+        const r = await rawRequest({
+          port,
+          path,
+          headers: [
+            ['content-type', 'application/x-www-form-urlencoded'],
+            ['cookie', cookie],
+            ['x-forwarded-for', FROM['x-forwarded-for']],
+          ],
+          body: raw,
+        });
         // (signed in, /signup still signs up a new account and /login still checks the credentials: 401)
         expect([303, 400, 401, 409, 413, 429], `${path} ${raw.slice(0, 200)} → ${r.status} ${r.body.toString().slice(0, 200)}`).toContain(r.status);
       }),
@@ -182,10 +231,37 @@ describe('fuzz: portal URLs and cookies', () => {
     const c = await signedIn();
     const cookie = [...c.cookies].map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join('; ');
     const target = fc.oneof(
-      fc.constantFrom('//', '///', '//%zz', '//[::1', '//a:99999/x', '//evil.example/keys', '/%zz', '/%', '/%00', '/keys/%00/revoke', '/keys/%zz/revoke',
-        '/topup/%zz', '/topup/%00/status', '/static/../../etc/passwd', '/static/%2e%2e/%2e%2e/etc/passwd', '/?lang=%zz', '/login?lang=%00',
-        '/ledger?page=%00', '/ledger?page=-1', '/ledger?page=1e999', '/keys?created=%00', '/keys?created=%zz', '/webhooks/pix/%zz', '/webhooks/pix/',
-        'http://portal/dashboard', 'http://[::1/x', '*', '/dashboard#frag', '/models?%zz=%zz'),
+      fc.constantFrom(
+        '//',
+        '///',
+        '//%zz',
+        '//[::1',
+        '//a:99999/x',
+        '//evil.example/keys',
+        '/%zz',
+        '/%',
+        '/%00',
+        '/keys/%00/revoke',
+        '/keys/%zz/revoke',
+        '/topup/%zz',
+        '/topup/%00/status',
+        '/static/../../etc/passwd',
+        '/static/%2e%2e/%2e%2e/etc/passwd',
+        '/?lang=%zz',
+        '/login?lang=%00',
+        '/ledger?page=%00',
+        '/ledger?page=-1',
+        '/ledger?page=1e999',
+        '/keys?created=%00',
+        '/keys?created=%zz',
+        '/webhooks/pix/%zz',
+        '/webhooks/pix/',
+        'http://portal/dashboard',
+        'http://[::1/x',
+        '*',
+        '/dashboard#frag',
+        '/models?%zz=%zz',
+      ),
       fc.integer({ min: 1000, max: 15_000 }).map((n) => `/${'a'.repeat(n)}`),
       fc.string({ maxLength: 30 }).map((s) => `/${encodeURIComponent(s)}`),
       fc.webPath().map((p) => p || '/'),
@@ -193,10 +269,19 @@ describe('fuzz: portal URLs and cookies', () => {
     );
     await fc.assert(
       fc.asyncProperty(target, fc.constantFrom('GET', 'POST', 'HEAD', 'DELETE'), fc.boolean(), async (path, method, withSession) => {
-        const r = await rawRequest({ port, method, path, headers: [['x-forwarded-for', FROM['x-forwarded-for']], ...(withSession ? [['cookie', cookie] as [string, string]] : [])], body: method === 'POST' ? '_csrf=x' : undefined, timeoutMs: 10000 });
+        const r = await rawRequest({
+          port,
+          method,
+          path,
+          headers: [['x-forwarded-for', FROM['x-forwarded-for']], ...(withSession ? [['cookie', cookie] as [string, string]] : [])],
+          body: method === 'POST' ? '_csrf=x' : undefined,
+          timeoutMs: 10000,
+        });
         expect(r.timedOut).toBe(false);
         // 0: node's HTTP parser refused the request line and closed the connection
-        expect(r.status === 0 || (r.status >= 200 && r.status < 500), `${method} ${path.slice(0, 80)} → ${r.status} ${r.body.toString().slice(0, 120)}`).toBe(true);
+        expect(r.status === 0 || (r.status >= 200 && r.status < 500), `${method} ${path.slice(0, 80)} → ${r.status} ${r.body.toString().slice(0, 120)}`).toBe(
+          true,
+        );
       }),
       runs(150),
     );

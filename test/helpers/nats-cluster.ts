@@ -52,9 +52,19 @@ export async function startNatsCluster(size = 3, opts: { name?: string } = {}): 
       dataDir: join(root, s.name),
       port: s.port,
       args: [
-        '-n', s.name, '--cluster_name', clusterName, '--cluster', `nats://127.0.0.1:${s.clusterPort}`,
-        '--routes', specs.filter((o) => o !== s).map((o) => `nats://127.0.0.1:${o.clusterPort}`).join(','),
-        '-m', String(s.monitorPort),
+        '-n',
+        s.name,
+        '--cluster_name',
+        clusterName,
+        '--cluster',
+        `nats://127.0.0.1:${s.clusterPort}`,
+        '--routes',
+        specs
+          .filter((o) => o !== s)
+          .map((o) => `nats://127.0.0.1:${o.clusterPort}`)
+          .join(','),
+        '-m',
+        String(s.monitorPort),
       ],
       onLog: (line) => lines.push(line),
     });

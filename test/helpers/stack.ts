@@ -73,8 +73,22 @@ export const SIM_PRICES = {
 };
 
 export async function seedSimCatalog(db: pg.Pool): Promise<void> {
-  await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: SIM_PRICES.echo.input, output_price: SIM_PRICES.echo.output, name: 'Sim Echo' });
-  await upsertModel(db, { id: 'sim/lorem', pool: 'sim', upstream_model: 'lorem', input_price: SIM_PRICES.lorem.input, output_price: SIM_PRICES.lorem.output, name: 'Sim Lorem' });
+  await upsertModel(db, {
+    id: 'sim/echo',
+    pool: 'sim',
+    upstream_model: 'echo',
+    input_price: SIM_PRICES.echo.input,
+    output_price: SIM_PRICES.echo.output,
+    name: 'Sim Echo',
+  });
+  await upsertModel(db, {
+    id: 'sim/lorem',
+    pool: 'sim',
+    upstream_model: 'lorem',
+    input_price: SIM_PRICES.lorem.input,
+    output_price: SIM_PRICES.lorem.output,
+    name: 'Sim Lorem',
+  });
 }
 
 function env(): { natsUrl: string; databaseUrl: string } {
@@ -151,19 +165,34 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
     },
     urlOf: (g) => `http://127.0.0.1:${g.port}/v1`,
     async spawnGateway(extra = {}) {
-      const p = await spawnProcess(`gateway${gateways.length}`, 'src/gateway/main.ts', { ...baseEnv, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: '0', METRICS_PORT: '0', ...extra }, /front door listening/);
+      const p = await spawnProcess(
+        `gateway${gateways.length}`,
+        'src/gateway/main.ts',
+        { ...baseEnv, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: '0', METRICS_PORT: '0', ...extra },
+        /front door listening/,
+      );
       gateways.push(p);
       procs.push(p);
       return p;
     },
     async spawnWorker(extra = {}) {
-      const p = await spawnProcess(`worker${workers.length}`, 'workers/main.ts', { ...baseEnv, WORKER_POOLS: opts.pools ?? 'sim,openai', ...extra }, /worker (ready|started|listening)/i);
+      const p = await spawnProcess(
+        `worker${workers.length}`,
+        'workers/main.ts',
+        { ...baseEnv, WORKER_POOLS: opts.pools ?? 'sim,openai', ...extra },
+        /worker (ready|started|listening)/i,
+      );
       workers.push(p);
       procs.push(p);
       return p;
     },
     async spawnMetering(extra = {}) {
-      const p = await spawnProcess(`metering${meterings.length}`, 'src/metering/main.ts', { ...baseEnv, HOLD_SWEEP_INTERVAL_MS: '500', ...extra }, /metering consumer running/);
+      const p = await spawnProcess(
+        `metering${meterings.length}`,
+        'src/metering/main.ts',
+        { ...baseEnv, HOLD_SWEEP_INTERVAL_MS: '500', ...extra },
+        /metering consumer running/,
+      );
       meterings.push(p);
       procs.push(p);
       return p;

@@ -2,7 +2,10 @@
 export class PortalClient {
   cookies = new Map<string, string>();
   lastSetCookies: string[] = [];
-  constructor(readonly base: string, readonly defaultHeaders: Record<string, string> = {}) {}
+  constructor(
+    readonly base: string,
+    readonly defaultHeaders: Record<string, string> = {},
+  ) {}
 
   private store(res: Response) {
     this.lastSetCookies = res.headers.getSetCookie();

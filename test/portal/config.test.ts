@@ -35,7 +35,8 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-const resolve = (env: Record<string, string>, host: string, o: { adapterGiven?: boolean; devMode?: boolean } = {}) => resolvePortalSetup(loadPortalEnv(env), { host, ...o });
+const resolve = (env: Record<string, string>, host: string, o: { adapterGiven?: boolean; devMode?: boolean } = {}) =>
+  resolvePortalSetup(loadPortalEnv(env), { host, ...o });
 
 describe('resolvePortalSetup: nothing defaults to the simulator', () => {
   it('no PIX_PROVIDER and no CATRACA_DEV: refused, naming what to set', () => {
@@ -50,10 +51,14 @@ describe('resolvePortalSetup: nothing defaults to the simulator', () => {
     expect(resolve({ PIX_PROVIDER: 'simulator' }, '::1')).toEqual({ provider: 'simulator', devMode: true });
     expect(resolve({ PIX_PROVIDER: 'simulator', PORTAL_DEV_MODE: '0' }, 'localhost')).toEqual({ provider: 'simulator', devMode: false });
     for (const host of ['0.0.0.0', '::', '192.168.0.10', 'portal.example.com']) {
-      expect(() => resolve({ CATRACA_DEV: '1' }, host)).toThrow(`the portal would listen on ${host} with the Pix simulator: anyone who can reach it could credit themselves up to R$ 5.000,00 per click`);
+      expect(() => resolve({ CATRACA_DEV: '1' }, host)).toThrow(
+        `the portal would listen on ${host} with the Pix simulator: anyone who can reach it could credit themselves up to R$ 5.000,00 per click`,
+      );
       expect(() => resolve({ PIX_PROVIDER: 'simulator', PORTAL_DEV_MODE: '0' }, host)).toThrow('set PORTAL_HOST=127.0.0.1, or PIX_PROVIDER=bcb');
     }
-    expect(() => resolve({ CATRACA_DEV: '1', PIX_SIM_HOST: '0.0.0.0' }, '127.0.0.1')).toThrow('PIX_SIM_HOST=0.0.0.0: the Pix simulator listens on a loopback address only');
+    expect(() => resolve({ CATRACA_DEV: '1', PIX_SIM_HOST: '0.0.0.0' }, '127.0.0.1')).toThrow(
+      'PIX_SIM_HOST=0.0.0.0: the Pix simulator listens on a loopback address only',
+    );
     // An injected adapter (tests) with dev mode is held to the same rule.
     expect(() => resolve({}, '0.0.0.0', { adapterGiven: true, devMode: true })).toThrow('the portal would listen on 0.0.0.0 with dev mode');
     expect(resolve({}, '0.0.0.0', { adapterGiven: true })).toEqual({ provider: 'custom', devMode: false });
@@ -68,7 +73,16 @@ describe('resolvePortalSetup: nothing defaults to the simulator', () => {
     expect(ok).toEqual({
       provider: 'bcb',
       devMode: false,
-      bcb: { apiUrl: 'https://127.0.0.1:9/v2', oauthUrl: 'https://127.0.0.1:9/oauth/token', clientId: 'client-id', clientSecret: 'client-secret', chave: 'pix@catraca.example', certFile: cert, keyFile: key, caFile: undefined },
+      bcb: {
+        apiUrl: 'https://127.0.0.1:9/v2',
+        oauthUrl: 'https://127.0.0.1:9/oauth/token',
+        clientId: 'client-id',
+        clientSecret: 'client-secret',
+        chave: 'pix@catraca.example',
+        certFile: cert,
+        keyFile: key,
+        caFile: undefined,
+      },
     });
     expect(() => resolve({ ...BCB, PORTAL_DEV_MODE: '1' }, '127.0.0.1')).toThrow('PORTAL_DEV_MODE=1 needs PIX_PROVIDER=simulator');
     // CATRACA_DEV only changes defaults: an explicit bcb wins.
@@ -92,11 +106,22 @@ describe('resolvePortalSetup: nothing defaults to the simulator', () => {
 });
 
 function runPortal(env: Record<string, string>): Promise<{ code: number | null; stderr: string }> {
-  const base: Record<string, string> = { PATH: process.env.PATH!, DATABASE_URL: process.env.DATABASE_URL!, NATS_URL: process.env.NATS_URL!, PORTAL_PORT: '0', LOG_LEVEL: 'info' };
+  const base: Record<string, string> = {
+    PATH: process.env.PATH!,
+    DATABASE_URL: process.env.DATABASE_URL!,
+    NATS_URL: process.env.NATS_URL!,
+    PORTAL_PORT: '0',
+    LOG_LEVEL: 'info',
+  };
   return new Promise((res) => {
-    execFile(process.execPath, ['--import', 'tsx', join(ROOT, 'src/portal/main.ts')], { cwd: ROOT, env: { ...base, ...env }, timeout: 20000 }, (err, _stdout, stderr) => {
-      res({ code: err ? ((err as { code?: number }).code ?? null) : 0, stderr });
-    });
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'src/portal/main.ts')],
+      { cwd: ROOT, env: { ...base, ...env }, timeout: 20000 },
+      (err, _stdout, stderr) => {
+        res({ code: err ? ((err as { code?: number }).code ?? null) : 0, stderr });
+      },
+    );
   });
 }
 
@@ -123,7 +148,9 @@ describe('a bcb portal on all interfaces', () => {
     try {
       expect(portal.simulator).toBe(null);
       expect(portal.pix.psp.name).toBe('bcb');
-      const ext = Object.values(networkInterfaces()).flat().find((i) => i && i.family === 'IPv4' && !i.internal);
+      const ext = Object.values(networkInterfaces())
+        .flat()
+        .find((i) => i && i.family === 'IPv4' && !i.internal);
       if (ext) expect(await tcpReachable(ext.address, Number(new URL(portal.url).port), 1000)).toBe(true);
       const c = new PortalClient(portal.url);
       await c.signUp(`bcb.${Math.random().toString(36).slice(2, 10)}@example.com`);
@@ -161,10 +188,15 @@ function composeConfig(env: Record<string, string>): Promise<{ code: number; std
   // Run from an empty directory so that no .env file is read.
   const cwd = mkdtempSync(join(tmpdir(), 'catraca-compose-'));
   return new Promise((res) => {
-    execFile(COMPOSE!, ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'], { cwd, env: { PATH: process.env.PATH!, ...env }, timeout: 30000 }, (err, stdout, stderr) => {
-      rmSync(cwd, { recursive: true, force: true });
-      res({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
-    });
+    execFile(
+      COMPOSE!,
+      ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'],
+      { cwd, env: { PATH: process.env.PATH!, ...env }, timeout: 30000 },
+      (err, stdout, stderr) => {
+        rmSync(cwd, { recursive: true, force: true });
+        res({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -185,7 +217,13 @@ describe.skipIf(!COMPOSE)('docker-compose.yml (docker-compose 1.29 config)', () 
     // Every app service runs compiled JavaScript from the image's runtime stage, never tsx.
     expect(r.stdout).not.toContain('tsx');
     expect(r.stdout.match(/target: runtime/g)).toHaveLength(5);
-    for (const entry of ['dist/src/stack/migrate-main.js', 'dist/src/gateway/main.js', 'dist/workers/main.js', 'dist/src/metering/main.js', 'dist/src/portal/main.js']) {
+    for (const entry of [
+      'dist/src/stack/migrate-main.js',
+      'dist/src/gateway/main.js',
+      'dist/workers/main.js',
+      'dist/src/metering/main.js',
+      'dist/src/portal/main.js',
+    ]) {
       expect(r.stdout).toMatch(new RegExp(`command:\\n\\s+- node\\n\\s+- ${entry.replace(/\./g, '\\.')}\\n`));
     }
   });

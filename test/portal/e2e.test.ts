@@ -25,10 +25,25 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     mkdirSync(ARTIFACTS, { recursive: true });
     const { startStack } = await import('../helpers/stack.ts');
     stack = await startStack({ gateways: 1, workers: 1 });
-    portal = await startPortal({ db: stack.db, nc: stack.nc, gatewayUrl: stack.baseUrl, reconcileIntervalMs: 0, signupLimitPerHour: 1000, env: { PIX_PROVIDER: 'simulator' } });
+    portal = await startPortal({
+      db: stack.db,
+      nc: stack.nc,
+      gatewayUrl: stack.baseUrl,
+      reconcileIntervalMs: 0,
+      signupLimitPerHour: 1000,
+      env: { PIX_PROVIDER: 'simulator' },
+    });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+      args: [
+        '--headless',
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--no-first-run',
+      ],
     });
     page = await (await browser.newContext({ viewport: { width: 1200, height: 900 }, locale: 'pt-BR' })).newPage();
   }, 120000);
@@ -109,7 +124,9 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
 
     // 4. The openai client with that key: the allowed model works, another model is 403.
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: key, maxRetries: 0 });
-    const { data: done, response } = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'olá mundo' }] }).withResponse();
+    const { data: done, response } = await client.chat.completions
+      .create({ model: 'sim/echo', messages: [{ role: 'user', content: 'olá mundo' }] })
+      .withResponse();
     expect(done.choices[0].message.content?.length).toBeGreaterThan(0);
     // The rate limit set in the portal is the one the front door enforces.
     expect(response.headers.get('x-ratelimit-limit')).toBe('100');

@@ -104,7 +104,8 @@ describe('accounts and sessions', () => {
     const email = `rot.${uniq()}@example.com`;
     await c.signUp(email);
     const before = c.cookies.get('catraca_session')!;
-    const sessions = async (token: string) => (await db.query('select count(*)::int as n from portal_sessions where id = sha256($1::bytea)', [Buffer.from(token)])).rows[0].n;
+    const sessions = async (token: string) =>
+      (await db.query('select count(*)::int as n from portal_sessions where id = sha256($1::bytea)', [Buffer.from(token)])).rows[0].n;
     expect(await sessions(before)).toBe(1);
     // Sign in again from the same browser (it still sends the old cookie).
     const dash = await c.get('/dashboard');
@@ -139,9 +140,14 @@ describe('accounts and sessions', () => {
     const c = new PortalClient(portal.url);
     await c.signUp(`idle.${uniq()}@example.com`);
     const token = c.cookies.get('catraca_session')!;
-    const setSeen = (ago: string) => db.query(`update portal_sessions set last_seen_at = now() - $2::interval where id = sha256($1::bytea)`, [Buffer.from(token), ago]);
+    const setSeen = (ago: string) =>
+      db.query(`update portal_sessions set last_seen_at = now() - $2::interval where id = sha256($1::bytea)`, [Buffer.from(token), ago]);
     const seen = async () =>
-      (await db.query(`select last_seen_at, extract(epoch from now() - last_seen_at)::float8 as age_s from portal_sessions where id = sha256($1::bytea)`, [Buffer.from(token)])).rows[0];
+      (
+        await db.query(`select last_seen_at, extract(epoch from now() - last_seen_at)::float8 as age_s from portal_sessions where id = sha256($1::bytea)`, [
+          Buffer.from(token),
+        ])
+      ).rows[0];
 
     // 30 s ago: valid, and not written again (at most once a minute).
     await setSeen('30 seconds');
@@ -224,7 +230,9 @@ describe('throttles (behind a trusted proxy: the client address is the right-mos
     const token = await c.csrfOf('/signup');
     const prefix = `su${uniq()}`;
     const results = await Promise.all(
-      Array.from({ length: 12 }, (_, i) => c.post('/signup', { _csrf: token, email: `${prefix}.${i}@example.com`, password: 'correct horse battery', org: '' })),
+      Array.from({ length: 12 }, (_, i) =>
+        c.post('/signup', { _csrf: token, email: `${prefix}.${i}@example.com`, password: 'correct horse battery', org: '' }),
+      ),
     );
     const statuses = results.map((r) => r.status);
     expect(statuses.filter((s) => s === 303)).toHaveLength(10);
@@ -309,7 +317,7 @@ describe('keys and top-ups through the portal', () => {
     expect((await db.query('select revoked_at is not null as r from api_keys where id = $1', [row.id])).rows[0].r).toBe(true);
   });
 
-  it('sets a key\'s request rate limit and expiry (what the front door enforces); refuses anything else', async () => {
+  it("sets a key's request rate limit and expiry (what the front door enforces); refuses anything else", async () => {
     const c = new PortalClient(portal.url);
     const email = `limits.${uniq()}@example.com`;
     await c.signUp(email);
@@ -329,7 +337,9 @@ describe('keys and top-ups through the portal', () => {
 
     // Without them: no rate limit, no expiry.
     await c.post('/keys', { _csrf: token, label: 'livre', scope: 'all', rate_requests: '', rate_interval: 'm', expires: '' });
-    const free = (await db.query(`select rate_limit_requests, rate_limit_interval_s, expires_at from api_keys where tenant_id = $1 and label = 'livre'`, [tenant])).rows[0];
+    const free = (
+      await db.query(`select rate_limit_requests, rate_limit_interval_s, expires_at from api_keys where tenant_id = $1 and label = 'livre'`, [tenant])
+    ).rows[0];
     expect(free).toEqual({ rate_limit_requests: null, rate_limit_interval_s: null, expires_at: null });
 
     for (const [fields, message] of [
@@ -363,7 +373,9 @@ describe('keys and top-ups through the portal', () => {
     for (const amount of ['5.000,01', '1.500']) {
       const refused = await c.post('/topup', { _csrf: token, amount });
       expect(refused.status).toBe(400);
-      expect(refused.text).toContain(`Escreva o valor sem separador de milhar, com vírgula (ou ponto) só antes dos centavos: 1500 ou 1500,00. &quot;${amount}&quot; é ambíguo.`);
+      expect(refused.text).toContain(
+        `Escreva o valor sem separador de milhar, com vírgula (ou ponto) só antes dos centavos: 1500 ou 1500,00. &quot;${amount}&quot; é ambíguo.`,
+      );
     }
     const r = await c.post('/topup', { _csrf: token, amount: '50,00' });
     expect(r.status).toBe(303);
@@ -408,7 +420,14 @@ describe('keys and top-ups through the portal', () => {
     expect(second.text).not.toContain('data-testid="created-key"');
     expect(second.text).toContain('Esta chave já foi exibida uma vez e não pode ser mostrada de novo.');
     expect(await keys()).toBe(1);
-    expect((await db.query('select count(*)::int as n from portal_flash f join portal_sessions s on s.id = f.session_id join portal_users u on u.id = s.user_id where u.tenant_id = $1', [tenant])).rows[0].n).toBe(0);
+    expect(
+      (
+        await db.query(
+          'select count(*)::int as n from portal_flash f join portal_sessions s on s.id = f.session_id join portal_users u on u.id = s.user_id where u.tenant_id = $1',
+          [tenant],
+        )
+      ).rows[0].n,
+    ).toBe(0);
 
     // Another session (even of the same account) cannot take the flash.
     const posted2 = await c.post('/keys', { _csrf: await c.csrfOf('/keys'), label: 'prg-2', scope: 'all' });
@@ -434,7 +453,10 @@ describe('keys and top-ups through the portal', () => {
     const open = async (t: string) => (await db.query(`select count(*)::int as n from pix_charges where tenant_id = $1 and status = 'ATIVA'`, [t])).rows[0].n;
     expect(await open(tenant)).toBe(5);
     // One expires: there is room for one more.
-    await db.query(`update pix_charges set expires_at = now() - interval '1 second' where txid = (select txid from pix_charges where tenant_id = $1 order by created_at limit 1)`, [tenant]);
+    await db.query(
+      `update pix_charges set expires_at = now() - interval '1 second' where txid = (select txid from pix_charges where tenant_id = $1 order by created_at limit 1)`,
+      [tenant],
+    );
     expect((await c.post('/topup', { _csrf: token, amount: '10,00' })).status).toBe(303);
     expect((await c.post('/topup', { _csrf: token, amount: '10,00' })).status).toBe(429);
 

@@ -27,6 +27,10 @@ export function createRegistry(
 /** The named variables, read once from the process environment; no other variable is ever consulted. */
 export function upstreamKeyEnv(names: string, source: Record<string, string | undefined> = process.env): Record<string, string | undefined> {
   const env: Record<string, string | undefined> = {};
-  for (const name of names.split(',').map((n) => n.trim()).filter(Boolean)) env[name] = source[name];
+  for (const name of names
+    .split(',')
+    .map((n) => n.trim())
+    .filter(Boolean))
+    env[name] = source[name];
   return env;
 }

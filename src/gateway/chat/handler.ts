@@ -79,7 +79,12 @@ export class ChatCompletion {
   private readonly span?: Span;
 
   /** `traceparent`: the client's header (W3C), the parent of this request's span. */
-  constructor(private deps: ChatDeps, private s: ResponseState, private authorization: string, traceparent?: string) {
+  constructor(
+    private deps: ChatDeps,
+    private s: ResponseState,
+    private authorization: string,
+    traceparent?: string,
+  ) {
     this.span = deps.tracer?.startSpan('chat.completions', {
       parent: traceparent,
       kind: 'server',
@@ -316,8 +321,14 @@ export class ChatCompletion {
         this.deps.router.unregister(this.s.requestId);
         this.account(e.usage ? costMicros(e.usage.prompt_tokens, e.usage.completion_tokens, this.prices) : null);
         this.fail(
-          new CatracaError(e.status, errorTypeFor(e.status), e.code, e.message, null,
-            e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {}),
+          new CatracaError(
+            e.status,
+            errorTypeFor(e.status),
+            e.code,
+            e.message,
+            null,
+            e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {},
+          ),
         );
         return;
       }
@@ -385,7 +396,21 @@ export class ChatCompletion {
       this.sse?.end(tail);
       this.s.done = true;
     } else {
-      sendJson(this.s, 200, completionBody(this.s.requestId, this.model.id, this.encoder.created, this.content.join(''), finishReason, usage, this.toolCalls, this.reasoning.join('')), this.headers);
+      sendJson(
+        this.s,
+        200,
+        completionBody(
+          this.s.requestId,
+          this.model.id,
+          this.encoder.created,
+          this.content.join(''),
+          finishReason,
+          usage,
+          this.toolCalls,
+          this.reasoning.join(''),
+        ),
+        this.headers,
+      );
     }
     this.finish(200);
   }

@@ -18,7 +18,11 @@ export class ChunkEncoder {
   private static contentSuffix = '},"logprobs":null,"finish_reason":null}]}\n\n';
   private static contentSuffixBytes = Buffer.from(ChunkEncoder.contentSuffix);
 
-  constructor(readonly id: string, readonly model: string, readonly created: number) {
+  constructor(
+    readonly id: string,
+    readonly model: string,
+    readonly created: number,
+  ) {
     this.head = `data: {"id":${JSON.stringify(id)},"object":"chat.completion.chunk","created":${created},"model":${JSON.stringify(model)},"system_fingerprint":null,`;
     this.contentPrefix = `${this.head}"choices":[{"index":0,"delta":{"content":`;
   }
@@ -75,7 +79,16 @@ export function mergeToolCalls(into: ToolCall[], deltas: ToolCallDelta[]): void 
   }
 }
 
-export function completionBody(id: string, model: string, created: number, content: string, finishReason: string, usage: UsageOut, toolCalls: ToolCall[] = [], reasoning = '') {
+export function completionBody(
+  id: string,
+  model: string,
+  created: number,
+  content: string,
+  finishReason: string,
+  usage: UsageOut,
+  toolCalls: ToolCall[] = [],
+  reasoning = '',
+) {
   const calls = toolCalls.filter(Boolean);
   const message: Record<string, unknown> = { role: 'assistant', content: calls.length && !content ? null : content, refusal: null };
   if (reasoning) message.reasoning = reasoning;

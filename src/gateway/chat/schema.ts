@@ -27,6 +27,11 @@ export type ChatRequest = z.infer<typeof ChatRequestSchema>;
 /** First issue of a failed parse as (message, param) in OpenAI's style. */
 export function describeIssue(error: z.ZodError): { message: string; param: string | null } {
   const issue = error.issues[0];
-  const param = issue.path.length ? issue.path.map((p) => (typeof p === 'number' ? `[${p}]` : String(p))).join('.').replace(/\.\[/g, '[') : null;
+  const param = issue.path.length
+    ? issue.path
+        .map((p) => (typeof p === 'number' ? `[${p}]` : String(p)))
+        .join('.')
+        .replace(/\.\[/g, '[')
+    : null;
   return { message: param ? `Invalid value for '${param}': ${issue.message}` : issue.message, param };
 }

@@ -36,10 +36,12 @@ function serve(onDone: (r: { written: number; queuedAtOverflow: number; overflow
     };
     pump();
   });
-  return new Promise((resolve) => app.listen('127.0.0.1', 0, (token) => {
-    listen = token;
-    resolve(localPort(token));
-  }));
+  return new Promise((resolve) =>
+    app.listen('127.0.0.1', 0, (token) => {
+      listen = token;
+      resolve(localPort(token));
+    }),
+  );
 }
 
 describe('SseWriter backpressure', () => {

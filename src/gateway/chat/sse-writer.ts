@@ -12,7 +12,11 @@ export class SseWriter {
   private endPending = false;
   private closed = false;
 
-  constructor(private res: HttpResponse, private limit: number, private onOverflow: () => void) {}
+  constructor(
+    private res: HttpResponse,
+    private limit: number,
+    private onOverflow: () => void,
+  ) {}
 
   /** Bytes waiting in JS for the socket to drain. */
   get queued(): number {

@@ -9,7 +9,7 @@ import { getSetting, SETTINGS } from '../settings.ts';
  */
 export async function paySimulatedCharge(
   db: DbClient,
-  a: { txid: string; valor?: string; /** defaults to the URL the last started portal recorded */ simulatorUrl?: string },
+  a: { txid: string; valor?: string /** defaults to the URL the last started portal recorded */; simulatorUrl?: string },
 ): Promise<{ ok: boolean; status: number; endToEndId?: string; delivered?: boolean; error?: string }> {
   const url = a.simulatorUrl ?? (await getSetting(db, SETTINGS.simulatorUrl));
   const clientId = await getSetting(db, SETTINGS.simulatorClientId);

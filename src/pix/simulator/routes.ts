@@ -34,12 +34,31 @@ export async function route(sim: PixSimState, method: string, path: string, head
   if (method === 'POST' && path === '/oauth/token') {
     if (!sim.clientOk(headers.authorization)) return { status: 401, body: { error: 'invalid_client' } };
     if (new URLSearchParams(raw).get('grant_type') !== 'client_credentials') return { status: 400, body: { error: 'unsupported_grant_type' } };
-    return { status: 200, body: { access_token: sim.issueToken(), token_type: 'Bearer', expires_in: 3600, scope: 'cob.read cob.write pix.read pix.write webhook.read webhook.write' } };
+    return {
+      status: 200,
+      body: {
+        access_token: sim.issueToken(),
+        token_type: 'Bearer',
+        expires_in: 3600,
+        scope: 'cob.read cob.write pix.read pix.write webhook.read webhook.write',
+      },
+    };
   }
   if ((m = /^\/qr\/v2\/([A-Za-z0-9]+)$/.exec(path)) && method === 'GET') {
     const id = m[1];
     const c = [...sim.cobs.values()].find((x) => x.locId === id);
-    return c ? { status: 200, body: { txid: c.txid, status: c.status, valor: { original: c.original }, chave: c.chave, calendario: { criacao: c.criacao.toISOString(), expiracao: c.expiracao } } } : problem(404, 'NaoEncontrado');
+    return c
+      ? {
+          status: 200,
+          body: {
+            txid: c.txid,
+            status: c.status,
+            valor: { original: c.original },
+            chave: c.chave,
+            calendario: { criacao: c.criacao.toISOString(), expiracao: c.expiracao },
+          },
+        }
+      : problem(404, 'NaoEncontrado');
   }
   if ((m = /^\/sim\/cob\/([^/]+)\/pagar$/.exec(path)) && method === 'POST') {
     if (!sim.clientOk(headers.authorization)) return { status: 401, body: { error: 'invalid_client' } };

@@ -61,7 +61,8 @@ export async function startPixSimulator(o: PixSimulatorOptions): Promise<PixSimu
       res.end(text);
     } catch (err) {
       log.error('simulator error', { err });
-      if (!res.headersSent) res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify({ title: 'Erro interno', status: 500 }));
+      if (!res.headersSent)
+        res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify({ title: 'Erro interno', status: 500 }));
     }
   });
 

@@ -8,11 +8,19 @@ describe('Pix simulator routes', () => {
   let token: string;
   const basic = `Basic ${Buffer.from('cid:csecret').toString('base64')}`;
   const call = (method: string, path: string, body?: unknown, authorization = `Bearer ${token}`) =>
-    httpRequest(`${sim.url}${path}`, { method, headers: { authorization, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) });
+    httpRequest(`${sim.url}${path}`, {
+      method,
+      headers: { authorization, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
 
   beforeAll(async () => {
     sim = await startPixSimulator({ clientId: 'cid', clientSecret: 'csecret' });
-    const res = await httpRequest(`${sim.url}/oauth/token`, { method: 'POST', headers: { authorization: basic, 'content-type': 'application/x-www-form-urlencoded' }, body: 'grant_type=client_credentials' });
+    const res = await httpRequest(`${sim.url}/oauth/token`, {
+      method: 'POST',
+      headers: { authorization: basic, 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'grant_type=client_credentials',
+    });
     expect(res.status).toBe(200);
     token = JSON.parse(res.body).access_token;
   });
@@ -32,7 +40,15 @@ describe('Pix simulator routes', () => {
 
   it('refuses bad credentials, bad bodies and malformed %-escapes with 4xx (never 500)', async () => {
     expect((await call('GET', `/cob/${'b'.repeat(30)}`, undefined, 'Bearer nope')).status).toBe(401);
-    expect((await httpRequest(`${sim.url}/oauth/token`, { method: 'POST', headers: { authorization: `Basic ${Buffer.from('cid:wrong').toString('base64')}` }, body: 'grant_type=client_credentials' })).status).toBe(401);
+    expect(
+      (
+        await httpRequest(`${sim.url}/oauth/token`, {
+          method: 'POST',
+          headers: { authorization: `Basic ${Buffer.from('cid:wrong').toString('base64')}` },
+          body: 'grant_type=client_credentials',
+        })
+      ).status,
+    ).toBe(401);
     expect((await call('PUT', `/cob/${'c'.repeat(30)}`, { valor: { original: '1,00' }, chave: 'x' })).status).toBe(400);
     expect((await call('PUT', '/cob/short', { valor: { original: '1.00' }, chave: 'x' })).status).toBe(400);
     for (const path of ['/cob/%zz', '/webhook/%E0%A4%A', '/pix/%zz/devolucao/1']) {

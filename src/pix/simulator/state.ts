@@ -100,7 +100,11 @@ export class PixSimState {
       solicitacaoPagador: b.solicitacaoPagador,
       locId,
       location,
-      pixCopiaECola: buildDynamicBrCode({ location, merchantName: this.o.merchantName ?? 'CATRACA SIMULADOR', merchantCity: this.o.merchantCity ?? 'SAO PAULO' }),
+      pixCopiaECola: buildDynamicBrCode({
+        location,
+        merchantName: this.o.merchantName ?? 'CATRACA SIMULADOR',
+        merchantCity: this.o.merchantCity ?? 'SAO PAULO',
+      }),
       pix: [],
     };
     this.cobs.set(txid, c);
@@ -113,7 +117,14 @@ export class PixSimState {
     if (!c) return { status: 404, body: { title: 'Cobrança não encontrada', status: 404 } };
     if (c.status !== 'ATIVA') return { status: 409, body: { title: 'Cobrança não está ativa', status: 409, detail: c.status } };
     if (Date.now() > c.criacao.getTime() + c.expiracao * 1000) return { status: 409, body: { title: 'Cobrança expirada', status: 409 } };
-    const item: SimPix = { endToEndId: e2eId(this.o.ispb ?? '99999999'), txid, valor: opts.valor ?? c.original, horario: new Date().toISOString(), chave: c.chave, devolucoes: [] };
+    const item: SimPix = {
+      endToEndId: e2eId(this.o.ispb ?? '99999999'),
+      txid,
+      valor: opts.valor ?? c.original,
+      horario: new Date().toISOString(),
+      chave: c.chave,
+      devolucoes: [],
+    };
     c.status = 'CONCLUIDA';
     c.pix.push(item);
     const { devolucoes: _d, ...callback } = item;
@@ -127,7 +138,13 @@ export class PixSimState {
     if (amount <= 0n || already + amount > fromValor(item.valor)) return { status: 400, body: null };
     const now = new Date().toISOString();
     const e2e = item.endToEndId;
-    const dev: SimRefund = { id, rtrId: `D${e2e.slice(1, 9)}${e2e.slice(9, 21)}${randomBytes(6).toString('hex').slice(0, 11)}`, valor: toValor(amount), horario: { solicitacao: now, liquidacao: now }, status: 'DEVOLVIDO' };
+    const dev: SimRefund = {
+      id,
+      rtrId: `D${e2e.slice(1, 9)}${e2e.slice(9, 21)}${randomBytes(6).toString('hex').slice(0, 11)}`,
+      valor: toValor(amount),
+      horario: { solicitacao: now, liquidacao: now },
+      status: 'DEVOLVIDO',
+    };
     item.devolucoes.push(dev);
     setImmediate(() => void this.deliver(cob.chave, [item]));
     return { status: 201, body: dev };

@@ -14,7 +14,9 @@ export const anthropicProtocol: VendorProtocol = {
   completion: (body, out, key) => completionEvents(body as Parameters<typeof completionEvents>[0], out, key),
   // Same error body shape as OpenAI's ({error:{type,message}}); 529 is Anthropic's "overloaded".
   httpError: (status, text, headers, key) =>
-    status === 529 ? new UpstreamError(503, 'upstream_overloaded', 'The upstream provider is overloaded; retry shortly.') : mapHttpError(status, text, headers, key),
+    status === 529
+      ? new UpstreamError(503, 'upstream_overloaded', 'The upstream provider is overloaded; retry shortly.')
+      : mapHttpError(status, text, headers, key),
 };
 
 export function createAnthropicAdapter(opts: HttpStreamAdapterOptions): Adapter {

@@ -40,7 +40,8 @@ function toolUseBlocks(calls: unknown, where: string): Block[] {
 function tools(raw: unknown): Block[] {
   if (!Array.isArray(raw)) throw new UpstreamError(400, 'unsupported_parameter', 'tools must be an array.');
   return raw.map((t: { type?: unknown; function?: { name?: unknown; description?: unknown; parameters?: unknown } }, i) => {
-    if (t.type !== 'function' || !t.function?.name) throw new UpstreamError(400, 'unsupported_parameter', `tools[${i}]: only function tools are supported for this model.`);
+    if (t.type !== 'function' || !t.function?.name)
+      throw new UpstreamError(400, 'unsupported_parameter', `tools[${i}]: only function tools are supported for this model.`);
     const out: Block = { name: t.function.name, input_schema: t.function.parameters ?? { type: 'object', properties: {} } };
     if (typeof t.function.description === 'string') out.description = t.function.description;
     return out;

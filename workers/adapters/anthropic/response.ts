@@ -13,7 +13,7 @@ const FINISH: Record<string, string> = {
   tool_use: 'tool_calls',
   refusal: 'content_filter',
 };
-export const finishReason = (stop: unknown) => (typeof stop === 'string' ? FINISH[stop] ?? stop : 'stop');
+export const finishReason = (stop: unknown) => (typeof stop === 'string' ? (FINISH[stop] ?? stop) : 'stop');
 
 interface Usage {
   input_tokens?: number;
@@ -64,11 +64,15 @@ export function createStreamDecoder(secret: string | null) {
           if (ev.content_block?.type === 'tool_use' && typeof ev.index === 'number') {
             const index = toolIndexOfBlock.size;
             toolIndexOfBlock.set(ev.index, index);
-            out.push({ type: 'tool_calls', tool_calls: [{ index, id: ev.content_block.id, type: 'function', function: { name: ev.content_block.name, arguments: '' } }] });
+            out.push({
+              type: 'tool_calls',
+              tool_calls: [{ index, id: ev.content_block.id, type: 'function', function: { name: ev.content_block.name, arguments: '' } }],
+            });
           }
           return;
         case 'content_block_delta':
-          if (ev.delta?.type === 'text_delta' && typeof ev.delta.text === 'string' && ev.delta.text.length > 0) out.push({ type: 'delta', content: ev.delta.text });
+          if (ev.delta?.type === 'text_delta' && typeof ev.delta.text === 'string' && ev.delta.text.length > 0)
+            out.push({ type: 'delta', content: ev.delta.text });
           else if (ev.delta?.type === 'input_json_delta' && typeof ev.delta.partial_json === 'string' && ev.delta.partial_json.length > 0) {
             const index = toolIndexOfBlock.get(ev.index ?? -1);
             if (index !== undefined) out.push({ type: 'tool_calls', tool_calls: [{ index, function: { arguments: ev.delta.partial_json } }] });
@@ -92,18 +96,31 @@ export function createStreamDecoder(secret: string | null) {
 
 /** A whole (non-streamed) Messages response. */
 export function completionEvents(
-  body: { content?: Array<{ type?: string; text?: string; id?: string; name?: string; input?: unknown }>; stop_reason?: unknown; usage?: Usage; error?: { type?: unknown; message?: unknown } },
+  body: {
+    content?: Array<{ type?: string; text?: string; id?: string; name?: string; input?: unknown }>;
+    stop_reason?: unknown;
+    usage?: Usage;
+    error?: { type?: unknown; message?: unknown };
+  },
   out: AdapterEvent[],
   secret: string | null,
 ): void {
   if (body.error) throw streamError(body.error, secret);
-  const text = (body.content ?? []).filter((c) => c.type === 'text' && typeof c.text === 'string').map((c) => c.text).join('');
+  const text = (body.content ?? [])
+    .filter((c) => c.type === 'text' && typeof c.text === 'string')
+    .map((c) => c.text)
+    .join('');
   if (text) out.push({ type: 'delta', content: text });
   const uses = (body.content ?? []).filter((c) => c.type === 'tool_use');
   if (uses.length) {
     out.push({
       type: 'tool_calls',
-      tool_calls: uses.map((c, index) => ({ index, id: c.id, type: 'function' as const, function: { name: c.name, arguments: JSON.stringify(c.input ?? {}) } })),
+      tool_calls: uses.map((c, index) => ({
+        index,
+        id: c.id,
+        type: 'function' as const,
+        function: { name: c.name, arguments: JSON.stringify(c.input ?? {}) },
+      })),
     });
   }
   out.push({ type: 'finish', reason: finishReason(body.stop_reason) });

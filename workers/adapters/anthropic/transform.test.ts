@@ -15,19 +15,44 @@ describe('anthropic request transform', () => {
           { role: 'developer', content: [{ type: 'text', text: 'B' }] },
           { role: 'user', content: 'hi' },
           { role: 'assistant', content: 'hello' },
-          { role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'text', text: 'y' }] },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'x' },
+              { type: 'text', text: 'y' },
+            ],
+          },
         ],
-        temperature: 1.7, top_p: 0.9, top_k: 5, stop: 'END', user: 'u1', seed: 5, logit_bias: {},
+        temperature: 1.7,
+        top_p: 0.9,
+        top_k: 5,
+        stop: 'END',
+        user: 'u1',
+        seed: 5,
+        logit_bias: {},
       },
     });
     expect(buildAnthropicBody(call)).toEqual({
-      model: 'claude-x', max_tokens: 77, stream: true, system: 'A\n\nB', temperature: 1, top_p: 0.9, top_k: 5, stop_sequences: ['END'], metadata: { user_id: 'u1' },
-      messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'hello' }, { role: 'user', content: 'x\ny' }],
+      model: 'claude-x',
+      max_tokens: 77,
+      stream: true,
+      system: 'A\n\nB',
+      temperature: 1,
+      top_p: 0.9,
+      top_k: 5,
+      stop_sequences: ['END'],
+      metadata: { user_id: 'u1' },
+      messages: [
+        { role: 'user', content: 'hi' },
+        { role: 'assistant', content: 'hello' },
+        { role: 'user', content: 'x\ny' },
+      ],
     });
   });
 
   it('refuses what it cannot translate, with 400s', () => {
-    const bad = (body: Record<string, unknown>) => () => buildAnthropicBody(makeCall('anthropic', { upstream: { id: 'anthropic/x', protocol: 'anthropic' }, body }));
+    const bad = (body: Record<string, unknown>) => () =>
+      buildAnthropicBody(makeCall('anthropic', { upstream: { id: 'anthropic/x', protocol: 'anthropic' }, body }));
     expect(bad({ messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'retrieval' }] })).toThrow('only function tools are supported');
     expect(bad({ messages: [{ role: 'function', content: 'x' }] })).toThrow('role "function" is not supported');
     expect(bad({ messages: [{ role: 'assistant', tool_calls: [{ id: 'a', function: { name: 'f', arguments: '{oops' } }] }] })).toThrow('is not valid JSON');

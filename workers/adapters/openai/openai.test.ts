@@ -29,7 +29,14 @@ beforeAll(async () => {
   nc = await connect({ servers: natsUrl() });
   pool = uniquePool();
   const config = loadConfig({ NATS_URL: natsUrl(), UPSTREAM_TIMEOUT_MS: '3000', UPSTREAM_CONNECT_TIMEOUT_MS: '1000' });
-  w = await startWorker({ pools: [pool], natsUrl: natsUrl(), config, keepaliveMs: 60_000, registry: createRegistry(config, { [KEY_ENV]: KEY }), catalog: testCatalog });
+  w = await startWorker({
+    pools: [pool],
+    natsUrl: natsUrl(),
+    config,
+    keepaliveMs: 60_000,
+    registry: createRegistry(config, { [KEY_ENV]: KEY }),
+    catalog: testCatalog,
+  });
 });
 
 afterAll(async () => {
@@ -46,8 +53,21 @@ afterAll(async () => {
 
 function job(upstream_model: string, { upstream, ...over }: Parameters<typeof makeJob>[1] = {}): Job {
   return makeJob(pool, {
-    upstream: { id: `mock/${upstream_model}`, protocol: 'openai', upstream_model, base_url: mock.url, api_key_env: KEY_ENV, extra_params: ['mock'], ...upstream },
-    body: { messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello to the world' }] },
+    upstream: {
+      id: `mock/${upstream_model}`,
+      protocol: 'openai',
+      upstream_model,
+      base_url: mock.url,
+      api_key_env: KEY_ENV,
+      extra_params: ['mock'],
+      ...upstream,
+    },
+    body: {
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Say hello to the world' },
+      ],
+    },
     ...over,
   });
 }
@@ -64,7 +84,10 @@ describe('openai-compatible adapter against the mock vendor', () => {
   it('streams deltas and ends with the upstream usage; sends the key and only allowed fields', async () => {
     const j = job('mock-gpt', {
       body: {
-        messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello to the world' }],
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'Say hello to the world' },
+        ],
         temperature: 0.2,
         vendor_specific: { x: 1 },
         provider: { order: ['x'] },
@@ -81,7 +104,10 @@ describe('openai-compatible adapter against the mock vendor', () => {
     expect(f.at(-1)).toEqual({ t: 'done', finish_reason: 'length', usage: { prompt_tokens: 16, completion_tokens: 5 }, estimated: false, seq: f.length - 1 });
     expect(mock.stats.lastAuthorization).toBe(`Bearer ${KEY}`);
     expect(mock.stats.lastBody).toEqual({
-      messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Say hello to the world' }],
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Say hello to the world' },
+      ],
       temperature: 0.2,
       max_tokens: 5,
       model: 'mock-gpt',
@@ -103,8 +129,13 @@ describe('openai-compatible adapter against the mock vendor', () => {
     const j = job('mock-429');
     expect(await frames(j)).toEqual([
       {
-        t: 'error', status: 429, code: 'upstream_rate_limited', message: 'The upstream provider is rate limiting requests; retry after 1 s.',
-        usage: { prompt_tokens: 0, completion_tokens: 0 }, retry_after: 1, seq: 0,
+        t: 'error',
+        status: 429,
+        code: 'upstream_rate_limited',
+        message: 'The upstream provider is rate limiting requests; retry after 1 s.',
+        usage: { prompt_tokens: 0, completion_tokens: 0 },
+        retry_after: 1,
+        seq: 0,
       },
     ]);
     const { msg } = await usageOf(nc, pool, j.request_id);
@@ -117,9 +148,17 @@ describe('openai-compatible adapter against the mock vendor', () => {
     expect(JSON.stringify(e401)).not.toContain('sk-ca');
     expect((await frames(job('mock-404')))[0]).toMatchObject({ t: 'error', status: 502, code: 'upstream_model_not_found' });
     expect((await frames(job('mock-400')))[0]).toMatchObject({
-      t: 'error', status: 400, code: 'upstream_bad_request', message: "Invalid 'max_tokens': integer below minimum value.",
+      t: 'error',
+      status: 400,
+      code: 'upstream_bad_request',
+      message: "Invalid 'max_tokens': integer below minimum value.",
     });
-    expect((await frames(job('mock-500')))[0]).toMatchObject({ t: 'error', status: 502, code: 'upstream_error', message: 'The upstream provider failed (HTTP 500).' });
+    expect((await frames(job('mock-500')))[0]).toMatchObject({
+      t: 'error',
+      status: 502,
+      code: 'upstream_error',
+      message: 'The upstream provider failed (HTTP 500).',
+    });
   });
 
   it('a stream cut mid-way → deltas, then error 502 upstream_stream_interrupted with estimated partial usage', async () => {
@@ -130,8 +169,12 @@ describe('openai-compatible adapter against the mock vendor', () => {
     const completion = await estimateTokens('Hello world foo');
     expect([prompt, completion]).toEqual([19, 3]);
     expect(f.at(-1)).toEqual({
-      t: 'error', status: 502, code: 'upstream_stream_interrupted', message: 'The upstream stream was interrupted before it finished.',
-      usage: { prompt_tokens: 19, completion_tokens: 3 }, seq: f.length - 1,
+      t: 'error',
+      status: 502,
+      code: 'upstream_stream_interrupted',
+      message: 'The upstream stream was interrupted before it finished.',
+      usage: { prompt_tokens: 19, completion_tokens: 3 },
+      seq: f.length - 1,
     });
     const { msg } = await usageOf(nc, pool, j.request_id);
     expect([msg.outcome, msg.prompt_tokens, msg.completion_tokens, msg.estimated]).toEqual(['error', 19, 3, true]);
@@ -147,13 +190,18 @@ describe('openai-compatible adapter against the mock vendor', () => {
 
   it('missing key env → 502 upstream_not_configured; unreachable vendor → 502 upstream_unreachable', async () => {
     expect((await frames(job('mock-gpt', { upstream: { id: 'mock/unset-key', api_key_env: 'CATRACA_TEST_NOT_SET' } })))[0]).toMatchObject({
-      t: 'error', status: 502, code: 'upstream_not_configured',
+      t: 'error',
+      status: 502,
+      code: 'upstream_not_configured',
     });
     const closed = await startMockUpstream();
     const deadUrl = closed.url;
     await closed.close();
     expect((await frames(job('mock-gpt', { upstream: { id: 'mock/dead', base_url: deadUrl } })))[0]).toMatchObject({
-      t: 'error', status: 502, code: 'upstream_unreachable', message: 'The upstream provider could not be reached (ECONNREFUSED).',
+      t: 'error',
+      status: 502,
+      code: 'upstream_unreachable',
+      message: 'The upstream provider could not be reached (ECONNREFUSED).',
     });
   });
 

@@ -11,15 +11,33 @@ describe('request transform', () => {
       upstream: { id: 'vendor/x', protocol: 'openai', upstream_model: 'gpt-4o-mini' },
       body: {
         messages: [{ role: 'user', content: [{ type: 'text', text: 'hi', cache_control: { type: 'ephemeral' } }], cache_control: {} }],
-        stream: false, stream_options: { foo: 1 }, max_completion_tokens: null, logit_bias: { '1': 2 }, sim: { first_token_ms: 1 },
-        models: ['a/b'], provider: { order: ['x'] }, transforms: ['middle-out'], usage: { include: true }, reasoning: { effort: 'high' },
-        route: 'fallback', top_k: 4, vendor_specific: { x: 1 }, service_tier: 'default', seed: 3,
+        stream: false,
+        stream_options: { foo: 1 },
+        max_completion_tokens: null,
+        logit_bias: { '1': 2 },
+        sim: { first_token_ms: 1 },
+        models: ['a/b'],
+        provider: { order: ['x'] },
+        transforms: ['middle-out'],
+        usage: { include: true },
+        reasoning: { effort: 'high' },
+        route: 'fallback',
+        top_k: 4,
+        vendor_specific: { x: 1 },
+        service_tier: 'default',
+        seed: 3,
       },
       max_tokens: 77,
     });
     expect(buildUpstreamBody(call)).toEqual({
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }], stream: true, stream_options: { include_usage: true },
-      logit_bias: { '1': 2 }, model: 'gpt-4o-mini', max_tokens: 77, service_tier: 'default', seed: 3,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }],
+      stream: true,
+      stream_options: { include_usage: true },
+      logit_bias: { '1': 2 },
+      model: 'gpt-4o-mini',
+      max_tokens: 77,
+      service_tier: 'default',
+      seed: 3,
     });
   });
 
@@ -30,7 +48,13 @@ describe('request transform', () => {
       max_tokens: 12,
     });
     expect(buildUpstreamBody(call)).toEqual({
-      messages: [{ role: 'user', content: 'x' }], model: 'llama', stream: true, stream_options: { include_usage: true }, top_k: 4, mock: { output_tokens: 3 }, max_completion_tokens: 12,
+      messages: [{ role: 'user', content: 'x' }],
+      model: 'llama',
+      stream: true,
+      stream_options: { include_usage: true },
+      top_k: 4,
+      mock: { output_tokens: 3 },
+      max_completion_tokens: 12,
     });
   });
 });
@@ -84,7 +108,11 @@ describe('error mapping', () => {
 describe('tool calls', () => {
   it('turns streamed tool_calls pieces into tool_calls events, index and id kept', () => {
     const out: AdapterEvent[] = [];
-    chunkEvents({ choices: [{ delta: { content: null, tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] } as never }] }, out, null);
+    chunkEvents(
+      { choices: [{ delta: { content: null, tool_calls: [{ index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: '' } }] } as never }] },
+      out,
+      null,
+    );
     chunkEvents({ choices: [{ delta: { tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] } as never }] }, out, null);
     chunkEvents({ choices: [{ delta: {}, finish_reason: 'tool_calls' }] }, out, null);
     expect(out).toEqual([

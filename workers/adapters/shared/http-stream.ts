@@ -74,7 +74,12 @@ export function createHttpStreamAdapter(name: string, protocol: VendorProtocol, 
       const fail = (err: unknown, phase: 'connect' | 'stream'): Error => {
         if (why === 'cancel') return abortError(signal);
         if (why === 'timeout') return new UpstreamError(504, 'upstream_timeout', `The upstream provider did not finish within ${opts.timeoutMs} ms.`);
-        if (why === 'connect_timeout') return new UpstreamError(502, 'upstream_unreachable', `The upstream provider could not be reached (connect timeout after ${opts.connectTimeoutMs} ms).`);
+        if (why === 'connect_timeout')
+          return new UpstreamError(
+            502,
+            'upstream_unreachable',
+            `The upstream provider could not be reached (connect timeout after ${opts.connectTimeoutMs} ms).`,
+          );
         if (err instanceof UpstreamError) return err;
         return phase === 'connect'
           ? mapConnectError(err)

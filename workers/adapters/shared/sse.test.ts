@@ -20,4 +20,3 @@ describe('SseParser', () => {
     expect([...p.push('data: x\n\ndata: [DONE]'), ...p.end()].map((e) => e.data)).toEqual(['x', '[DONE]']);
   });
 });
-

@@ -37,34 +37,50 @@ export function parseRetryAfter(headers: Record<string, string | string[] | unde
   return undefined;
 }
 
-export function mapHttpError(
-  status: number,
-  bodyText: string,
-  headers: Record<string, string | string[] | undefined>,
-  secret: string | null,
-): UpstreamError {
+export function mapHttpError(status: number, bodyText: string, headers: Record<string, string | string[] | undefined>, secret: string | null): UpstreamError {
   if (status === 400 || status === 413 || status === 422) {
     const m = upstreamMessage(bodyText);
-    return new UpstreamError(400, 'upstream_bad_request', m ? redact(m, secret).slice(0, 2000) : `The upstream provider rejected the request (HTTP ${status}).`);
+    return new UpstreamError(
+      400,
+      'upstream_bad_request',
+      m ? redact(m, secret).slice(0, 2000) : `The upstream provider rejected the request (HTTP ${status}).`,
+    );
   }
   if (status === 401 || status === 403) {
-    return new UpstreamError(502, 'upstream_auth_failed', "The upstream provider rejected the gateway's credentials for this model; the operator must fix its configuration.");
+    return new UpstreamError(
+      502,
+      'upstream_auth_failed',
+      "The upstream provider rejected the gateway's credentials for this model; the operator must fix its configuration.",
+    );
   }
-  if (status === 404) return new UpstreamError(502, 'upstream_model_not_found', 'The upstream provider does not serve the model configured for this catalog entry.');
+  if (status === 404)
+    return new UpstreamError(502, 'upstream_model_not_found', 'The upstream provider does not serve the model configured for this catalog entry.');
   if (status === 408) return new UpstreamError(504, 'upstream_timeout', 'The upstream provider timed out.');
   if (status === 429) {
     const retry = parseRetryAfter(headers);
     return new UpstreamError(
       429,
       'upstream_rate_limited',
-      retry !== undefined ? `The upstream provider is rate limiting requests; retry after ${retry} s.` : 'The upstream provider is rate limiting requests; retry shortly.',
+      retry !== undefined
+        ? `The upstream provider is rate limiting requests; retry after ${retry} s.`
+        : 'The upstream provider is rate limiting requests; retry shortly.',
       retry,
     );
   }
   return new UpstreamError(502, 'upstream_error', `The upstream provider failed (HTTP ${status}).`);
 }
 
-const UNREACHABLE = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', 'EHOSTUNREACH', 'ENETUNREACH', 'ECONNRESET', 'EPIPE', 'CERT_HAS_EXPIRED', 'DEPTH_ZERO_SELF_SIGNED_CERT']);
+const UNREACHABLE = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ECONNRESET',
+  'EPIPE',
+  'CERT_HAS_EXPIRED',
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+]);
 
 /** A transport error before any response: the vendor could not be reached. */
 export function mapConnectError(err: unknown): UpstreamError {

@@ -36,8 +36,7 @@ export interface SimOptions {
   fail_after_tokens?: number;
 }
 
-const nonNegInt = (v: unknown): number | undefined =>
-  typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : undefined;
+const nonNegInt = (v: unknown): number | undefined => (typeof v === 'number' && Number.isFinite(v) && v >= 0 ? Math.floor(v) : undefined);
 
 export function simOptions(body: Record<string, unknown>): SimOptions {
   const s = body.sim;

@@ -25,7 +25,13 @@ describe('sim token counting', () => {
 
   it('extracts text from string and content-part arrays', () => {
     expect(contentText('hi')).toBe('hi');
-    expect(contentText([{ type: 'text', text: 'a b' }, { type: 'image_url', image_url: { url: 'x' } }, { type: 'text', text: 'c' }])).toBe('a b\nc');
+    expect(
+      contentText([
+        { type: 'text', text: 'a b' },
+        { type: 'image_url', image_url: { url: 'x' } },
+        { type: 'text', text: 'c' },
+      ]),
+    ).toBe('a b\nc');
     expect(contentText(null)).toBe('');
     expect(contentText(undefined)).toBe('');
   });

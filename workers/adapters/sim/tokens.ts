@@ -36,7 +36,6 @@ export function splitTokens(text: string): string[] {
   return tokens;
 }
 
-
 export function promptTokens(messages: unknown): number {
   let n = TOKENS_PER_REQUEST;
   if (Array.isArray(messages)) {
