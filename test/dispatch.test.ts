@@ -12,7 +12,8 @@ beforeAll(async () => {
   stack = await startStack({
     gateways: 1,
     workers: 1,
-    env: { WORKER_CONCURRENCY: '1', DISPATCH_WAIT_MS: '2500', DISPATCH_MAX_WAITING_PER_TENANT: '40' },
+    // a stream idle timeout below the wait deadline: waiting for a slot must not count as a quiet stream
+    env: { WORKER_CONCURRENCY: '1', DISPATCH_WAIT_MS: '2500', DISPATCH_MAX_WAITING_PER_TENANT: '40', STREAM_IDLE_TIMEOUT_MS: '1000', KEEPALIVE_MS: '300' },
   });
 }, 60000);
 
@@ -60,6 +61,21 @@ describe('a bounded, fair wait for a worker slot', () => {
     expect(ended).toEqual([0, 1, 2]);
     await stack.waitNoHolds(t.tenantId);
     expect(await ledgerRows(t.tenantId)).toBe(4);
+  });
+
+  it('a wait longer than the stream idle timeout is still a wait: served, not a 504; billed once', { timeout: 30000 }, async () => {
+    const t = await stack.tenant('10.00', RATE);
+    const busy = post(t.key, lorem({ first_token_ms: 2250, output_tokens: 2 }));
+    await new Promise((r) => setTimeout(r, 150));
+    const t0 = Date.now();
+    const res = await post(t.key, lorem({ output_tokens: 2 }));
+    const waited = Date.now() - t0;
+    expect(res.status).toBe(200);
+    expect((await res.json()).choices[0].message.content).toBe('Lorem ipsum');
+    expect(waited).toBeGreaterThan(2000); // it waited past the idle timeout and a sweep of the routes
+    expect((await busy).status).toBe(200);
+    await stack.waitNoHolds(t.tenantId);
+    expect(await ledgerRows(t.tenantId)).toBe(2);
   });
 
   it('a waiting request whose client leaves releases its hold at once and never reaches a worker', { timeout: 30000 }, async () => {

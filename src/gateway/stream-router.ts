@@ -15,6 +15,8 @@ interface Route {
   sink: FrameSink;
   nextSeq: number;
   lastFrameAt: number;
+  /** no worker has the job yet (it waits in the dispatcher, whose own deadline bounds it): no idle timeout */
+  waiting: boolean;
 }
 
 /**
@@ -48,8 +50,18 @@ export class StreamRouter {
     return subjects.stream(this.doorId, requestId);
   }
 
+  /** Registered before the job is sent (its frames may come before the worker's ack is read); the idle clock starts at `started`. */
   register(requestId: string, sink: FrameSink): void {
-    this.routes.set(requestId, { sink, nextSeq: 0, lastFrameAt: Date.now() });
+    this.routes.set(requestId, { sink, nextSeq: 0, lastFrameAt: Date.now(), waiting: true });
+  }
+
+  /** A worker took the job: from now on the stream fails when it stays quiet past the idle timeout. */
+  started(requestId: string): void {
+    const route = this.routes.get(requestId);
+    if (route && route.waiting) {
+      route.waiting = false;
+      route.lastFrameAt = Date.now();
+    }
   }
 
   unregister(requestId: string): void {
@@ -81,6 +93,7 @@ export class StreamRouter {
       if (tp) route.sink.onTrace?.(tp);
     }
     route.nextSeq++;
+    route.waiting = false;
     route.lastFrameAt = Date.now();
     route.sink.onFrame(frame);
   }
@@ -99,7 +112,7 @@ export class StreamRouter {
   private sweep(): void {
     const deadline = Date.now() - this.idleTimeoutMs;
     for (const [id, route] of this.routes) {
-      if (route.lastFrameAt < deadline) this.fail(id, route, errors.timeout('No data from the upstream within the idle timeout.'));
+      if (!route.waiting && route.lastFrameAt < deadline) this.fail(id, route, errors.timeout('No data from the upstream within the idle timeout.'));
     }
   }
 

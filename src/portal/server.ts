@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import type { NatsConnection } from 'nats';
+import { classifyDbError } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
 import { PixService } from '../pix/service.ts';
 import type { PixSimulator } from '../pix/simulator/server.ts';
@@ -116,7 +117,15 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
         }
         await route(ctx);
       } catch (err) {
-        log.error('portal request failed', { err, method: req.method, path: url.pathname.startsWith('/webhooks/') ? '/webhooks/pix/…' : url.pathname });
+        const path = url.pathname.startsWith('/webhooks/') ? '/webhooks/pix/…' : url.pathname;
+        if (classifyDbError(err)) {
+          // PostgreSQL away or too slow: a 503 to come back later (a PSP delivers its webhook again)
+          log.warn('portal request refused: database unavailable', { method: req.method, path, code: (err as { code?: string }).code });
+          if (!res.headersSent) send(ctx, 503, 'text/plain; charset=utf-8', ctx.t('error.unavailable'), { 'retry-after': '5' });
+          else res.end();
+          return;
+        }
+        log.error('portal request failed', { err, method: req.method, path });
         if (!res.headersSent) send(ctx, 500, 'text/plain; charset=utf-8', ctx.t('error.internal'));
         else res.end();
       }

@@ -234,6 +234,7 @@ export class ChatCompletion {
       onFrame: (frame) => this.onFrame(frame),
       onFailure: (err) => {
         this.account(null); // the end was never seen: its worst case stays counted
+        this.ticket?.cancel(); // a job still waiting for a worker never reaches one
         this.cancelUpstream();
         this.fail(err);
       },
@@ -244,7 +245,9 @@ export class ChatCompletion {
     try {
       const { worker } = await this.ticket.result;
       this.workerId = worker;
-      if (this.s.aborted) this.cancelUpstream();
+      this.deps.router.started(this.s.requestId);
+      // the client left, or the response already ended, while the job was on its way: stop it there
+      if (this.s.aborted || this.finished) this.cancelUpstream();
       return;
     } catch (err) {
       const e = err as CatracaError;

@@ -22,6 +22,7 @@ export const en: Messages = {
   'error.csrf': 'Your form expired. Please try again.',
   'error.not_found': 'Page not found.',
   'error.internal': 'Something went wrong. Please try again.',
+  'error.unavailable': 'The service is briefly unavailable. Please try again in a few seconds.',
   'error.bad_form_title': 'Invalid form',
   'error.bad_form': 'The form contained characters that are not allowed (NUL). Please try again.',
   'error.rate_limited': 'Too many attempts. Try again in {minutes} minutes.',

@@ -21,6 +21,7 @@ export const ptBR = {
   'error.csrf': 'Seu formulário expirou. Tente de novo.',
   'error.not_found': 'Página não encontrada.',
   'error.internal': 'Algo deu errado. Tente de novo.',
+  'error.unavailable': 'O serviço está indisponível por um momento. Tente de novo em alguns segundos.',
   'error.bad_form_title': 'Formulário inválido',
   'error.bad_form': 'O formulário continha caracteres não permitidos (NUL). Tente de novo.',
   'error.rate_limited': 'Muitas tentativas. Tente de novo em {minutes} minutos.',
