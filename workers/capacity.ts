@@ -3,8 +3,9 @@ import { readFileSync } from 'node:fs';
 // How many jobs one worker runs at once when WORKER_CONCURRENCY is not set: what its memory
 // budget and its file descriptors allow. Measured with bench/long-streams.ts (5 000 streams that
 // wait 5 s for their first token, then stream 10 tokens): an in-flight stream costs a worker
-// 13–28 KiB (an upstream socket, its HTTP parser and buffers, the job, frame and abort state)
-// and ~0.65 ms of CPU over its whole life; the front door 12–18 KiB and ~0.35 ms. Waiting costs
+// 3–28 KiB (an upstream socket, its HTTP parser and buffers, the job, frame and abort state; the
+// reading moves with GC timing) and 0.4–1.1 ms of CPU over its whole life; the front door
+// 10–18 KiB and 0.35–0.7 ms (README, Benchmarks). 32 KiB per stream is above every reading. Waiting costs
 // no CPU at all, so the limit is memory and sockets, not a fixed count.
 export const STREAM_KIB = 32;
 /** descriptors kept for NATS, PostgreSQL, logs and the runtime */
