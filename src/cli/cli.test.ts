@@ -274,7 +274,7 @@ describe.concurrent('tenant list, model list', () => {
     });
     const human = await cli(['tenant', 'list']);
     expect(human.stdout).toMatch(new RegExp(`${tenant} +Listada +2\\.50 +0\\.00 +1 `));
-  });
+  }, 60000); // five CLI processes in a row, under the load of the other test files
 
   test('model list shows the catalog with exact prices', async () => {
     const r = await cli(['model', 'list', '--json']);

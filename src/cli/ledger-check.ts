@@ -5,7 +5,7 @@
 //   balance_after of the tenant's latest ledger entry = balance
 //   no request id debited twice, no negative balance or hold.
 import { formatBrl } from '../billing/money.ts';
-import type { Db } from '../db/pool.ts';
+import { type Db, withClient } from '../db/pool.ts';
 
 export interface LedgerMismatch {
   tenant: string;
@@ -25,14 +25,14 @@ export interface LedgerCheckResult {
 }
 
 export async function ledgerCheck(db: Db, opts: { tenantId?: string } = {}): Promise<LedgerCheckResult> {
-  const client = await db.connect();
-  try {
-    await client.query('begin isolation level repeatable read read only');
-    const tenant = opts.tenantId ?? null;
-    const mismatches: LedgerMismatch[] = [];
+  return withClient(db, async (client) => {
+    try {
+      await client.query('begin isolation level repeatable read read only');
+      const tenant = opts.tenantId ?? null;
+      const mismatches: LedgerMismatch[] = [];
 
-    const { rows: tenants } = await client.query(
-      `with l as (
+      const { rows: tenants } = await client.query(
+        `with l as (
          select tenant_id,
                 coalesce(sum(amount_micros) filter (where kind = 'credit'), 0)::bigint as credits,
                 coalesce(sum(amount_micros) filter (where kind = 'debit'), 0)::bigint as debits
@@ -48,49 +48,48 @@ export async function ledgerCheck(db: Db, opts: { tenantId?: string } = {}): Pro
               left join last on last.tenant_id = t.id
         where ($1::text is null or t.id = $1)
         order by t.id`,
-      [tenant],
-    );
-    for (const t of tenants) {
-      const expected = (t.credits as bigint) - (t.debits as bigint);
-      if (expected !== t.balance_micros) {
-        mismatches.push({ tenant: t.id, check: 'balance', expected: formatBrl(expected), actual: formatBrl(t.balance_micros) });
+        [tenant],
+      );
+      for (const t of tenants) {
+        const expected = (t.credits as bigint) - (t.debits as bigint);
+        if (expected !== t.balance_micros) {
+          mismatches.push({ tenant: t.id, check: 'balance', expected: formatBrl(expected), actual: formatBrl(t.balance_micros) });
+        }
+        if (t.holds !== t.held_micros) {
+          mismatches.push({ tenant: t.id, check: 'held', expected: formatBrl(t.holds), actual: formatBrl(t.held_micros) });
+        }
+        if (t.last_after !== null && t.last_after !== t.balance_micros) {
+          mismatches.push({ tenant: t.id, check: 'balance_after', expected: formatBrl(t.last_after), actual: formatBrl(t.balance_micros) });
+        }
+        if (t.balance_micros < 0n) mismatches.push({ tenant: t.id, check: 'negative_balance', actual: formatBrl(t.balance_micros) });
+        if (t.held_micros < 0n) mismatches.push({ tenant: t.id, check: 'negative_held', actual: formatBrl(t.held_micros) });
       }
-      if (t.holds !== t.held_micros) {
-        mismatches.push({ tenant: t.id, check: 'held', expected: formatBrl(t.holds), actual: formatBrl(t.held_micros) });
-      }
-      if (t.last_after !== null && t.last_after !== t.balance_micros) {
-        mismatches.push({ tenant: t.id, check: 'balance_after', expected: formatBrl(t.last_after), actual: formatBrl(t.balance_micros) });
-      }
-      if (t.balance_micros < 0n) mismatches.push({ tenant: t.id, check: 'negative_balance', actual: formatBrl(t.balance_micros) });
-      if (t.held_micros < 0n) mismatches.push({ tenant: t.id, check: 'negative_held', actual: formatBrl(t.held_micros) });
-    }
 
-    const { rows: keys } = await client.query(
-      `select k.id, k.tenant_id, k.held_micros, coalesce(sum(h.amount_micros), 0)::bigint as holds
+      const { rows: keys } = await client.query(
+        `select k.id, k.tenant_id, k.held_micros, coalesce(sum(h.amount_micros), 0)::bigint as holds
          from api_keys k left join holds h on h.key_id = k.id
         where ($1::text is null or k.tenant_id = $1)
         group by k.id having k.held_micros <> coalesce(sum(h.amount_micros), 0)
         order by k.tenant_id, k.id`,
-      [tenant],
-    );
-    for (const k of keys) {
-      mismatches.push({ tenant: k.tenant_id, check: 'key_held', key_id: k.id, expected: formatBrl(k.holds), actual: formatBrl(k.held_micros) });
-    }
+        [tenant],
+      );
+      for (const k of keys) {
+        mismatches.push({ tenant: k.tenant_id, check: 'key_held', key_id: k.id, expected: formatBrl(k.holds), actual: formatBrl(k.held_micros) });
+      }
 
-    const { rows: dups } = await client.query(
-      `select tenant_id, request_id, count(*)::int as n from ledger
+      const { rows: dups } = await client.query(
+        `select tenant_id, request_id, count(*)::int as n from ledger
         where kind = 'debit' and request_id is not null and ($1::text is null or tenant_id = $1)
         group by tenant_id, request_id having count(*) > 1 order by tenant_id, request_id`,
-      [tenant],
-    );
-    for (const d of dups) mismatches.push({ tenant: d.tenant_id, check: 'duplicate_debit', request_id: d.request_id, count: d.n });
+        [tenant],
+      );
+      for (const d of dups) mismatches.push({ tenant: d.tenant_id, check: 'duplicate_debit', request_id: d.request_id, count: d.n });
 
-    await client.query('commit');
-    return { ok: mismatches.length === 0, tenants_checked: tenants.length, mismatches };
-  } catch (err) {
-    await client.query('rollback').catch(() => {});
-    throw err;
-  } finally {
-    client.release();
-  }
+      await client.query('commit');
+      return { ok: mismatches.length === 0, tenants_checked: tenants.length, mismatches };
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw err;
+    }
+  });
 }

@@ -67,17 +67,40 @@ export function createPool(databaseUrl: string, max = 10, opts: PoolOptions = {}
   return pool;
 }
 
-export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+/**
+ * Runs `fn` with a client of its own. While it is checked out a client has no listener of the
+ * pool's, so a connection lost between two queries (PostgreSQL killed while `fn` awaits something
+ * else, e.g. a PSP call) would be an unhandled 'error' event that ends the process: it is caught
+ * here, and the broken client is destroyed instead of going back to the pool.
+ */
+export async function withClient<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
+  let broken: Error | undefined;
+  const onError = (err: Error) => {
+    broken = err;
+  };
+  client.on('error', onError);
   try {
-    await client.query('begin');
-    const result = await fn(client);
-    await client.query('commit');
-    return result;
+    return await fn(client);
   } catch (err) {
-    await client.query('rollback').catch(() => {});
+    if (classifyDbError(err) === 'unavailable') broken ??= err as Error;
     throw err;
   } finally {
-    client.release();
+    client.off('error', onError);
+    client.release(broken);
   }
+}
+
+export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  return withClient(pool, async (client) => {
+    try {
+      await client.query('begin');
+      const result = await fn(client);
+      await client.query('commit');
+      return result;
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw err;
+    }
+  });
 }
