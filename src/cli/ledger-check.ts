@@ -5,7 +5,7 @@
 //   balance_after of the tenant's latest ledger entry = balance
 //   no request id debited twice, no negative balance or hold.
 import { formatBrl } from '../billing/money.ts';
-import { type Db, withClient } from '../db/pool.ts';
+import { type Db, withTransaction } from '../db/pool.ts';
 
 export interface LedgerMismatch {
   tenant: string;
@@ -25,29 +25,29 @@ export interface LedgerCheckResult {
 }
 
 export async function ledgerCheck(db: Db, opts: { tenantId?: string } = {}): Promise<LedgerCheckResult> {
-  return withClient(db, async (client) => {
-    try {
-      await client.query('begin isolation level repeatable read read only');
+  return withTransaction(
+    db,
+    async (client) => {
       const tenant = opts.tenantId ?? null;
       const mismatches: LedgerMismatch[] = [];
 
       const { rows: tenants } = await client.query(
         `with l as (
-         select tenant_id,
-                coalesce(sum(amount_micros) filter (where kind = 'credit'), 0)::bigint as credits,
-                coalesce(sum(amount_micros) filter (where kind = 'debit'), 0)::bigint as debits
-           from ledger where ($1::text is null or tenant_id = $1) group by tenant_id),
-       h as (select tenant_id, sum(amount_micros)::bigint as held from holds
-              where ($1::text is null or tenant_id = $1) group by tenant_id),
-       last as (select distinct on (tenant_id) tenant_id, balance_after_micros from ledger
-                 where ($1::text is null or tenant_id = $1) order by tenant_id, id desc)
-       select t.id, t.balance_micros, t.held_micros,
-              coalesce(l.credits, 0)::bigint as credits, coalesce(l.debits, 0)::bigint as debits,
-              coalesce(h.held, 0)::bigint as holds, last.balance_after_micros as last_after
-         from tenants t left join l on l.tenant_id = t.id left join h on h.tenant_id = t.id
-              left join last on last.tenant_id = t.id
-        where ($1::text is null or t.id = $1)
-        order by t.id`,
+           select tenant_id,
+                  coalesce(sum(amount_micros) filter (where kind = 'credit'), 0)::bigint as credits,
+                  coalesce(sum(amount_micros) filter (where kind = 'debit'), 0)::bigint as debits
+             from ledger where ($1::text is null or tenant_id = $1) group by tenant_id),
+         h as (select tenant_id, sum(amount_micros)::bigint as held from holds
+                where ($1::text is null or tenant_id = $1) group by tenant_id),
+         last as (select distinct on (tenant_id) tenant_id, balance_after_micros from ledger
+                   where ($1::text is null or tenant_id = $1) order by tenant_id, id desc)
+         select t.id, t.balance_micros, t.held_micros,
+                coalesce(l.credits, 0)::bigint as credits, coalesce(l.debits, 0)::bigint as debits,
+                coalesce(h.held, 0)::bigint as holds, last.balance_after_micros as last_after
+           from tenants t left join l on l.tenant_id = t.id left join h on h.tenant_id = t.id
+                left join last on last.tenant_id = t.id
+          where ($1::text is null or t.id = $1)
+          order by t.id`,
         [tenant],
       );
       for (const t of tenants) {
@@ -67,10 +67,10 @@ export async function ledgerCheck(db: Db, opts: { tenantId?: string } = {}): Pro
 
       const { rows: keys } = await client.query(
         `select k.id, k.tenant_id, k.held_micros, coalesce(sum(h.amount_micros), 0)::bigint as holds
-         from api_keys k left join holds h on h.key_id = k.id
-        where ($1::text is null or k.tenant_id = $1)
-        group by k.id having k.held_micros <> coalesce(sum(h.amount_micros), 0)
-        order by k.tenant_id, k.id`,
+           from api_keys k left join holds h on h.key_id = k.id
+          where ($1::text is null or k.tenant_id = $1)
+          group by k.id having k.held_micros <> coalesce(sum(h.amount_micros), 0)
+          order by k.tenant_id, k.id`,
         [tenant],
       );
       for (const k of keys) {
@@ -79,17 +79,14 @@ export async function ledgerCheck(db: Db, opts: { tenantId?: string } = {}): Pro
 
       const { rows: dups } = await client.query(
         `select tenant_id, request_id, count(*)::int as n from ledger
-        where kind = 'debit' and request_id is not null and ($1::text is null or tenant_id = $1)
-        group by tenant_id, request_id having count(*) > 1 order by tenant_id, request_id`,
+          where kind = 'debit' and request_id is not null and ($1::text is null or tenant_id = $1)
+          group by tenant_id, request_id having count(*) > 1 order by tenant_id, request_id`,
         [tenant],
       );
       for (const d of dups) mismatches.push({ tenant: d.tenant_id, check: 'duplicate_debit', request_id: d.request_id, count: d.n });
 
-      await client.query('commit');
       return { ok: mismatches.length === 0, tenants_checked: tenants.length, mismatches };
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    }
-  });
+    },
+    'begin isolation level repeatable read read only',
+  );
 }

@@ -91,10 +91,11 @@ export async function withClient<T>(pool: pg.Pool, fn: (client: pg.PoolClient) =
   }
 }
 
-export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+/** `begin` may name the isolation level, e.g. `begin isolation level repeatable read read only`. */
+export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>, begin = 'begin'): Promise<T> {
   return withClient(pool, async (client) => {
     try {
-      await client.query('begin');
+      await client.query(begin);
       const result = await fn(client);
       await client.query('commit');
       return result;
