@@ -140,9 +140,10 @@ describe('a bounded, fair wait for a worker slot', () => {
 
   it('past the per-tenant bound a request is refused at once; no hold is left in any path', { timeout: 60000 }, async () => {
     const t = await stack.tenant('10.00', RATE);
-    const busy = post(t.key, lorem({ first_token_ms: 1500, output_tokens: 1 }));
+    // the slot stays busy long enough for the whole flood to be admitted even on a loaded machine
+    const busy = post(t.key, lorem({ first_token_ms: 2400, output_tokens: 1 }));
     await new Promise((r) => setTimeout(r, 150));
-    const flood = await Promise.all(Array.from({ length: 45 }, () => post(t.key, lorem({ output_tokens: 1 })).then(async (r) => (await r.text(), r.status))));
+    const flood = await Promise.all(Array.from({ length: 60 }, () => post(t.key, lorem({ output_tokens: 1 })).then(async (r) => (await r.text(), r.status))));
     expect(flood.filter((s) => s === 503).length).toBeGreaterThanOrEqual(5); // 40 may wait
     await busy;
     await stack.waitNoHolds(t.tenantId, 20000);
