@@ -54,7 +54,8 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
 
   --scenario NAME      run it direct (mock) then through the gateway; results in bench/results/
   --serve              start the stack, print URLs and the key, run until Ctrl-C (for k6 or the runner)
-  --workers N          worker processes (default 1)
+  --workers N          worker processes (default 1; 0 with --local-pools: the front door serves every job)
+  --local-pools LIST   pools the front door serves in its own process (GATEWAY_LOCAL_POOLS), e.g. openai,sim
   --gateways N         front door processes (default 1); gateway requests rotate over them
   --worker-concurrency N (default: the worker's own, sized from its memory)
   --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario
@@ -118,6 +119,8 @@ export async function startStack(opts: {
   workers?: number;
   gateways?: number;
   workerConcurrency?: number;
+  /** GATEWAY_LOCAL_POOLS of every front door */
+  localPools?: string;
   gatewayPort?: number;
   cpuProfDir?: string;
   tenants?: number;
@@ -224,7 +227,15 @@ export async function startStack(opts: {
       const gw = spawnEntry(
         name,
         'src/gateway/main.ts',
-        { ...common, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: String(gatewayPort), CATRACA_INSTANCE: `bench-${name}` },
+        {
+          ...common,
+          GATEWAY_HOST: '127.0.0.1',
+          GATEWAY_PORT: String(gatewayPort),
+          CATRACA_INSTANCE: `bench-${name}`,
+          ...(opts.localPools
+            ? { GATEWAY_LOCAL_POOLS: opts.localPools, MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench', WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' }
+            : {}),
+        },
         nodeArgs,
       );
       procs.push(gw);
@@ -364,6 +375,7 @@ async function main(argv: string[]): Promise<number> {
       serve: { type: 'boolean' },
       workers: { type: 'string' },
       gateways: { type: 'string' },
+      'local-pools': { type: 'string' },
       'worker-concurrency': { type: 'string' },
       duration: { type: 'string' },
       warmup: { type: 'string' },
@@ -391,7 +403,8 @@ async function main(argv: string[]): Promise<number> {
   const stack = await startStack({
     natsUrl: v['nats-url'] ?? process.env.NATS_URL,
     databaseUrl: v['database-url'],
-    workers: v.workers ? Number(v.workers) : 1,
+    workers: v.workers !== undefined ? Number(v.workers) : 1,
+    localPools: v['local-pools'],
     gateways: v.gateways ? Number(v.gateways) : 1,
     workerConcurrency: v['worker-concurrency'] ? Number(v['worker-concurrency']) : undefined,
     gatewayPort: v['gateway-port'] ? Number(v['gateway-port']) : undefined,
@@ -617,7 +630,8 @@ async function main(argv: string[]): Promise<number> {
     scenario: v.scenario,
     started_at: startedAt.toISOString(),
     stack: {
-      workers: v.workers ? Number(v.workers) : 1,
+      workers: v.workers !== undefined ? Number(v.workers) : 1,
+      local_pools: v['local-pools'] ?? '',
       gateways: stack.gatewayUrls.length,
       tenants: stack.tenantIds.length,
       nats: stack.natsUrl,

@@ -104,6 +104,14 @@ export const ConfigSchema = PortalEnvSchema.extend({
   DB_STATEMENT_TIMEOUT_MS: int(10000),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */
   KEY_CACHE_TTL_MS: int(30000),
+  /**
+   * Pools a front door serves in its own process (comma list, e.g. `openai,anthropic`): no NATS hop
+   * per token; the door then needs the vendors' keys (WORKER_UPSTREAM_KEYS). Empty: every job goes
+   * to worker processes over NATS. See README → Front door → In-process pools.
+   */
+  GATEWAY_LOCAL_POOLS: z.string().default(''),
+  /** Jobs the door's in-process pools run at once before the rest go to worker processes; 0 = as WORKER_CONCURRENCY. */
+  GATEWAY_LOCAL_CONCURRENCY: int(0),
   WORKER_POOLS: z.string().default('sim'),
   /** Jobs one worker runs at once; 0 = sized from WORKER_STREAM_MEMORY_MB and the open-file limit (workers/capacity.ts). */
   WORKER_CONCURRENCY: int(0),

@@ -5,7 +5,7 @@ import type { Logger } from '../src/log.ts';
 import type { Span } from '../src/tracing/tracer.ts';
 import type { AdapterRegistry } from './adapters/registry.ts';
 import { type AdapterEvent, isUpstreamError, newCall, type TokenUsage, type UpstreamCall } from './adapters/types.ts';
-import type { createOutbox } from './outbox.ts';
+import type { Outbox } from './outbox.ts';
 import type { UsagePublisher } from './usage-publisher.ts';
 
 // One accepted job, from the upstream call to its last frame and its usage message: what the
@@ -39,7 +39,7 @@ export interface JobCounters {
 export interface JobContext {
   workerId: string;
   registry: AdapterRegistry;
-  outbox: ReturnType<typeof createOutbox>;
+  outbox: Outbox;
   usage: UsagePublisher;
   log: Logger;
   counters: JobCounters;

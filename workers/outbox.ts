@@ -6,8 +6,15 @@ import { headers as natsHeaders, type MsgHdrs, type NatsConnection } from 'nats'
  * write syscall per token; queueing until `setImmediate` (the end of the current poll phase)
  * lets every frame produced in that phase, across all streams, share one write. Order is kept.
  */
-export function createOutbox(nc: NatsConnection, onError: (err: unknown, subject: string) => void) {
-  let pending: Array<[string, Uint8Array | string, MsgHdrs | undefined]> = [];
+export interface Outbox {
+  /** `headers`: NATS headers of this message (the first frame's `traceparent`). */
+  publish(subject: string, data: string, headers?: Record<string, string>): void;
+  /** Sends what is queued now. */
+  flush(): void;
+}
+
+export function createOutbox(nc: NatsConnection, onError: (err: unknown, subject: string) => void): Outbox {
+  let pending: Array<[string, string, MsgHdrs | undefined]> = [];
   let scheduled = false;
   const flush = () => {
     scheduled = false;
@@ -22,8 +29,7 @@ export function createOutbox(nc: NatsConnection, onError: (err: unknown, subject
     }
   };
   return {
-    /** `headers`: NATS headers of this message (the first frame's `traceparent`). */
-    publish(subject: string, data: Uint8Array | string, headers?: Record<string, string>): void {
+    publish(subject: string, data: string, headers?: Record<string, string>): void {
       let h: MsgHdrs | undefined;
       if (headers) {
         h = natsHeaders();

@@ -12,7 +12,7 @@ import { type AdapterRegistry, createRegistry } from './adapters/registry.ts';
 import { RequestMux } from '../src/bus/requests.ts';
 import { Catalog, type CatalogEntry, type ModelSource } from '../src/catalog/catalog.ts';
 import { createPool, type Db } from '../src/db/pool.ts';
-import { createOutbox } from './outbox.ts';
+import { createOutbox, type Outbox } from './outbox.ts';
 import { tracerFromEnv, type Tracer } from '../src/tracing/tracer.ts';
 import { defaultConcurrency } from './capacity.ts';
 
@@ -43,6 +43,12 @@ export interface WorkerOptions {
   tracer?: Tracer;
   /** Called at a job's first token: ms from acceptance (monitoring). */
   onFirstToken?: (ms: number) => void;
+  /**
+   * In-process lane (a front door running pools itself, `GATEWAY_LOCAL_POOLS`): no job or cancel
+   * subscriptions, jobs arrive through `offer()`, frames go to `outbox` instead of NATS. Usage
+   * still goes to JetStream.
+   */
+  inProcess?: { outbox: Outbox };
 }
 
 export type { LatencySummary };
@@ -73,6 +79,12 @@ export interface WorkerHandle {
   nc: NatsConnection;
   stop(): Promise<void>;
   stats(): WorkerStats;
+  /** Runs a job this process priced itself (in-process lane): the ack, and the job started when it is ok. */
+  offer(job: Job, model: CatalogEntry, pool: string, traceparent?: string): JobAck;
+  /** Stops a job of the in-process lane (the client left); it still bills what was generated. */
+  cancel(requestId: string): void;
+  /** Whether this worker serves `pool`. */
+  serves(pool: string): boolean;
 }
 
 const DRAIN_TIMEOUT_MS = 30_000;
@@ -136,7 +148,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const usage = new UsagePublisher(nc, requests, log);
 
   // The front door may be gone when a frame is published; the job still finishes and is billed.
-  const outbox = createOutbox(nc, (err, subject) => log.debug('frame publish failed', { subject, err: err as Error }));
+  const outbox = options.inProcess?.outbox ?? createOutbox(nc, (err, subject) => log.debug('frame publish failed', { subject, err: err as Error }));
   const ctx: JobContext = {
     workerId: id,
     registry,
@@ -195,7 +207,10 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
           log.warn('job refused', { request_id: job.request_id, pool, reason: model });
           return respond(msg, { ok: false, code: 'invalid_job', message: model });
         }
-        accept(msg, job, model, pool, acceptedAt);
+        const { ack, start } = admit(job, model, pool, acceptedAt, msg.headers?.get('traceparent'));
+        // Ack first: frames published after it on the same connection arrive after it.
+        respond(msg, ack);
+        start?.();
       },
       (e) => {
         log.error('catalog lookup failed', { request_id: job.request_id, err: e as Error });
@@ -204,21 +219,23 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     );
   };
 
-  const accept = (msg: Msg, job: Job, model: CatalogEntry, pool: string, acceptedAt: number) => {
-    const parent = msg.headers?.get('traceparent');
-    if (draining) return respond(msg, { ok: false, code: 'draining', message: `Worker ${id} is shutting down.` });
+  /** Takes a job or says why not; `start` runs it (after the caller has sent the ack). */
+  const admit = (job: Job, model: CatalogEntry, pool: string, acceptedAt: number, parent?: string): { ack: JobAck; start?: () => void } => {
+    if (draining) return { ack: { ok: false, code: 'draining', message: `Worker ${id} is shutting down.` } };
     if (inflight.size >= concurrency) {
       counters.busy++;
       lastRefusalAt = Date.now();
-      return respond(msg, { ok: false, code: 'busy', message: `Worker ${id} is at its concurrency limit (${concurrency}).` });
+      return { ack: { ok: false, code: 'busy', message: `Worker ${id} is at its concurrency limit (${concurrency}).` } };
     }
     if (inflight.has(job.request_id)) {
       counters.invalid++;
-      return respond(msg, { ok: false, code: 'invalid_job', message: `Request ${job.request_id} is already running here.` });
+      return { ack: { ok: false, code: 'invalid_job', message: `Request ${job.request_id} is already running here.` } };
     }
     counters.accepted++;
-    // Ack first: frames published after it on the same connection arrive after it.
-    respond(msg, { ok: true, worker: id });
+    return { ack: { ok: true, worker: id }, start: () => run(job, model, pool, acceptedAt, parent) };
+  };
+
+  const run = (job: Job, model: CatalogEntry, pool: string, acceptedAt: number, parent?: string) => {
     const span = tracer.startSpan('job', {
       parent,
       kind: 'consumer',
@@ -243,7 +260,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   let lastRefusalAt = 0;
   let announcing = false;
   const announceCapacity = () => {
-    if (announcing || draining || Date.now() - lastRefusalAt > CAPACITY_ANNOUNCE_MS) return;
+    if (announcing || draining || options.inProcess || Date.now() - lastRefusalAt > CAPACITY_ANNOUNCE_MS) return;
     announcing = true;
     setImmediate(() => {
       announcing = false;
@@ -256,19 +273,25 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
 
   for (const adapter of registry.all()) await adapter.warmup?.();
 
-  const jobSubs: Subscription[] = pools.flatMap((pool) => [
-    nc.subscribe(subjects.job(pool), { queue: subjects.queueGroup(pool), callback: onJob(pool) }),
-    // jobs sent to this worker alone, after it announced free slots
-    nc.subscribe(subjects.jobDirect(pool, id), { callback: onJob(pool) }),
-  ]);
+  const cancel = (requestId: string) => {
+    const entry = inflight.get(requestId);
+    if (entry) abortJob(entry, 'cancel');
+  };
+  const jobSubs: Subscription[] = options.inProcess
+    ? []
+    : pools.flatMap((pool) => [
+        nc.subscribe(subjects.job(pool), { queue: subjects.queueGroup(pool), callback: onJob(pool) }),
+        // jobs sent to this worker alone, after it announced free slots
+        nc.subscribe(subjects.jobDirect(pool, id), { callback: onJob(pool) }),
+      ]);
   const cancelPrefix = subjects.cancel(id, '');
-  const cancelSub = nc.subscribe(subjects.cancelWildcard(id), {
-    callback: (err, msg) => {
-      if (err) return;
-      const entry = inflight.get(msg.subject.slice(cancelPrefix.length));
-      if (entry) abortJob(entry, 'cancel');
-    },
-  });
+  const cancelSub = options.inProcess
+    ? undefined
+    : nc.subscribe(subjects.cancelWildcard(id), {
+        callback: (err, msg) => {
+          if (!err) cancel(msg.subject.slice(cancelPrefix.length));
+        },
+      });
   await nc.flush();
   log.info('worker started', { worker: id, pools, concurrency });
 
@@ -291,7 +314,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
       }
       await usage.flushed();
       outbox.flush(); // the last frames, before the connection drains
-      await cancelSub.drain().catch(() => {});
+      await cancelSub?.drain().catch(() => {});
       requests.close();
       clearInterval(sweeper);
       ownCatalog?.stop();
@@ -318,5 +341,12 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     };
   };
 
-  return { id, nc, stop, stats };
+  const offer = (job: Job, model: CatalogEntry, pool: string, traceparent?: string): JobAck => {
+    if (!pools.includes(pool)) return { ok: false, code: 'invalid_job', message: `Worker ${id} does not serve pool ${pool}.` };
+    const { ack, start } = admit(job, model, pool, Date.now(), traceparent);
+    start?.();
+    return ack;
+  };
+
+  return { id, nc, stop, stats, offer, cancel, serves: (pool) => pools.includes(pool) };
 }

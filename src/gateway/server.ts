@@ -16,6 +16,7 @@ import { createGatewayMetrics } from './metrics.ts';
 import { AdmissionBatcher } from '../billing/admission-batcher.ts';
 import { Admission } from '../billing/admission.ts';
 import { Dispatcher } from './dispatcher.ts';
+import { startLocalPools } from './local-pools.ts';
 import { registerMonitoring } from '../bus/monitoring.ts';
 import { serveMetrics } from '../metrics/http.ts';
 import { tracerFromEnv, type Tracer } from '../tracing/tracer.ts';
@@ -52,6 +53,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   await catalog.start(nc);
   const router = new StreamRouter(nc, doorId, config.STREAM_IDLE_TIMEOUT_MS);
   router.start();
+  const tracer = opts.tracer ?? tracerFromEnv('catraca-gateway');
+  const local = await startLocalPools({ config, nc, catalog, router, doorId, tracer, log });
 
   let inFlight = 0;
   let requests = 0;
@@ -102,7 +105,6 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   dispatcher.start();
   const poolGauges = setInterval(() => gm.trackPools(), 1000);
   poolGauges.unref();
-  const tracer = opts.tracer ?? tracerFromEnv('catraca-gateway');
   const chatDeps = {
     config,
     db,
@@ -114,6 +116,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     tracer,
     admission,
     dispatcher,
+    local,
     metrics: gm,
     onFinish: (status: number, ttfbMs: number | null, startedAt: number) => {
       track(status, startedAt, ttfbMs);
@@ -234,6 +237,8 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
         await Promise.race([new Promise<void>((r) => (drained = r)), new Promise<void>((r) => setTimeout(r, graceMs).unref())]);
       }
       clearInterval(poolGauges);
+      // jobs of clients that already left (cancelled, billing what was generated), usage flushed
+      await local?.stop();
       dispatcher.stop();
       router.stop();
       await admission.close();

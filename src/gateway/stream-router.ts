@@ -1,4 +1,4 @@
-import type { Msg, NatsConnection, Subscription } from 'nats';
+import type { NatsConnection, Subscription } from 'nats';
 import { splitFrame, type RawFrame } from '../bus/frames.ts';
 import { subjects } from '../bus/subjects.ts';
 import { errors, type CatracaError } from '../errors.ts';
@@ -40,7 +40,7 @@ export class StreamRouter {
 
   start(): void {
     this.sub = this.nc.subscribe(subjects.streamWildcard(this.doorId), {
-      callback: (_err, msg) => this.dispatch(msg.subject.slice(this.prefixLength), msg.data, msg),
+      callback: (_err, msg) => this.dispatch(msg.subject.slice(this.prefixLength), msg.data, msg.headers?.get('traceparent')),
     });
     this.sweeper = setInterval(() => this.sweep(), Math.min(1000, this.idleTimeoutMs));
     this.sweeper.unref();
@@ -64,6 +64,11 @@ export class StreamRouter {
     }
   }
 
+  /** A frame from this process's own worker lane (`subject` is a `replySubject` of this door). */
+  deliverLocal(subject: string, data: Uint8Array, traceparent?: string): void {
+    this.dispatch(subject.slice(this.prefixLength), data, traceparent);
+  }
+
   unregister(requestId: string): void {
     this.routes.delete(requestId);
   }
@@ -72,7 +77,7 @@ export class StreamRouter {
     return this.routes.size;
   }
 
-  private dispatch(requestId: string, data: Uint8Array, msg?: Msg): void {
+  private dispatch(requestId: string, data: Uint8Array, traceparent?: string): void {
     const route = this.routes.get(requestId);
     if (!route) return; // client gone; the worker still settles usage
     const frame = splitFrame(data);
@@ -88,10 +93,7 @@ export class StreamRouter {
       );
       return;
     }
-    if (frame.seq === 0 && msg?.headers) {
-      const tp = msg.headers.get('traceparent');
-      if (tp) route.sink.onTrace?.(tp);
-    }
+    if (frame.seq === 0 && traceparent) route.sink.onTrace?.(traceparent);
     route.nextSeq++;
     route.waiting = false;
     route.lastFrameAt = Date.now();

@@ -24,6 +24,7 @@ import { ChunkEncoder, completionBody, mergeToolCalls, type ToolCall, type Usage
 import { SseWriter } from './sse-writer.ts';
 import type { GatewayMetrics } from '../metrics.ts';
 import type { Span, Tracer } from '../../tracing/tracer.ts';
+import type { WorkerHandle } from '../../../workers/worker.ts';
 
 const log = createLogger('gateway');
 
@@ -38,6 +39,8 @@ export interface ChatDeps {
   metrics?: GatewayMetrics;
   admission: Admission;
   dispatcher: Dispatcher;
+  /** The door's in-process pools (GATEWAY_LOCAL_POOLS), tried before the pool's worker processes. */
+  local?: WorkerHandle;
   /** One span per request (`chat.completions`); its traceparent goes to the worker with the job. */
   tracer?: Tracer;
   /** Called once per request with its final HTTP status (metrics). */
@@ -220,15 +223,6 @@ export class ChatCompletion {
       reply_to: this.deps.router.replySubject(this.s.requestId),
       deadline: Date.now() + this.deps.config.REQUEST_TIMEOUT_MS,
     };
-    const payload = encode(job);
-    // NATS refuses a message over the server's max_payload (1 MiB by default, below MAX_BODY_BYTES):
-    // the job never leaves, so its hold goes back at once and the client gets a 413, not a 500.
-    const maxPayload = this.deps.nc.info?.max_payload;
-    if (maxPayload !== undefined && payload.byteLength > maxPayload) {
-      this.accounted = true;
-      await this.deps.admission.release(this.s.requestId);
-      throw errors.jobTooLarge(maxPayload);
-    }
     this.encoder = new ChunkEncoder(this.s.requestId, this.model.id, Math.floor(this.startedAt / 1000));
     this.deps.router.register(this.s.requestId, {
       onFrame: (frame) => this.onFrame(frame),
@@ -241,6 +235,27 @@ export class ChatCompletion {
       onTrace: (traceparent) => this.span?.addLink(traceparent),
     });
     this.span?.setAttributes({ 'catraca.tenant_id': key.tenant_id, 'catraca.model': this.model.id, 'catraca.pool': this.model.pool });
+    const local = this.deps.local;
+    if (local?.serves(this.model.pool)) {
+      // this door's own lane: no NATS request, frames straight to the router; when it is full or
+      // draining the job goes to the pool's worker processes below
+      const ack = local.offer(job, this.model, this.model.pool, this.span?.traceparent());
+      if (ack.ok) {
+        this.workerId = ack.worker;
+        this.deps.router.started(this.s.requestId);
+        return;
+      }
+    }
+    const payload = encode(job);
+    // NATS refuses a message over the server's max_payload (1 MiB by default, below MAX_BODY_BYTES):
+    // the job never leaves, so its hold goes back at once and the client gets a 413, not a 500.
+    const maxPayload = this.deps.nc.info?.max_payload;
+    if (maxPayload !== undefined && payload.byteLength > maxPayload) {
+      this.accounted = true;
+      this.deps.router.unregister(this.s.requestId);
+      await this.deps.admission.release(this.s.requestId);
+      throw errors.jobTooLarge(maxPayload);
+    }
     this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, this.span && { traceparent: this.span.traceparent() });
     try {
       const { worker } = await this.ticket.result;
@@ -451,7 +466,8 @@ export class ChatCompletion {
   private cancelUpstream(): void {
     if (this.workerId && !this.upstreamDone && !this.cancelSent) {
       this.cancelSent = true;
-      this.deps.nc.publish(subjects.cancel(this.workerId, this.s.requestId));
+      if (this.workerId === this.deps.local?.id) this.deps.local.cancel(this.s.requestId);
+      else this.deps.nc.publish(subjects.cancel(this.workerId, this.s.requestId));
     }
   }
 }

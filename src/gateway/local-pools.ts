@@ -1,0 +1,72 @@
+import type { NatsConnection } from 'nats';
+import type { Config } from '../config.ts';
+import type { ModelSource } from '../catalog/catalog.ts';
+import type { Logger } from '../log.ts';
+import type { Tracer } from '../tracing/tracer.ts';
+import type { Outbox } from '../../workers/outbox.ts';
+import { startWorker, type WorkerHandle } from '../../workers/worker.ts';
+import type { StreamRouter } from './stream-router.ts';
+
+// The front door's own worker lane (GATEWAY_LOCAL_POOLS): the pools listed there are served in
+// this process by the same worker code (adapters, keepalives, deadline, cancel, billing rule,
+// usage to JetStream with msgID = request id), but a job is a function call and its frames go
+// straight to the stream router. No job request, no frame, no cancel crosses NATS, so a token
+// wakes one process (this one) instead of three (worker, nats-server, front door). When the lane
+// is full or draining, jobs go to the pool's worker processes over NATS as before.
+
+export function localPools(config: Config): string[] {
+  return [
+    ...new Set(
+      config.GATEWAY_LOCAL_POOLS.split(',')
+        .map((p) => p.trim())
+        .filter(Boolean),
+    ),
+  ];
+}
+
+/** Frames of one event-loop turn delivered together, at the end of the turn: like the NATS outbox, never inside the adapter's own callback. */
+function routerOutbox(router: StreamRouter): Outbox {
+  let pending: Array<[string, string, string | undefined]> = [];
+  let scheduled = false;
+  const flush = () => {
+    scheduled = false;
+    const batch = pending;
+    pending = [];
+    for (const [subject, data, traceparent] of batch) router.deliverLocal(subject, Buffer.from(data), traceparent);
+  };
+  return {
+    publish(subject, data, headers) {
+      pending.push([subject, data, headers?.traceparent]);
+      if (!scheduled) {
+        scheduled = true;
+        setImmediate(flush);
+      }
+    },
+    flush,
+  };
+}
+
+export async function startLocalPools(opts: {
+  config: Config;
+  nc: NatsConnection;
+  catalog: ModelSource;
+  router: StreamRouter;
+  doorId: string;
+  tracer?: Tracer;
+  log: Logger;
+}): Promise<WorkerHandle | undefined> {
+  const pools = localPools(opts.config);
+  if (pools.length === 0) return undefined;
+  return startWorker({
+    pools,
+    nc: opts.nc,
+    id: `${opts.doorId}-local`,
+    config: opts.config,
+    concurrency: opts.config.GATEWAY_LOCAL_CONCURRENCY || undefined,
+    drainTimeoutMs: opts.config.DRAIN_TIMEOUT_MS,
+    catalog: opts.catalog,
+    tracer: opts.tracer,
+    log: opts.log,
+    inProcess: { outbox: routerOutbox(opts.router) },
+  });
+}
