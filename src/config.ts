@@ -60,7 +60,13 @@ export const ConfigSchema = PortalEnvSchema.extend({
     .int()
     .positive()
     .default(1024 ** 3),
-  /** Metering logs at error level and sets catraca_usage_backlog_alarm while more usage messages than this wait to be settled; 0 = no alarm. */
+  /**
+   * A worker (or a door's in-process pools) gathers the usage of requests ending within this many
+   * ms into one JetStream message; 0 = one message per event-loop turn. A process killed in that
+   * window loses that usage (as it loses usage not yet acknowledged by JetStream).
+   */
+  USAGE_LINGER_MS: int(5),
+  /** Metering logs at error level and sets catraca_usage_backlog_alarm while more usage messages than this wait (a message carries one request, or a worker's batch) to be settled; 0 = no alarm. */
   USAGE_BACKLOG_ALARM: int(10000),
   /** How often metering checks the USAGE backlog. */
   USAGE_BACKLOG_INTERVAL_MS: z.coerce.number().int().positive().default(5000),

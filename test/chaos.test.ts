@@ -100,6 +100,40 @@ describe('exactly-once settlement through crashes', () => {
     expect((await ledgerCheck()).ok).toBe(true);
   }, 90000);
 
+  it('a worker batch message settles each request once: the batch again, one of its requests alone again, and an unknown tenant among them debit nothing more', async () => {
+    const t = await stack.tenant('1.00');
+    const base = {
+      v: 1 as const,
+      tenant_id: t.tenantId,
+      key_id: t.keyId,
+      model: 'chaos/unit',
+      pool: 'sim',
+      input_price: '0',
+      output_price: '1000000000',
+      prompt_tokens: 4,
+      estimated: false,
+      outcome: 'completed' as const,
+      ended_at: Date.now(),
+      worker: 'test',
+    };
+    const ids = [1, 2, 3].map((n) => `gen-batch-${Date.now()}-${n}`);
+    const items: UsageMessage[] = ids.map((request_id, i) => ({ ...base, request_id, completion_tokens: i + 1 }));
+    const stranger = { ...base, request_id: `gen-batch-${Date.now()}-x`, tenant_id: 'ten_nobody', completion_tokens: 50 };
+    const js = stack.nc.jetstream();
+    const batch = (id: string, list: UsageMessage[]) => encode({ v: 2, batch: id, items: list });
+    await js.publish(subjects.usage('sim'), batch(`b-${ids[0]}`, [...items, stranger]), { msgID: `b-${ids[0]}` });
+    await stack.waitSettled(ids);
+    await js.publish(subjects.usage('sim'), batch(`b2-${ids[0]}`, items), { msgID: `b2-${ids[0]}` });
+    await js.publish(subjects.usage('sim'), encode(items[1]), { msgID: items[1].request_id });
+    await new Promise((r) => setTimeout(r, 800));
+    const state = await tenantState(t.tenantId);
+    expect(state.debits).toBe(3);
+    expect(state.balance_micros).toBe(1_000_000n - (1n + 2n + 3n) * TOKEN);
+    const { rows } = await stack.db.query('select count(*)::int as n from ledger where request_id = $1', [stranger.request_id]);
+    expect(rows[0].n).toBe(0);
+    expect((await ledgerCheck()).ok).toBe(true);
+  });
+
   it('a usage message published twice (and once more without msgID) debits once', async () => {
     const t = await stack.tenant('1.00');
     const requestId = `gen-dup-${Date.now()}`;

@@ -1,7 +1,7 @@
 // Helpers for the worker tests (imported only by *.test.ts).
 import { createId } from '@paralleldrive/cuid2';
 import { AckPolicy, DeliverPolicy, type NatsConnection } from 'nats';
-import { decodeJson, encode, type Job, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
+import { decodeJson, encode, type Job, type JobAck, type UsageBatch, type UsageMessage } from '../src/bus/messages.ts';
 import { decodeFrame, type Frame } from '../src/bus/frames.ts';
 import { subjects, USAGE_STREAM } from '../src/bus/subjects.ts';
 import { fingerprint, type CatalogEntry, type ModelSource } from '../src/catalog/catalog.ts';
@@ -122,8 +122,9 @@ export async function usageOf(nc: NatsConnection, pool: string, requestId: strin
       const batch = await consumer.fetch({ max_messages: total, expires: 2000 });
       let n = 0;
       for await (const m of batch) {
-        const u = m.json<UsageMessage>();
-        if (u.request_id === requestId) found.push(u);
+        // a lone usage message, or a worker's batch of them
+        const u = m.json<UsageMessage | UsageBatch>();
+        for (const item of u.v === 2 ? u.items : [u]) if (item.request_id === requestId) found.push(item);
         if (++n >= total) break;
       }
       await consumer.delete().catch(() => {});

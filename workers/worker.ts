@@ -145,7 +145,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   const firstToken = new LatencyRing();
   let draining = false;
 
-  const usage = new UsagePublisher(nc, requests, log);
+  const usage = new UsagePublisher(nc, requests, log, config.USAGE_LINGER_MS);
 
   // The front door may be gone when a frame is published; the job still finishes and is billed.
   const outbox = options.inProcess?.outbox ?? createOutbox(nc, (err, subject) => log.debug('frame publish failed', { subject, err: err as Error }));

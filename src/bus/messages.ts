@@ -75,6 +75,18 @@ export const UsageMessageSchema = z.object({
 });
 export type UsageMessage = z.infer<typeof UsageMessageSchema>;
 
+/**
+ * Several requests' usage in one JetStream message (a worker's usage of one linger window):
+ * msgID = `batch`, unique per publish. Each item settles exactly once by its request id, as a
+ * lone v1 message does; `traceparent` is the item's job span (a lone message carries it as a header).
+ */
+export const UsageBatchSchema = z.object({
+  v: z.literal(2),
+  batch: z.string(),
+  items: z.array(UsageMessageSchema.extend({ traceparent: z.string().optional() })).min(1),
+});
+export type UsageBatch = z.infer<typeof UsageBatchSchema>;
+
 /** A worker's announcement on catraca.capacity.<pool>: it can take `free` more jobs now. */
 export const CapacitySchema = z.object({ worker: z.string(), free: z.number().int().positive() });
 

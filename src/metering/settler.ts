@@ -1,7 +1,7 @@
 import type { JsMsg } from 'nats';
 import { settle, settleBatch, type Settlement, type SettleResult } from '../billing/ledger.ts';
 import { costMicros } from '../billing/money.ts';
-import { decodeJson, UsageMessageSchema, type UsageMessage } from '../bus/messages.ts';
+import { decodeJson, UsageBatchSchema, UsageMessageSchema, type UsageMessage } from '../bus/messages.ts';
 import { HEADLINE } from '../bus/monitoring.ts';
 import type { Db } from '../db/pool.ts';
 import type { Logger } from '../log.ts';
@@ -22,7 +22,12 @@ export interface MeteringStats {
   openLeases: number;
 }
 
-type Item = { msg: JsMsg; usage: UsageMessage; settlement: Settlement; span?: Span };
+type Item = { msg: JsMsg; usage: UsageMessage; settlement: Settlement; traceparent?: string; span?: Span };
+/** one message and the requests it carries (one, or a worker's batch) */
+type Received = { msg: JsMsg; items: Item[] };
+
+/** requests per catraca_settle_batch call, at most (a call's cost grows faster than its size) */
+const MAX_ITEMS_PER_CALL = 512;
 
 /**
  * Settles batches of usage messages: one PostgreSQL transaction per batch (catraca_settle_batch,
@@ -52,20 +57,39 @@ export class UsageSettler {
   }
 
   /**
-   * Settles a batch in one transaction. If the batch fails as a whole, each message is retried
-   * alone so one bad message cannot hold the others back.
+   * Settles the requests of these messages, one transaction per at most MAX_ITEMS_PER_CALL
+   * requests; a message is acked once all of its requests are committed. If a group fails as a
+   * whole, its messages are retried one by one so one bad message cannot hold the others back.
    */
   async settle(msgs: JsMsg[]): Promise<void> {
-    const items = msgs.map((m) => this.parse(m)).filter((x) => x !== null);
-    if (items.length === 0) return;
-    // one span per usage message (the request), child of the worker's job span
-    for (const item of items) {
-      item.span = this.tracer.startSpan('settle', {
-        parent: item.msg.headers?.get('traceparent'),
-        kind: 'consumer',
-        attributes: { 'catraca.request_id': item.usage.request_id, 'catraca.tenant_id': item.usage.tenant_id, 'catraca.batch_size': items.length },
-      });
+    const received = msgs.map((msg) => ({ msg, items: this.parse(msg) })).filter((r) => r.items.length > 0);
+    const size = received.reduce((n, r) => n + r.items.length, 0);
+    // one span per request, child of the worker's job span
+    for (const r of received) {
+      for (const item of r.items) {
+        item.span = this.tracer.startSpan('settle', {
+          parent: item.traceparent,
+          kind: 'consumer',
+          attributes: { 'catraca.request_id': item.usage.request_id, 'catraca.tenant_id': item.usage.tenant_id, 'catraca.batch_size': size },
+        });
+      }
     }
+    let group: Received[] = [];
+    let count = 0;
+    for (const r of received) {
+      if (group.length > 0 && count + r.items.length > MAX_ITEMS_PER_CALL) {
+        await this.settleGroup(group);
+        group = [];
+        count = 0;
+      }
+      group.push(r);
+      count += r.items.length;
+    }
+    if (group.length > 0) await this.settleGroup(group);
+  }
+
+  private async settleGroup(group: Received[]): Promise<void> {
+    const items = group.flatMap((r) => r.items);
     try {
       const results =
         items.length === 1
@@ -74,54 +98,72 @@ export class UsageSettler {
               this.db,
               items.map((i) => i.settlement),
             );
-      for (let i = 0; i < items.length; i++) this.conclude(items[i], results[i]);
+      const known = new Set<JsMsg>();
+      for (let i = 0; i < items.length; i++) if (this.conclude(items[i], results[i])) known.add(items[i].msg);
+      // A plain ack, not a confirmed one: a lost ack means a redelivery, and a redelivered message
+      // settles as 'duplicate' no-ops, so waiting for the server's confirmation buys nothing.
+      for (const r of group) {
+        if (known.has(r.msg)) {
+          this.mx.jobs.inc();
+          r.msg.ack();
+        } else r.msg.term(); // every request of it names an unknown tenant: it can never settle
+      }
       return;
     } catch (err) {
-      if (items.length === 1) {
+      if (group.length === 1) {
         this.stats.failures++;
         this.mx.errors.inc();
-        this.log.warn('settlement failed; will be redelivered', { request_id: items[0].usage.request_id, err: err as Error });
-        items[0].span?.setStatus('error', 'settlement failed; redelivered').end();
-        items[0].msg.nak(1000);
+        this.log.warn('settlement failed; will be redelivered', { request_ids: items.map((i) => i.usage.request_id), err: err as Error });
+        for (const item of items) item.span?.setStatus('error', 'settlement failed; redelivered').end();
+        group[0].msg.nak(1000);
         return;
       }
-      this.log.warn('batch settlement failed; settling one by one', { size: items.length, err: err as Error });
+      this.log.warn('batch settlement failed; settling one message at a time', { size: items.length, err: err as Error });
     }
-    for (const item of items) await this.settle([item.msg]);
+    for (const r of group) await this.settleGroup([r]);
   }
 
-  /** Parses a message; an unreadable one is terminated (it can never settle). */
-  private parse(msg: JsMsg): Item | null {
+  /** The requests of a message (a lone usage message or a worker's batch); an unreadable message is terminated (it can never settle). */
+  private parse(msg: JsMsg): Item[] {
     try {
-      const usage = UsageMessageSchema.parse(decodeJson(msg.data));
-      return {
-        msg,
-        usage,
-        settlement: {
-          requestId: usage.request_id,
-          tenantId: usage.tenant_id,
-          keyId: usage.key_id,
-          costMicros: costMicros(usage.prompt_tokens, usage.completion_tokens, { input: BigInt(usage.input_price), output: BigInt(usage.output_price) }),
-          model: usage.model,
-          inputTokens: usage.prompt_tokens,
-          outputTokens: usage.completion_tokens,
-          estimated: usage.estimated,
-          outcome: usage.outcome,
-          at: new Date(usage.ended_at),
-          hold: usage.hold ?? null,
-        },
-      };
+      const data = decodeJson(msg.data) as { v?: unknown };
+      if (data?.v === 2) {
+        const batch = UsageBatchSchema.parse(data);
+        return batch.items.map(({ traceparent, ...usage }) => this.item(msg, usage, traceparent));
+      }
+      return [this.item(msg, UsageMessageSchema.parse(data), msg.headers?.get('traceparent'))];
     } catch (err) {
       this.stats.poison++;
       this.mx.errors.inc();
       this.log.error('unreadable usage message: terminated', { seq: msg.seq, err: err as Error });
       msg.term();
-      return null;
+      return [];
     }
   }
 
-  /** Acks (after the commit) or terminates one message according to its settlement result. */
-  private conclude(item: Item, result: SettleResult): void {
+  private item(msg: JsMsg, usage: UsageMessage, traceparent?: string): Item {
+    return {
+      msg,
+      usage,
+      traceparent: traceparent || undefined,
+      settlement: {
+        requestId: usage.request_id,
+        tenantId: usage.tenant_id,
+        keyId: usage.key_id,
+        costMicros: costMicros(usage.prompt_tokens, usage.completion_tokens, { input: BigInt(usage.input_price), output: BigInt(usage.output_price) }),
+        model: usage.model,
+        inputTokens: usage.prompt_tokens,
+        outputTokens: usage.completion_tokens,
+        estimated: usage.estimated,
+        outcome: usage.outcome,
+        at: new Date(usage.ended_at),
+        hold: usage.hold ?? null,
+      },
+    };
+  }
+
+  /** Records one request's settlement result; false when its tenant is unknown (it can never settle). */
+  private conclude(item: Item, result: SettleResult): boolean {
     const { msg, usage, settlement } = item;
     const { stats, mx } = this;
     item.span?.setAttributes({
@@ -150,13 +192,9 @@ export class UsageSettler {
     } else {
       stats.poison++;
       mx.errors.inc();
-      this.log.error('usage for unknown tenant: terminated', { request_id: usage.request_id, tenant_id: usage.tenant_id });
-      msg.term();
-      return;
+      this.log.error('usage for unknown tenant: dropped', { request_id: usage.request_id, tenant_id: usage.tenant_id });
+      return false;
     }
-    mx.jobs.inc();
-    // A plain ack, not a confirmed one: a lost ack means a redelivery, and a redelivered message
-    // settles as a 'duplicate' no-op, so waiting for the server's confirmation buys nothing.
-    msg.ack();
+    return true;
   }
 }
