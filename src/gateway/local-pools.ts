@@ -5,6 +5,8 @@ import type { Logger } from '../log.ts';
 import type { Tracer } from '../tracing/tracer.ts';
 import type { Outbox } from '../../workers/outbox.ts';
 import { startWorker, type WorkerHandle } from '../../workers/worker.ts';
+import { monitorWorker } from '../../workers/monitoring.ts';
+import type { Metrics } from '../metrics/registry.ts';
 import type { StreamRouter } from './stream-router.ts';
 
 // The front door's own worker lane (GATEWAY_LOCAL_POOLS): the pools listed there are served in
@@ -46,18 +48,32 @@ function routerOutbox(router: StreamRouter): Outbox {
   };
 }
 
+export interface LocalPools {
+  worker: WorkerHandle;
+  /** Stops taking jobs, lets the running ones finish (or cuts them at DRAIN_TIMEOUT_MS), flushes usage. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the lane when GATEWAY_LOCAL_POOLS names pools. It is also a `catraca-worker` NATS micro
+ * service (so `catraca status` counts its capacity and in-flight jobs per pool) and adds its
+ * figures to the door's own `/metrics`.
+ */
 export async function startLocalPools(opts: {
   config: Config;
   nc: NatsConnection;
   catalog: ModelSource;
   router: StreamRouter;
   doorId: string;
+  metrics: Metrics;
   tracer?: Tracer;
   log: Logger;
-}): Promise<WorkerHandle | undefined> {
+}): Promise<LocalPools | undefined> {
   const pools = localPools(opts.config);
   if (pools.length === 0) return undefined;
-  return startWorker({
+  let onJobEnd: ((ms: number) => void) | undefined;
+  let onFirstToken: ((ms: number) => void) | undefined;
+  const worker = await startWorker({
     pools,
     nc: opts.nc,
     id: `${opts.doorId}-local`,
@@ -68,5 +84,23 @@ export async function startLocalPools(opts: {
     tracer: opts.tracer,
     log: opts.log,
     inProcess: { outbox: routerOutbox(opts.router) },
+    onJobEnd: (ms) => onJobEnd?.(ms),
+    onFirstToken: (ms) => onFirstToken?.(ms),
   });
+  const monitoring = await monitorWorker(opts.nc, worker.id, () => worker.stats());
+  onJobEnd = monitoring.jobEnded;
+  onFirstToken = monitoring.firstToken;
+  const m = opts.metrics;
+  m.counter('catraca_local_jobs_accepted_total', 'Jobs this front door ran in its own process (GATEWAY_LOCAL_POOLS)', {}, () => worker.stats().accepted);
+  m.gauge('catraca_local_jobs_in_flight', 'Jobs running in this front door', {}, () => worker.stats().inFlight);
+  m.gauge('catraca_local_capacity', 'Jobs this front door runs at once before it sends them to worker processes', {}, () => worker.stats().concurrency);
+  m.gauge('catraca_usage_pending', 'Usage messages not yet stored by JetStream (publishes being retried included)', {}, () => worker.stats().usagePending);
+  opts.log.info('in-process pools', { pools, capacity: worker.stats().concurrency });
+  return {
+    worker,
+    async stop() {
+      await monitoring.stop().catch(() => {});
+      await worker.stop();
+    },
+  };
 }

@@ -54,7 +54,6 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
   const router = new StreamRouter(nc, doorId, config.STREAM_IDLE_TIMEOUT_MS);
   router.start();
   const tracer = opts.tracer ?? tracerFromEnv('catraca-gateway');
-  const local = await startLocalPools({ config, nc, catalog, router, doorId, tracer, log });
 
   let inFlight = 0;
   let requests = 0;
@@ -79,6 +78,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     byStatus[status] = (byStatus[status] ?? 0) + 1;
     gm.answered(status, startedAt, ttfbMs);
   };
+  const local = await startLocalPools({ config, nc, catalog, router, doorId, tracer, metrics: gm.metrics, log });
   const monitoring = await registerMonitoring(nc, { name: 'catraca-gateway', version: VERSION, instanceId: doorId, metrics: gm.metrics });
 
   const begin = (res: HttpResponse, req: HttpRequest): ResponseState => {
@@ -116,7 +116,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     tracer,
     admission,
     dispatcher,
-    local,
+    local: local?.worker,
     metrics: gm,
     onFinish: (status: number, ttfbMs: number | null, startedAt: number) => {
       track(status, startedAt, ttfbMs);

@@ -264,6 +264,9 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       ready: READY[p],
       env: {
         ...(p === 'worker' ? { WORKER_POOLS: 'sim,openai,anthropic' } : {}),
+        // the front door serves these pools itself (no NATS hop per token); the worker process
+        // takes what the door's lane cannot (README → In-process pools)
+        ...(p === 'gateway' ? { GATEWAY_LOCAL_POOLS: process.env.GATEWAY_LOCAL_POOLS ?? 'sim,openai,anthropic' } : {}),
         // each process its own internal /metrics port, on loopback (METRICS_HOST's default)
         ...(metricsPorts[p] == null ? {} : { METRICS_PORT: String(metricsPorts[p]) }),
         ...env,

@@ -218,6 +218,8 @@ describe.runIf(haveEntries)('startStack with gateway, worker and metering', () =
         'catraca_ttft_seconds histogram',
         'catraca_admit_seconds histogram',
         'catraca_inflight gauge',
+        'catraca_local_jobs_accepted_total counter',
+        'catraca_local_capacity gauge',
       ],
       worker: [
         'catraca_jobs_total counter',
@@ -250,6 +252,8 @@ describe.runIf(haveEntries)('startStack with gateway, worker and metering', () =
     const figures = async () => ({
       answered: seriesValue(await scrape(ports.gateway), 'catraca_http_responses_total', 'status="200"'),
       admitted: seriesValue(await scrape(ports.gateway), 'catraca_admissions_total'),
+      // jobs run by the front door's in-process pools, and by the worker process
+      local: seriesValue(await scrape(ports.gateway), 'catraca_local_jobs_accepted_total'),
       accepted: seriesValue(await scrape(ports.worker), 'catraca_jobs_accepted_total'),
       settled: seriesValue(await scrape(ports.metering), 'catraca_usage_settled_total', 'status="settled"'),
     });
@@ -268,9 +272,10 @@ describe.runIf(haveEntries)('startStack with gateway, worker and metering', () =
     expect({
       answered: after.answered - before.answered,
       admitted: after.admitted - before.admitted,
+      local: after.local - before.local,
       accepted: after.accepted - before.accepted,
       settled: after.settled - before.settled,
-    }).toEqual({ answered: N, admitted: N, accepted: N, settled: N });
+    }).toEqual({ answered: N, admitted: N, local: N, accepted: 0, settled: N });
   }, 30000);
 
   test('a child that dies is restarted', async () => {
