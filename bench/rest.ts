@@ -12,12 +12,14 @@ import { startStack } from './run-stack.ts';
 //   healthz       GET /healthz on the front door (the HTTP round trip alone)
 //   sim/echo      streamed through the whole stack with the built-in simulator (no upstream HTTP)
 //   direct        streamed from the mock vendor itself (first token at once, then 1 token/ms)
-//   openai        the same mock request through the whole stack (front door → worker → mock)
+//   openai        the same mock request through the whole stack (front door → worker → mock, or
+//                 front door → mock with --local-pools)
 // added(sim) = sim/echo − healthz; added(openai) = openai − direct.
 
 const HELP = `usage: npx tsx bench/rest.ts [--requests N] [--warmup N]
   --requests N   measured requests of each kind (default 2000)
   --warmup N     unrecorded requests of each kind first (default 200)
+  --local-pools LIST   pools the front door serves in its own process (e.g. openai,sim); then no worker process
 `;
 
 const agent = new http.Agent({ keepAlive: true, maxSockets: 4 });
@@ -52,11 +54,14 @@ function request(url: string, method: 'GET' | 'POST', key: string | null, body: 
 }
 
 async function main(): Promise<void> {
-  const { values: v } = parseArgs({ options: { requests: { type: 'string' }, warmup: { type: 'string' }, help: { type: 'boolean' } } });
+  const { values: v } = parseArgs({
+    options: { requests: { type: 'string' }, warmup: { type: 'string' }, 'local-pools': { type: 'string' }, help: { type: 'boolean' } },
+  });
   if (v.help) return void process.stdout.write(HELP);
   const n = Number(v.requests ?? 2000);
   const warmup = Number(v.warmup ?? 200);
-  const stack = await startStack({ mock: { firstTokenMs: 0, tokensPerSecond: 1000, outputTokens: 10 } });
+  const localPools = v['local-pools'];
+  const stack = await startStack({ mock: { firstTokenMs: 0, tokensPerSecond: 1000, outputTokens: 10 }, localPools, workers: localPools ? 0 : 1 });
   try {
     const gw = stack.gatewayUrl;
     const chat = (model: string, extra: Record<string, unknown> = {}) =>
@@ -84,6 +89,7 @@ async function main(): Promise<void> {
     const added = (a: string, b: string) => ({ p50: round(s[a].p50 - s[b].p50), p90: round(s[a].p90 - s[b].p90), p99: round(s[a].p99 - s[b].p99) });
     const doc = {
       requests: n,
+      local_pools: localPools ?? '',
       latency_ms: s,
       added_ms: { sim_echo_over_healthz: added('sim/echo', 'healthz'), openai_over_direct: added('openai', 'direct') },
     };
