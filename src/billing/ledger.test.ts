@@ -194,3 +194,122 @@ describe('admission leases (catraca_lease_open / catraca_lease_close, settlement
     expect(await state(two.b.tenantId)).toEqual({ balance_micros: 0n, held_micros: 0n });
   });
 });
+
+describe('catraca_settle_batch against catraca_settle item by item', () => {
+  it('returns the same rows and writes the same balances, keys, holds and ledger rows (lease, own hold, redelivery, unknown tenant, shortfall)', async () => {
+    const at = new Date('2026-03-02T10:00:00.000Z');
+    async function world() {
+      const a = await account(50_000n);
+      const b = await account(3_000n);
+      const c = await account(20_000n);
+      expect(
+        (await openLease(db, { leaseId: `la-${a.tenantId}`, tenantId: a.tenantId, keyId: a.keyId, amount: 10_000n, richness: 4, ttlMs: 60_000 })).status,
+      ).toBe('ok');
+      expect(
+        (await openLease(db, { leaseId: `lc-${c.tenantId}`, tenantId: c.tenantId, keyId: c.keyId, amount: 5_000n, richness: 4, ttlMs: 60_000 })).status,
+      ).toBe('ok');
+      await closeLease(db, `lc-${c.tenantId}`, 4_000n); // closing, keeps 4 000
+      await admit(db, { requestId: `own-${b.tenantId}`, tenantId: b.tenantId, keyId: b.keyId, min: 2_000n, max: 2_000n, ttlMs: 60_000 });
+      const item = (x: { tenantId: string; keyId: string }, id: string, cost: bigint, hold?: string): Settlement => ({
+        ...s(x, id, cost),
+        at,
+        model: `m-${id.slice(0, 2)}`,
+        inputTokens: Number(cost % 97n),
+        outputTokens: Number(cost % 89n),
+        estimated: cost % 2n === 0n,
+        hold: hold ?? null,
+      });
+      await settle(db, item(a, `r0-${a.tenantId}`, 1_000n, `la-${a.tenantId}`)); // settled before: the batch redelivers it
+      const items = [
+        item(a, `r1-${a.tenantId}`, 2_500n, `la-${a.tenantId}`),
+        item(b, `own-${b.tenantId}`, 1_500n), // its own hold: released whole
+        item(a, `r0-${a.tenantId}`, 1_000n, `la-${a.tenantId}`), // redelivered
+        { ...item(a, `r9-${a.tenantId}`, 1n), tenantId: 'ten_missing' },
+        item(c, `r2-${c.tenantId}`, 4_000n, `lc-${c.tenantId}`), // drains the closing lease: deleted
+        item(a, `r1-${a.tenantId}`, 2_500n, `la-${a.tenantId}`), // duplicate within the batch
+        item(b, `r3-${b.tenantId}`, 9_000n), // no hold, more than the balance: a shortfall
+        item(a, `r4-${a.tenantId}`, 20_000n, `la-${a.tenantId}`), // more than the lease has left
+        item(b, `r5-${b.tenantId}`, 100n, `la-${a.tenantId}`), // names another tenant's lease; nothing left: debits 0
+      ];
+      return { accounts: [a, b, c], items };
+    }
+    // every id of a world, replaced by its role, so two worlds compare
+    const normalize = (accounts: { tenantId: string; keyId: string }[], v: unknown) =>
+      JSON.parse(
+        JSON.stringify(v, (_k, x) => (typeof x === 'bigint' ? `${x}n` : x)).replace(/(ten|key)_[a-z0-9]+/g, (id) => {
+          const i = accounts.findIndex((a) => a.tenantId === id || a.keyId === id);
+          return i < 0 ? id : `${id.slice(0, 3)}#${i}`;
+        }),
+      );
+    const snapshot = async (accounts: { tenantId: string; keyId: string }[]) => {
+      const tenants = accounts.map((a) => a.tenantId);
+      const q = async (sql: string) => normalize(accounts, (await db.query(sql, [tenants])).rows);
+      return {
+        tenants: await q('select id, balance_micros, held_micros from tenants where id = any($1) order by array_position($1, id)'),
+        keys: await q(
+          'select id, held_micros, usage_micros, window_start, window_usage_micros from api_keys where tenant_id = any($1) order by array_position($1, tenant_id)',
+        ),
+        holds: await q(
+          'select request_id, tenant_id, key_id, amount_micros, spent_micros, kind, closing from holds where tenant_id = any($1) order by request_id',
+        ),
+        ledger: await q(
+          `select tenant_id, kind, amount_micros, balance_after_micros, source, request_id, external_id, key_id, model, input_tokens, output_tokens,
+                  cost_micros, estimated, outcome, note, case when source = 'request' then created_at end as created_at
+             from ledger where tenant_id = any($1) order by id`,
+        ),
+      };
+    };
+
+    const one = await world();
+    const each = [];
+    for (const it of one.items) each.push(await settle(db, it));
+    const two = await world();
+    const batch = await settleBatch(db, two.items);
+
+    expect(batch).toEqual(each);
+    expect(batch).toEqual([
+      { status: 'settled', debited: 2_500n, balance: 46_500n },
+      { status: 'settled', debited: 1_500n, balance: 1_500n },
+      { status: 'duplicate', debited: 0n, balance: 46_500n },
+      { status: 'unknown_tenant', debited: 0n, balance: 0n },
+      { status: 'settled', debited: 4_000n, balance: 16_000n },
+      { status: 'duplicate', debited: 0n, balance: 46_500n },
+      { status: 'settled', debited: 1_500n, balance: 0n },
+      { status: 'settled', debited: 20_000n, balance: 26_500n },
+      { status: 'settled', debited: 0n, balance: 0n },
+    ]);
+    const [x, y] = [await snapshot(one.accounts), await snapshot(two.accounts)];
+    expect(y).toEqual(x);
+    expect(y.tenants).toEqual([
+      { id: 'ten#0', balance_micros: '26500n', held_micros: '0n' },
+      { id: 'ten#1', balance_micros: '0n', held_micros: '0n' },
+      { id: 'ten#2', balance_micros: '16000n', held_micros: '0n' },
+    ]);
+    expect(y.holds).toEqual([
+      { request_id: 'la-ten#0', tenant_id: 'ten#0', key_id: 'key#0', amount_micros: '0n', spent_micros: '23500n', kind: 'lease', closing: false },
+    ]);
+    expect(y.keys.map((k: { usage_micros: string; held_micros: string }) => [k.usage_micros, k.held_micros])).toEqual([
+      ['23500n', '0n'],
+      ['3000n', '0n'],
+      ['4000n', '0n'],
+    ]);
+    const debits = y.ledger.filter((r: { kind: string }) => r.kind === 'debit');
+    expect(
+      debits.map((r: { request_id: string; amount_micros: string; cost_micros: string; note: string | null }) => [
+        r.request_id,
+        r.amount_micros,
+        r.cost_micros,
+        r.note,
+      ]),
+    ).toEqual([
+      ['r0-ten#0', '1000n', '1000n', null],
+      ['r1-ten#0', '2500n', '2500n', null],
+      ['own-ten#1', '1500n', '1500n', null],
+      ['r2-ten#2', '4000n', '4000n', null],
+      ['r3-ten#1', '1500n', '9000n', 'shortfall: cost exceeded the available balance'],
+      ['r4-ten#0', '20000n', '20000n', null],
+      ['r5-ten#1', '0n', '100n', 'shortfall: cost exceeded the available balance'],
+    ]);
+    for (const a of two.accounts) expect(await ledgerCheck(db, { tenantId: a.tenantId })).toMatchObject({ ok: true });
+  });
+});
