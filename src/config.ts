@@ -116,7 +116,7 @@ export const ConfigSchema = PortalEnvSchema.extend({
    * to worker processes over NATS. See README → Front door → In-process pools.
    */
   GATEWAY_LOCAL_POOLS: z.string().default(''),
-  /** Jobs the door's in-process pools run at once before the rest go to worker processes; 0 = as WORKER_CONCURRENCY. */
+  /** Jobs the door's in-process pools run at once before the rest go to worker processes; 0 = WORKER_CONCURRENCY, or sized like a worker's with two sockets per stream. */
   GATEWAY_LOCAL_CONCURRENCY: int(0),
   WORKER_POOLS: z.string().default('sim'),
   /** Jobs one worker runs at once; 0 = sized from WORKER_STREAM_MEMORY_MB and the open-file limit (workers/capacity.ts). */

@@ -13,6 +13,11 @@ describe('worker capacity', () => {
     expect(defaultConcurrency(0, 1_000_000)).toBe(1);
   });
 
+  it("a front door's in-process pools count two sockets per stream (client and vendor)", () => {
+    expect(defaultConcurrency(1024, 20_000, 2)).toBe(9_744);
+    expect(defaultConcurrency(1024, 1_000_000, 2)).toBe(32_768);
+  });
+
   it('reads the soft open-file limit from /proc/self/limits', () => {
     const dir = mkdtempSync(join(tmpdir(), 'limits-'));
     const f = join(dir, 'limits');

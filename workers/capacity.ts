@@ -22,8 +22,12 @@ export function openFileLimit(limits = '/proc/self/limits'): number {
   return 1024;
 }
 
-/** floor(memory budget / STREAM_KIB), at most the open-file limit less a reserve, at least 1. */
-export function defaultConcurrency(streamMemoryMb: number, nofile = openFileLimit()): number {
+/**
+ * floor(memory budget / STREAM_KIB), at most the open-file limit less a reserve, at least 1.
+ * `socketsPerStream`: 1 in a worker (the upstream socket); 2 for a front door's in-process pools
+ * (the client's socket too).
+ */
+export function defaultConcurrency(streamMemoryMb: number, nofile = openFileLimit(), socketsPerStream = 1): number {
   const byMemory = Math.floor((streamMemoryMb * 1024) / STREAM_KIB);
-  return Math.max(1, Math.min(byMemory, nofile - FD_RESERVE));
+  return Math.max(1, Math.min(byMemory, Math.floor((nofile - FD_RESERVE) / socketsPerStream)));
 }

@@ -6,6 +6,7 @@ import type { Tracer } from '../tracing/tracer.ts';
 import type { Outbox } from '../../workers/outbox.ts';
 import { startWorker, type WorkerHandle } from '../../workers/worker.ts';
 import { monitorWorker } from '../../workers/monitoring.ts';
+import { defaultConcurrency, openFileLimit } from '../../workers/capacity.ts';
 import type { Metrics } from '../metrics/registry.ts';
 import type { StreamRouter } from './stream-router.ts';
 
@@ -78,7 +79,9 @@ export async function startLocalPools(opts: {
     nc: opts.nc,
     id: `${opts.doorId}-local`,
     config: opts.config,
-    concurrency: opts.config.GATEWAY_LOCAL_CONCURRENCY || undefined,
+    // each in-process stream holds two sockets here: the client's and the vendor's
+    concurrency:
+      opts.config.GATEWAY_LOCAL_CONCURRENCY || opts.config.WORKER_CONCURRENCY || defaultConcurrency(opts.config.WORKER_STREAM_MEMORY_MB, openFileLimit(), 2),
     drainTimeoutMs: opts.config.DRAIN_TIMEOUT_MS,
     catalog: opts.catalog,
     tracer: opts.tracer,
