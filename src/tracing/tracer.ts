@@ -51,6 +51,7 @@ export class Span {
   private status: FinishedSpan['status'] = { code: 'unset' };
   private links: FinishedSpan['links'] = [];
   private ended = false;
+  private readonly recording: boolean;
 
   constructor(
     private readonly tracer: Tracer,
@@ -61,7 +62,9 @@ export class Span {
     attributes: Record<string, AttributeValue>,
   ) {
     this.context = context;
-    this.attributes = { ...attributes };
+    // a tracer that exports nothing keeps only the context (what is propagated): no per-request bookkeeping
+    this.recording = tracer.recording;
+    this.attributes = this.recording ? { ...attributes } : attributes;
   }
 
   get traceId(): string {
@@ -76,10 +79,11 @@ export class Span {
   }
   // an ended span is immutable (the exporter holds what it had): later changes are ignored
   setAttribute(key: string, value: AttributeValue | undefined | null): this {
-    if (!this.ended && value !== undefined && value !== null) this.attributes[key] = value;
+    if (this.recording && !this.ended && value !== undefined && value !== null) this.attributes[key] = value;
     return this;
   }
   setAttributes(attrs: Record<string, AttributeValue | undefined | null>): this {
+    if (!this.recording) return this;
     for (const k in attrs) this.setAttribute(k, attrs[k]);
     return this;
   }
@@ -101,6 +105,7 @@ export class Span {
   end(): void {
     if (this.ended) return;
     this.ended = true;
+    if (!this.recording) return;
     this.tracer.finish({
       name: this.name,
       kind: this.kind,

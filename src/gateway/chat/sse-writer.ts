@@ -11,6 +11,12 @@ export class SseWriter {
   private blocked = false;
   private endPending = false;
   private closed = false;
+  // one write per token: the corked callback is made once, not per chunk
+  private chunk: string | Uint8Array = '';
+  private written = true;
+  private readonly corkedWrite = () => {
+    this.written = this.res.write(this.chunk);
+  };
 
   constructor(
     private res: HttpResponse,
@@ -45,11 +51,10 @@ export class SseWriter {
       }
       return;
     }
-    let ok = true;
-    this.res.cork(() => {
-      ok = this.res.write(chunk);
-    });
-    if (!ok) this.block();
+    this.chunk = chunk;
+    this.res.cork(this.corkedWrite);
+    this.chunk = '';
+    if (!this.written) this.block();
   }
 
   end(last = ''): void {
