@@ -22,10 +22,6 @@
 // --upto NNN        migrate only up to migration NNN (e.g. 023 to measure before a later migration)
 // --explain         also print every statement of one call of each kind with its actual time
 //                   (auto_explain at notice level, nested statements); BENCH_PLANS=1 prints the plans
-import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import {
@@ -40,8 +36,9 @@ import {
   type AdmitRequest,
   type Settlement,
 } from '../src/billing/ledger.ts';
-import { MIGRATION_FILE, migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
+import { backendCpuSeconds, explainCalls, freshDatabase } from './pg-bench.ts';
+import { readCpuSeconds } from './procs.ts';
 
 const { values } = parseArgs({
   options: {
@@ -69,37 +66,11 @@ const inflight = Number(values.inflight);
 const settleSize = Number(values['settle-batch']);
 const releaseEvery = Number(values['release-every']);
 const url = `${values.server}/${values.name}?application_name=admit-bench`;
-const TICK = 100; // clock ticks per second (getconf CLK_TCK)
 const MAX = 40_000n; // a request's worst case, micro-BRL
 const MIN = 2_000n;
 const TTL = 330_000; // ms a hold lives (REQUEST_TIMEOUT_MS + HOLD_GRACE_MS)
 
-async function freshDatabase() {
-  const admin = new pg.Client({ connectionString: `${values.server}/postgres` });
-  await admin.connect();
-  await admin.query(`drop database if exists "${values.name}" with (force)`);
-  await admin.query(`create database "${values.name}"`);
-  await admin.end();
-  if (!values.upto) return migrate(url);
-  const all = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'db', 'migrations');
-  const dir = mkdtempSync(join(tmpdir(), 'catraca-admit-bench-'));
-  try {
-    for (const f of readdirSync(all).filter((f) => MIGRATION_FILE.test(f) && f.slice(0, values.upto!.length) <= values.upto!))
-      copyFileSync(join(all, f), join(dir, f));
-    return await migrate(url, { dir });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-/** CPU seconds (user + system) of a process so far. */
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // fields from the 3rd (state) on
-  return (Number(fields[11]) + Number(fields[12])) / TICK; // utime (14th), stime (15th)
-}
-
-const applied = await freshDatabase();
+const applied = await freshDatabase(values.server!, values.name!, values.upto);
 console.log(`database ${values.name}: ${applied.at(-1)} is the last migration applied`);
 
 // Seeding in bulk (createTenant/createApiKey/credit one by one would take thousands of round trips).
@@ -175,9 +146,9 @@ async function drain(keep: number, meterCpu: { ms: number }, doorCpu: { ms: numb
       const i = Number(r.requestId.slice(4));
       if (releaseEvery > 0 && i % releaseEvery === 0) {
         // the request never reached a worker: the door releases its hold
-        const c0 = cpuSeconds(doorPid);
+        const c0 = backendCpuSeconds(doorPid);
         await releaseHold(door, r.requestId);
-        doorCpu.ms += (cpuSeconds(doorPid) - c0) * 1000;
+        doorCpu.ms += (backendCpuSeconds(doorPid) - c0) * 1000;
         released++;
         releaseCalls++;
       } else
@@ -195,9 +166,9 @@ async function drain(keep: number, meterCpu: { ms: number }, doorCpu: { ms: numb
         });
     }
     if (toSettle.length > 0) {
-      const c0 = cpuSeconds(meterPid);
+      const c0 = backendCpuSeconds(meterPid);
       const results = await settleBatch(meter, toSettle);
-      meterCpu.ms += (cpuSeconds(meterPid) - c0) * 1000;
+      meterCpu.ms += (backendCpuSeconds(meterPid) - c0) * 1000;
       settleCalls++;
       settled += results.filter((r) => r.status === 'settled').length;
     }
@@ -231,11 +202,11 @@ async function run(k: number, total: number) {
   settled = released = settleCalls = releaseCalls = 0;
   for (let done = 0; done < total; done += k) {
     const items = nextCall(k);
-    const c0 = cpuSeconds(doorPid);
+    const c0 = backendCpuSeconds(doorPid);
     const t0 = performance.now();
     const results = await admitCall(items);
     wallMs += performance.now() - t0;
-    doorCpu.ms += (cpuSeconds(doorPid) - c0) * 1000;
+    doorCpu.ms += (backendCpuSeconds(doorPid) - c0) * 1000;
     calls++;
     for (let j = 0; j < items.length; j++) {
       if (results[j].status !== 'ok') throw new Error(`${items[j].requestId}: ${results[j].status}`);
@@ -263,7 +234,7 @@ for (const k of sizes) {
 // Lease open + close (the path a busy key takes once per window), on the door's connection.
 {
   const n = 2000;
-  const c0 = cpuSeconds(doorPid);
+  const c0 = backendCpuSeconds(doorPid);
   const t0 = performance.now();
   for (let i = 0; i < n; i++) {
     const lease = `lease_bench_${i}`;
@@ -271,7 +242,7 @@ for (const k of sizes) {
     if (o.status !== (values['key-limit'] ? 'per_request' : 'ok')) throw new Error(`lease ${lease}: ${o.status}`);
     await closeLease(door, lease, 0n);
   }
-  const cpu = (cpuSeconds(doorPid) - c0) * 1000;
+  const cpu = (backendCpuSeconds(doorPid) - c0) * 1000;
   console.log(`lease open + close: ${n} pairs | door backend CPU ${us(cpu, n)} µs/pair, wall ${((performance.now() - t0) / n).toFixed(3)} ms/pair`);
 }
 
@@ -293,15 +264,15 @@ for (const k of sizes) {
        update api_keys set held_micros = held_micros + 3000 where id = $3`,
       [i, tenantId(i), keyId(i)],
     );
-    let c0 = cpuSeconds(meterPid);
+    let c0 = backendCpuSeconds(meterPid);
     let t0 = performance.now();
     swept += await sweepExpiredHolds(meter);
-    c += cpuSeconds(meterPid) - c0;
+    c += backendCpuSeconds(meterPid) - c0;
     t += performance.now() - t0;
-    c0 = cpuSeconds(meterPid);
+    c0 = backendCpuSeconds(meterPid);
     t0 = performance.now();
     await openHolds(meter);
-    cg += cpuSeconds(meterPid) - c0;
+    cg += backendCpuSeconds(meterPid) - c0;
     tg += performance.now() - t0;
   }
   const holds = (await meter.query('select count(*)::int as n from holds')).rows[0].n;
@@ -312,28 +283,7 @@ for (const k of sizes) {
 }
 
 if (values.explain) {
-  await door.query("load 'auto_explain'");
-  await door.query(
-    "set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on; set auto_explain.log_nested_statements = on; set auto_explain.log_level = 'notice'; set auto_explain.log_format = 'text'",
-  );
-  const notices: string[] = [];
-  door.on('notice', (m) => notices.push(m.message ?? ''));
-  const show = async (what: string, fn: () => Promise<unknown>) => {
-    for (let i = 0; i < 20; i++) await fn(); // plans settled past the custom-plan phase
-    notices.length = 0;
-    await fn();
-    console.log(`\n--- statements of one ${what} (auto_explain, actual times) ---`);
-    for (const m of notices) {
-      const [head, ...plan] = m.split('\n');
-      const query =
-        plan
-          .find((l) => l.startsWith('Query Text:'))
-          ?.slice(12)
-          .replace(/\s+/g, ' ') ?? '';
-      console.log(`${head.replace('duration: ', '')}  ${query.slice(0, 150)}`);
-      if (process.env.BENCH_PLANS) console.log(plan.filter((l) => !l.startsWith('Query Text:')).join('\n'));
-    }
-  };
+  const show = await explainCalls(door);
   for (const k of sizes) {
     await show(k === 1 ? 'catraca_admit' : `catraca_admit_batch of ${k}`, async () => {
       const items = nextCall(k);

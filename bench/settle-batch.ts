@@ -10,16 +10,13 @@
 // --preload N    ledger rows inserted first (debits of other requests), for an index of realistic size
 // --explain      also print, for one batch of each size, every statement the function ran with
 //                its actual time (auto_explain at notice level, nested statements)
-import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import pg from 'pg';
 import { credit, openLease, settleBatch, type Settlement } from '../src/billing/ledger.ts';
 import { createApiKey } from '../src/db/keys.ts';
-import { MIGRATION_FILE, migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
+import { backendCpuSeconds, explainCalls, freshDatabase } from './pg-bench.ts';
+import { readCpuSeconds } from './procs.ts';
 import { createTenant } from '../src/db/tenants.ts';
 
 const { values } = parseArgs({
@@ -38,34 +35,8 @@ const sizes = values.batch!.split(',').map(Number);
 const batches = Number(values.batches);
 const warmup = Number(values.warmup);
 const url = `${values.server}/${values.name}?application_name=settle-bench`;
-const TICK = 100; // clock ticks per second (getconf CLK_TCK)
 
-async function freshDatabase() {
-  const admin = new pg.Client({ connectionString: `${values.server}/postgres` });
-  await admin.connect();
-  await admin.query(`drop database if exists "${values.name}" with (force)`);
-  await admin.query(`create database "${values.name}"`);
-  await admin.end();
-  if (!values.upto) return migrate(url);
-  const all = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'db', 'migrations');
-  const dir = mkdtempSync(join(tmpdir(), 'catraca-settle-bench-'));
-  try {
-    for (const f of readdirSync(all).filter((f) => MIGRATION_FILE.test(f) && f.slice(0, values.upto!.length) <= values.upto!))
-      copyFileSync(join(all, f), join(dir, f));
-    return await migrate(url, { dir });
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-/** CPU seconds (user + system) of a process so far. */
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // fields from the 3rd (state) on
-  return (Number(fields[11]) + Number(fields[12])) / TICK; // utime (14th), stime (15th)
-}
-
-const applied = await freshDatabase();
+const applied = await freshDatabase(values.server!, values.name!, values.upto);
 console.log(`database ${values.name}: ${applied.at(-1)} is the last migration applied`);
 const db = createPool(url, 2);
 const tenant = await createTenant(db, 'settle-bench');
@@ -108,7 +79,7 @@ const client = await db.connect();
 const pid = (await client.query('select pg_backend_pid() as pid')).rows[0].pid as number;
 for (const n of sizes) {
   for (let i = 0; i < warmup; i++) await settleBatch(client, batchOf(n));
-  const cpu0 = cpuSeconds(pid);
+  const cpu0 = backendCpuSeconds(pid);
   const t0 = performance.now();
   let settled = 0;
   for (let i = 0; i < batches; i++) {
@@ -116,7 +87,7 @@ for (const n of sizes) {
     settled += results.filter((r) => r.status === 'settled').length;
   }
   const wallMs = performance.now() - t0;
-  const cpuMs = (cpuSeconds(pid) - cpu0) * 1000;
+  const cpuMs = (backendCpuSeconds(pid) - cpu0) * 1000;
   if (settled !== n * batches) throw new Error(`only ${settled} of ${n * batches} settled`);
   console.log(
     `batch ${String(n).padStart(3)}: ${batches} batches, ${settled} items | backend CPU ${((cpuMs * 1000) / settled).toFixed(1)} µs/item, ` +
@@ -125,28 +96,8 @@ for (const n of sizes) {
 }
 
 if (values.explain) {
-  await client.query("load 'auto_explain'");
-  await client.query(
-    "set auto_explain.log_min_duration = 0; set auto_explain.log_analyze = on; set auto_explain.log_nested_statements = on; set auto_explain.log_level = 'notice'; set auto_explain.log_format = 'text'",
-  );
-  const notices: string[] = [];
-  client.on('notice', (m) => notices.push(m.message ?? ''));
-  for (const n of sizes) {
-    for (let i = 0; i < 20; i++) await settleBatch(client, batchOf(n)); // plans settled past the custom-plan phase
-    notices.length = 0;
-    await settleBatch(client, batchOf(n));
-    console.log(`\n--- statements of one batch of ${n} (auto_explain, actual times) ---`);
-    for (const m of notices) {
-      const [head, ...plan] = m.split('\n');
-      const query =
-        plan
-          .find((l) => l.startsWith('Query Text:'))
-          ?.slice(12)
-          .replace(/\s+/g, ' ') ?? '';
-      console.log(`${head.replace('duration: ', '')}  ${query.slice(0, 150)}`);
-      if (process.env.BENCH_PLANS) console.log(plan.filter((l) => !l.startsWith('Query Text:')).join('\n'));
-    }
-  }
+  const show = await explainCalls(client);
+  for (const n of sizes) await show(`batch of ${n}`, () => settleBatch(client, batchOf(n)));
 }
 client.release();
 await db.end();
