@@ -18,7 +18,9 @@ function timer(): Promise<string> {
     setTimeout(() => {
       clearInterval(t);
       const u = process.cpuUsage(c0);
-      resolve(`timer     ${n} wake-ups: ${((u.user + u.system) / n).toFixed(1)} µs CPU each (user ${(u.user / n).toFixed(1)}, system ${(u.system / n).toFixed(1)})`);
+      resolve(
+        `timer     ${n} wake-ups: ${((u.user + u.system) / n).toFixed(1)} µs CPU each (user ${(u.user / n).toFixed(1)}, system ${(u.system / n).toFixed(1)})`,
+      );
     }, SECONDS * 1000);
   });
 }
