@@ -165,6 +165,26 @@ describe('pools served inside the front door (GATEWAY_LOCAL_POOLS)', () => {
     expect(await tenantState(t.tenantId)).toEqual({ balance_micros: 1_000_000n - 20n * TOKEN, held_micros: 0n, debits: 1 });
   });
 
+  it('NATS away for 1.5 s mid-stream: the in-process stream carries on (no frame crosses NATS), its usage settles once when NATS is back', {
+    timeout: 40000,
+  }, async () => {
+    const t = await stack.tenant('1.00');
+    const res = await post(stack.baseUrl, t.key, { model: 'local/lorem', stream: true, max_tokens: 60, sim: { tokens_per_second: 20 } });
+    expect(res.status).toBe(200);
+    const requestId = res.headers.get('x-request-id')!;
+    const body = res.text();
+    await new Promise((r) => setTimeout(r, 300));
+    await stack.restartNats(1500);
+    const events = dataEvents(await body);
+    expect(events[events.length - 1]).toBe('data: [DONE]');
+    const last = JSON.parse(events[events.length - 2].slice(6));
+    expect(last.choices[0].finish_reason).toBe('length');
+    await stack.waitSettled([requestId], 20000);
+    await stack.waitNoHolds(t.tenantId, 20000);
+    expect(await tenantState(t.tenantId)).toEqual({ balance_micros: 1_000_000n - 60n * TOKEN, held_micros: 0n, debits: 1 });
+    expect((await ledgerCheck()).ok).toBe(true);
+  });
+
   it('a door killed mid-stream loses its in-process jobs: nothing is debited, the hold is swept, the ledger reconciles', { timeout: 40000 }, async () => {
     const t = await stack.tenant('1.00');
     const door = await stack.spawnGateway(LOCAL);
