@@ -126,22 +126,30 @@ describe('pools served inside the front door (GATEWAY_LOCAL_POOLS)', () => {
     expect((await ledgerCheck()).ok).toBe(true);
   });
 
-  it('a full lane sends the job to the pool worker processes; with none it is 503 at once and the hold goes back', { timeout: 60000 }, async () => {
+  it('a full lane: with no worker process a job waits for a slot of the lane; with one it goes there at once', { timeout: 60000 }, async () => {
     const t = await stack.tenant('1.00');
     const door = await stack.spawnGateway({ ...LOCAL, GATEWAY_LOCAL_CONCURRENCY: '1' });
     const url = stack.urlOf(door);
-    const first = post(url, t.key, { max_tokens: 5, sim: { first_token_ms: 3000 } });
-    await new Promise((r) => setTimeout(r, 300));
-    const refused = await post(url, t.key, { max_tokens: 5 });
-    expect(refused.status).toBe(503);
-    expect((await refused.json()).error.code).toBe('no_worker_available');
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+    const started = Date.now();
+    const first = post(url, t.key, { max_tokens: 5, sim: { first_token_ms: 1500 } });
+    await sleep(300);
+    const waited = await post(url, t.key, { max_tokens: 5 });
+    expect(waited.status).toBe(200);
+    expect((await waited.json()).choices[0].message.content).toBe('ping');
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1500); // it ran after the first freed the slot
+    expect((await first).status).toBe(200);
+
     const worker = await stack.spawnWorker({ WORKER_POOLS: 'sim' });
+    const slow = post(url, t.key, { max_tokens: 5, sim: { first_token_ms: 3000 } });
+    await sleep(300);
+    const t0 = Date.now();
     const overflow = await post(url, t.key, { max_tokens: 5 });
     expect(overflow.status).toBe(200);
-    expect((await overflow.json()).choices[0].message.content).toBe('ping');
-    expect((await first).status).toBe(200);
+    expect(Date.now() - t0).toBeLessThan(2500); // not after the slow one: the worker process took it
+    expect((await slow).status).toBe(200);
     await stack.waitNoHolds(t.tenantId);
-    expect(await tenantState(t.tenantId)).toEqual({ balance_micros: 1_000_000n - 2n * TOKEN, held_micros: 0n, debits: 2 });
+    expect(await tenantState(t.tenantId)).toEqual({ balance_micros: 1_000_000n - 4n * TOKEN, held_micros: 0n, debits: 4 });
     await stopProcess(worker);
     stack.workers.splice(stack.workers.indexOf(worker), 1);
     await stopProcess(door);

@@ -48,7 +48,7 @@ export interface WorkerOptions {
    * subscriptions, jobs arrive through `offer()`, frames go to `outbox` instead of NATS. Usage
    * still goes to JetStream.
    */
-  inProcess?: { outbox: Outbox };
+  inProcess?: { outbox: Outbox /** a job ended: the lane has a free slot */; onFree?: () => void };
 }
 
 export type { LatencySummary };
@@ -252,6 +252,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
         span.end();
         inflight.delete(job.request_id);
         announceCapacity();
+        options.inProcess?.onFree?.();
       });
   };
 

@@ -18,6 +18,11 @@ import { errors, type CatracaError } from '../errors.ts';
 //     waiting jobs, or `maxPerTenant` for one tenant, a new one is refused at once (503);
 //   - a waiting job whose client leaves is removed at once: it never reaches a worker.
 // The hold is taken before the job waits; the caller releases it when the job is refused.
+//
+// A job of a pool the front door serves in its own process (GATEWAY_LOCAL_POOLS) carries `local`:
+// every attempt offers it to the door's lane first, and when the lane is full and no worker process
+// answers either, the job waits like one for busy workers (the lane calls `localFree` as its jobs
+// end) instead of being refused as unserved.
 
 export interface DispatchOptions {
   maxWaitMs: number;
@@ -39,10 +44,14 @@ export interface Ticket {
   readonly queued: boolean;
 }
 
+/** Offers the job to the door's own lane: the worker id when it took it, null when the lane is full or draining. */
+export type LocalOffer = () => string | null;
+
 interface Waiter {
   pool: string;
   tenant: string;
   payload: Uint8Array;
+  local?: LocalOffer;
   /** NATS headers of the job message (its `traceparent`) */
   headers?: Record<string, string>;
   enqueuedAt: number;
@@ -125,7 +134,7 @@ export class Dispatcher {
     return this.waitingTotal;
   }
 
-  submit(pool: string, tenant: string, payload: Uint8Array, headers?: Record<string, string>): Ticket {
+  submit(pool: string, tenant: string, payload: Uint8Array, headers?: Record<string, string>, local?: LocalOffer): Ticket {
     let resolve!: Waiter['resolve'];
     let reject!: Waiter['reject'];
     const result = new Promise<{ worker: string }>((res, rej) => {
@@ -133,7 +142,7 @@ export class Dispatcher {
       reject = rej;
     });
     const now = Date.now();
-    const w: Waiter = { pool, tenant, payload, headers, enqueuedAt: now, deadline: now + this.opts.maxWaitMs, resolve, reject, state: 'sending' };
+    const w: Waiter = { pool, tenant, payload, local, headers, enqueuedAt: now, deadline: now + this.opts.maxWaitMs, resolve, reject, state: 'sending' };
     const q = this.pools.get(pool);
     // Others are already waiting for this pool: join them rather than jump the queue.
     if (q && q.size > 0) this.enqueue(w);
@@ -151,7 +160,7 @@ export class Dispatcher {
   private async first(w: Waiter): Promise<void> {
     const attempts = this.opts.attempts ?? 3;
     for (let i = 0; i < attempts; i++) {
-      const a = await this.attempt(subjects.job(w.pool), w.payload, w.headers);
+      const a = await this.attempt(subjects.job(w.pool), w);
       // a worker that took it is named even when the client left (the caller cancels the job there)
       if (a.ok) return this.finish(w, null, a.worker);
       if (a.refusal === 'fatal') return this.finish(w, a.error!);
@@ -230,7 +239,7 @@ export class Dispatcher {
         const w = this.next(q);
         if (!w) return;
         w.state = 'sending';
-        const a = await this.attempt(worker ? subjects.jobDirect(pool, worker) : subjects.job(pool), w.payload, w.headers);
+        const a = await this.attempt(worker ? subjects.jobDirect(pool, worker) : subjects.job(pool), w);
         if (!a.ok && w.cancelled) {
           this.finish(w, errors.cancelled());
           continue;
@@ -250,13 +259,27 @@ export class Dispatcher {
     }
   }
 
-  private async attempt(subject: string, payload: Uint8Array, headers?: Record<string, string>): Promise<Attempt> {
+  /** The door's lane has free slots again: waiting jobs of these pools go. */
+  localFree(pools: string[]): void {
+    for (const pool of pools) {
+      const q = this.pools.get(pool);
+      if (q && q.size > 0) void this.pump(pool, q, null, Infinity);
+    }
+  }
+
+  private async attempt(subject: string, w: Waiter): Promise<Attempt> {
+    if (w.local) {
+      const worker = w.local();
+      if (worker) return { ok: true, worker };
+    }
     let reply: Awaited<ReturnType<RequestMux['request']>>;
     try {
-      reply = await this.requests.request(subject, payload, this.opts.ackTimeoutMs ?? 5000, headers);
+      reply = await this.requests.request(subject, w.payload, this.opts.ackTimeoutMs ?? 5000, w.headers);
     } catch (err) {
       // a worker addressed directly may have gone: the queue group or another announcement will do
       if (err === NO_RESPONDERS && subject.split('.').length > 3) return { ok: false, refusal: 'busy' };
+      // the door's own lane serves this pool: it frees a slot as one of its jobs ends
+      if (err === NO_RESPONDERS && w.local) return { ok: false, refusal: 'busy' };
       if (err === NO_RESPONDERS) {
         // No worker listens now. If one took jobs of this pool lately (a restart, a reconnect, a
         // rolling deploy) the job waits for it like for a busy one; a pool nobody serves is 503 at once.

@@ -67,6 +67,8 @@ export async function startLocalPools(opts: {
   router: StreamRouter;
   doorId: string;
   metrics: Metrics;
+  /** a job of the lane ended (the dispatcher sends it a waiting job) */
+  onFree: (pools: string[]) => void;
   tracer?: Tracer;
   log: Logger;
 }): Promise<LocalPools | undefined> {
@@ -86,7 +88,7 @@ export async function startLocalPools(opts: {
     catalog: opts.catalog,
     tracer: opts.tracer,
     log: opts.log,
-    inProcess: { outbox: routerOutbox(opts.router) },
+    inProcess: { outbox: routerOutbox(opts.router), onFree: () => opts.onFree(pools) },
     onJobEnd: (ms) => onJobEnd?.(ms),
     onFirstToken: (ms) => onFirstToken?.(ms),
   });

@@ -78,7 +78,17 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     byStatus[status] = (byStatus[status] ?? 0) + 1;
     gm.answered(status, startedAt, ttfbMs);
   };
-  const local = await startLocalPools({ config, nc, catalog, router, doorId, tracer, metrics: gm.metrics, log });
+  const local = await startLocalPools({
+    config,
+    nc,
+    catalog,
+    router,
+    doorId,
+    tracer,
+    metrics: gm.metrics,
+    onFree: (pools) => dispatcher.localFree(pools),
+    log,
+  });
   const monitoring = await registerMonitoring(nc, { name: 'catraca-gateway', version: VERSION, instanceId: doorId, metrics: gm.metrics });
 
   const begin = (res: HttpResponse, req: HttpRequest): ResponseState => {

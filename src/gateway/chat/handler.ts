@@ -235,16 +235,20 @@ export class ChatCompletion {
       onTrace: (traceparent) => this.span?.addLink(traceparent),
     });
     this.span?.setAttributes({ 'catraca.tenant_id': key.tenant_id, 'catraca.model': this.model.id, 'catraca.pool': this.model.pool });
-    const local = this.deps.local;
-    if (local?.serves(this.model.pool)) {
-      // this door's own lane: no NATS request, frames straight to the router; when it is full or
-      // draining the job goes to the pool's worker processes below
-      const ack = local.offer(job, this.model, this.model.pool, this.span?.traceparent());
-      if (ack.ok) {
-        this.workerId = ack.worker;
-        this.deps.router.started(this.s.requestId);
-        return;
-      }
+    const local = this.deps.local?.serves(this.model.pool) ? this.deps.local : undefined;
+    // this door's own lane: no NATS request, frames straight to the router; when it is full or
+    // draining the job goes to the pool's worker processes, or waits for either
+    const offerLocal =
+      local &&
+      (() => {
+        const ack = local.offer(job, this.model, this.model.pool, this.span?.traceparent());
+        return ack.ok ? ack.worker : null;
+      });
+    const taken = offerLocal?.();
+    if (taken) {
+      this.workerId = taken;
+      this.deps.router.started(this.s.requestId);
+      return;
     }
     const payload = encode(job);
     // NATS refuses a message over the server's max_payload (1 MiB by default, below MAX_BODY_BYTES):
@@ -256,7 +260,7 @@ export class ChatCompletion {
       await this.deps.admission.release(this.s.requestId);
       throw errors.jobTooLarge(maxPayload);
     }
-    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, this.span && { traceparent: this.span.traceparent() });
+    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, this.span && { traceparent: this.span.traceparent() }, offerLocal);
     try {
       const { worker } = await this.ticket.result;
       this.workerId = worker;
