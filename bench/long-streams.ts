@@ -19,6 +19,7 @@ const HELP = `usage: npx tsx bench/long-streams.ts [--streams N] [--first-token-
   --ramp-s S             open the streams over S seconds (default 2)
   --workers K / --gateways G   processes (default 1 / 1)
   --worker-concurrency C WORKER_CONCURRENCY of each worker (default: the worker's own default)
+  --local-pools LIST     pools every front door serves in its own process (with --workers 0: no worker process)
 `;
 
 function readRssKiB(pid: number): number | null {
@@ -39,6 +40,7 @@ async function main(): Promise<void> {
       workers: { type: 'string' },
       gateways: { type: 'string' },
       'worker-concurrency': { type: 'string' },
+      'local-pools': { type: 'string' },
       help: { type: 'boolean' },
     },
   });
@@ -51,6 +53,7 @@ async function main(): Promise<void> {
     workers: Number(v.workers ?? 1),
     gateways: Number(v.gateways ?? 1),
     workerConcurrency: v['worker-concurrency'] ? Number(v['worker-concurrency']) : undefined,
+    localPools: v['local-pools'],
   });
   const agent = new http.Agent({ keepAlive: true, maxSockets: Infinity });
   try {
@@ -163,6 +166,7 @@ async function main(): Promise<void> {
       ramp_s: rampS,
       workers: Number(v.workers ?? 1),
       gateways: Number(v.gateways ?? 1),
+      local_pools: v['local-pools'] ?? '',
       max_in_flight: maxInFlight,
       outcome,
       ttft_ms: ttft.summary(),
