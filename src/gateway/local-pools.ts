@@ -3,7 +3,7 @@ import type { Config } from '../config.ts';
 import type { ModelSource } from '../catalog/catalog.ts';
 import type { Logger } from '../log.ts';
 import type { Tracer } from '../tracing/tracer.ts';
-import type { Outbox } from '../../workers/outbox.ts';
+import { createTurnOutbox } from '../../workers/outbox.ts';
 import { startWorker, type WorkerHandle } from '../../workers/worker.ts';
 import { monitorWorker } from '../../workers/monitoring.ts';
 import { defaultConcurrency, openFileLimit } from '../../workers/capacity.ts';
@@ -25,28 +25,6 @@ export function localPools(config: Config): string[] {
         .filter(Boolean),
     ),
   ];
-}
-
-/** Frames of one event-loop turn delivered together, at the end of the turn: like the NATS outbox, never inside the adapter's own callback. */
-function routerOutbox(router: StreamRouter): Outbox {
-  let pending: Array<[string, string, string | undefined]> = [];
-  let scheduled = false;
-  const flush = () => {
-    scheduled = false;
-    const batch = pending;
-    pending = [];
-    for (const [subject, data, traceparent] of batch) router.deliverLocal(subject, Buffer.from(data), traceparent);
-  };
-  return {
-    publish(subject, data, headers) {
-      pending.push([subject, data, headers?.traceparent]);
-      if (!scheduled) {
-        scheduled = true;
-        setImmediate(flush);
-      }
-    },
-    flush,
-  };
 }
 
 export interface LocalPools {
@@ -88,7 +66,10 @@ export async function startLocalPools(opts: {
     catalog: opts.catalog,
     tracer: opts.tracer,
     log: opts.log,
-    inProcess: { outbox: routerOutbox(opts.router), onFree: () => opts.onFree(pools) },
+    inProcess: {
+      outbox: createTurnOutbox((subject, data, headers) => opts.router.deliverLocal(subject, Buffer.from(data), headers?.traceparent)),
+      onFree: () => opts.onFree(pools),
+    },
     onJobEnd: (ms) => onJobEnd?.(ms),
     onFirstToken: (ms) => onFirstToken?.(ms),
   });
