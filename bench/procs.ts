@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import { launch } from '../src/stack/launch.ts';
 import net from 'node:net';
@@ -96,8 +96,26 @@ export function readCpuSecondsByComm(comm: string): number {
   return sum;
 }
 
+let built = false;
+
+/**
+ * The product's entries (src/, workers/) run as production runs them: compiled, from dist/ (built
+ * once per benchmark run with `npm run build`). tsx costs CPU per request of its own (esbuild's
+ * keep-names wrapper on every closure, source maps). BENCH_SOURCE=ts runs them through tsx.
+ */
+export function productEntry(entry: string): string {
+  if (process.env.BENCH_SOURCE === 'ts' || !/^(src|workers)\//.test(entry)) return entry;
+  if (!built) {
+    const r = spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs')], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+    if (r.status !== 0) throw new Error('bench: npm run build failed (BENCH_SOURCE=ts runs the sources through tsx instead)');
+    built = true;
+  }
+  return join('dist', entry.replace(/\.ts$/, '.js'));
+}
+
 export function spawnEntry(name: string, entry: string, env: Record<string, string | undefined>, nodeArgs: string[] = []): Proc {
   mkdirSync(LOG_DIR, { recursive: true });
+  entry = productEntry(entry);
   const logFile = join(LOG_DIR, `${name}.log`);
   // BENCH_NODE_ARGS: extra node flags for every stack process (e.g. --perf-basic-prof for `perf`)
   const extra = process.env.BENCH_NODE_ARGS ? process.env.BENCH_NODE_ARGS.split(' ').filter(Boolean) : [];

@@ -66,6 +66,8 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
   --lag-poll-ms MS     ledger poll interval for the metering lag (default 10)
   --tenants N          N tenants with one key each; gateway requests rotate over the keys (default 1:
                        every request holds and debits the same tenant row, the hardest case)
+  --output-tokens N    tokens per answer from the mock (default: the scenario's, 10); e.g. 1 and 30 to
+                       split the cost per request into a fixed part and a part per token
 `;
 
 interface StackHandle {
@@ -389,6 +391,7 @@ async function main(argv: string[]): Promise<number> {
       'gateway-port': { type: 'string' },
       'lag-poll-ms': { type: 'string' },
       tenants: { type: 'string' },
+      'output-tokens': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -410,7 +413,7 @@ async function main(argv: string[]): Promise<number> {
     gatewayPort: v['gateway-port'] ? Number(v['gateway-port']) : undefined,
     cpuProfDir: profDir,
     tenants: v.tenants ? Number(v.tenants) : 1,
-    mock: sc.mock,
+    mock: v['output-tokens'] ? { ...sc.mock, outputTokens: Number(v['output-tokens']) } : sc.mock,
   });
   log(`stack up: gateway ${stack.gatewayUrl}, mock ${stack.mockUrl}, NATS ${stack.natsUrl}, DB ${stack.databaseUrl.replace(/\/\/[^@/]*@/, '//***@')}`);
   log(`processes: ${stack.procs.map((p) => `${p.name}=${p.pid}`).join(' ')} (logs in ${LOG_DIR})`);
