@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from 'node:crypto';
+import crypto, { createHash, randomBytes } from 'node:crypto';
 
 // Keys carry 256 random bits, so a plain SHA-256 is a safe lookup hash (no pepper needed to
 // resist guessing); the plain text exists only in the response that creates it.
@@ -9,8 +9,11 @@ export function generateApiKey(): string {
   return KEY_PREFIX + randomBytes(32).toString('hex');
 }
 
+// crypto.hash (Node ≥ 20.12): the one-shot digest, without a Hash object per request
+const oneShot = (crypto as { hash?: (alg: string, data: string, enc: 'buffer') => Buffer }).hash;
+
 export function hashApiKey(key: string): Buffer {
-  return createHash('sha256').update(key).digest();
+  return oneShot ? oneShot('sha256', key, 'buffer') : createHash('sha256').update(key).digest();
 }
 
 export function looksLikeApiKey(key: string): boolean {

@@ -1,5 +1,5 @@
 import { isUtf8 } from 'node:buffer';
-import { randomBytes } from 'node:crypto';
+import { randomFillSync } from 'node:crypto';
 import type { NatsConnection } from 'nats';
 import type { Config } from '../../config.ts';
 import type { Db } from '../../db/pool.ts';
@@ -47,8 +47,18 @@ export interface ChatDeps {
   onFinish?: (status: number, ttfbMs: number | null, startedAt: number) => void;
 }
 
+// 80 random bits per id, cut from a pool filled 400 ids at a time (one call into the CSPRNG each)
+const idPool = Buffer.alloc(4000);
+let idAt = idPool.length;
+
 export function newRequestId(): string {
-  return `gen-${Date.now().toString(36)}${randomBytes(10).toString('hex')}`;
+  if (idAt === idPool.length) {
+    randomFillSync(idPool);
+    idAt = 0;
+  }
+  const random = idPool.toString('hex', idAt, idAt + 10);
+  idAt += 10;
+  return `gen-${Date.now().toString(36)}${random}`;
 }
 
 /**
@@ -299,16 +309,14 @@ export class ChatCompletion {
     switch (frame.type) {
       case FRAME.keepalive:
         if (this.streaming) {
-          this.startStream();
-          this.sse?.write(ChunkEncoder.keepalive);
+          this.send(ChunkEncoder.keepalive);
         }
         return;
       case FRAME.text:
         // the hot path: the worker's JSON string literal goes into the chunk as bytes
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
         if (this.streaming) {
-          this.startStream();
-          this.sse?.write(this.encoder.contentBytes(frame.payload));
+          this.send(this.encoder.contentBytes(frame.payload));
         } else {
           this.content.push(JSON.parse(payloadText(frame.payload)) as string);
         }
@@ -318,8 +326,7 @@ export class ChatCompletion {
         if (!d) return this.badFrame();
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
         if (this.streaming) {
-          this.startStream();
-          this.sse?.write(this.encoder.delta(d));
+          this.send(this.encoder.delta(d));
         } else {
           if (d.content) this.content.push(d.content);
           if (d.reasoning) this.reasoning.push(d.reasoning);
@@ -387,7 +394,13 @@ export class ChatCompletion {
     return usage;
   }
 
-  private startStream(): void {
+  /** Sends one SSE chunk; the first goes out with the status, the headers and the role chunk in one write. */
+  private send(chunk: string | Uint8Array): void {
+    if (this.started) this.sse?.write(chunk);
+    else this.startStream(chunk);
+  }
+
+  private startStream(first?: string | Uint8Array): void {
     if (this.started || this.s.aborted) return;
     this.started = true;
     const res = this.s.res;
@@ -398,7 +411,9 @@ export class ChatCompletion {
       this.s.done = true;
       res.close();
     });
-    res.cork(() => {
+    const role = this.encoder.role();
+    const body = first === undefined ? role : typeof first === 'string' ? role + first : Buffer.concat([Buffer.from(role), first]);
+    this.sse.write(body, () => {
       res.writeStatus('200 OK');
       res.writeHeader('content-type', 'text/event-stream; charset=utf-8');
       res.writeHeader('cache-control', 'no-cache');
@@ -407,7 +422,6 @@ export class ChatCompletion {
       res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
       for (const k in this.headers) res.writeHeader(k, this.headers[k]);
     });
-    this.sse.write(this.encoder.role());
   }
 
   private complete(finishReason: string, usage: UsageOut): void {

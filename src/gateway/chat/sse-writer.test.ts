@@ -64,3 +64,44 @@ describe('SseWriter backpressure', () => {
     expect(process.memoryUsage().rss - rssBefore).toBeLessThan(64 * 1024 * 1024);
   });
 });
+
+describe('SseWriter first write', () => {
+  it('sends the status, the headers and the first chunk in one write', async () => {
+    let second!: () => void;
+    const app = App().get('/first', (res) => {
+      let aborted = false;
+      res.onAborted(() => (aborted = true));
+      const writer = new SseWriter(res, LIMIT, () => {});
+      writer.write('data: first\n\n', () => {
+        res.writeStatus('200 OK');
+        res.writeHeader('content-type', 'text/event-stream');
+        res.writeHeader('x-first', 'yes');
+      });
+      second = () => {
+        if (!aborted) writer.end('data: last\n\n');
+      };
+    });
+    let token!: us_listen_socket;
+    const port = await new Promise<number>((resolve) =>
+      app.listen('127.0.0.1', 0, (t) => {
+        token = t;
+        resolve(localPort(t));
+      }),
+    );
+    const reads: string[] = [];
+    const client = net.connect(port, '127.0.0.1', () => client.write('GET /first HTTP/1.1\r\nHost: x\r\n\r\n'));
+    client.on('data', (d) => reads.push(d.toString('latin1')));
+    await new Promise((r) => setTimeout(r, 100));
+    // one send: the first read holds the status line, the headers and the first chunk
+    expect(reads.length).toBe(1);
+    expect(reads[0]).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+    expect(reads[0]).toContain('x-first: yes\r\n');
+    expect(reads[0]).toContain('content-type: text/event-stream\r\n');
+    expect(reads[0]!.endsWith('data: first\n\n')).toBe(true);
+    second();
+    await new Promise((r) => setTimeout(r, 100));
+    client.destroy();
+    closeListenSocket(token);
+    expect(reads.join('')).toContain('data: last\n\n');
+  });
+});

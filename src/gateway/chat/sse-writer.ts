@@ -13,8 +13,10 @@ export class SseWriter {
   private closed = false;
   // one write per token: the corked callback is made once, not per chunk
   private chunk: string | Uint8Array = '';
+  private before: (() => void) | undefined;
   private written = true;
   private readonly corkedWrite = () => {
+    this.before?.();
     this.written = this.res.write(this.chunk);
   };
 
@@ -39,7 +41,11 @@ export class SseWriter {
     this.queue = [];
   }
 
-  write(chunk: string | Uint8Array): void {
+  /**
+   * `before` runs in the same cork, just before the chunk is written: the status and headers go
+   * out with the first chunk in one send (only for the first write, when nothing can be queued).
+   */
+  write(chunk: string | Uint8Array, before?: () => void): void {
     if (this.closed || this.endPending) return;
     if (this.blocked) {
       this.queue.push(chunk);
@@ -52,8 +58,10 @@ export class SseWriter {
       return;
     }
     this.chunk = chunk;
+    this.before = before;
     this.res.cork(this.corkedWrite);
     this.chunk = '';
+    this.before = undefined;
     if (!this.written) this.block();
   }
 

@@ -1,8 +1,16 @@
 // Endpoint and headers of an OpenAI-compatible vendor (OpenAI, OpenRouter, Groq, Together,
 // vLLM, Ollama, …). base_url ends in /v1.
 
+const urls = new Map<string, URL>();
+
+/** The endpoint of a base URL, parsed once per base URL (a catalog holds a handful). The URL is shared: read it, never change it. */
 export function chatCompletionsUrl(baseUrl: string): URL {
-  return new URL(baseUrl.replace(/\/+$/, '') + '/chat/completions');
+  let url = urls.get(baseUrl);
+  if (!url) {
+    url = new URL(baseUrl.replace(/\/+$/, '') + '/chat/completions');
+    if (urls.size < 1000) urls.set(baseUrl, url);
+  }
+  return url;
 }
 
 export function requestHeaders(apiKey: string | null, bodyBytes: number): Record<string, string> {
