@@ -98,6 +98,8 @@ export const ConfigSchema = PortalEnvSchema.extend({
   ADMISSION_LEASE_MS: int(2000),
   /** A lease is granted only while the tenant's (and key's) available balance is at least this many times the lease. */
   ADMISSION_LEASE_RICHNESS: int(16),
+  /** A key gets a lease once it sends this many requests within one lease window; slower keys hold per request (a lease would cost more PostgreSQL calls than it saves). */
+  ADMISSION_LEASE_AFTER: int(4),
   /** How long a job may wait in a front door for a worker slot when every worker of its pool is busy (then 503 overloaded). */
   DISPATCH_WAIT_MS: int(30000),
   /** Jobs waiting for a worker slot in one front door, at most (more: 503 at once). */

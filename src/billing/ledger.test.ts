@@ -153,6 +153,39 @@ describe('admission leases (catraca_lease_open / catraca_lease_close, settlement
     expect(await ledgerCheck(db, { tenantId: a.tenantId })).toMatchObject({ ok: true });
   });
 
+  it('Admission: a key gets a lease only once it is busy (leaseAfter requests in one window); a slow key holds per request', async () => {
+    const a = await account(10_000_000n);
+    const adm = new Admission(db, new AdmissionBatcher(db), { doorId: 'busy', windowMs: 300, richness: 4, holdTtlMs: 60_000, leaseAfter: 3 });
+    const req = (n: number) => ({
+      requestId: `busy-${a.tenantId}-${n}`,
+      tenantId: a.tenantId,
+      keyId: a.keyId,
+      min: 1_000n,
+      max: 1_000n,
+      ttlMs: 60_000,
+      leasable: true,
+    });
+    // slow: one request per window, never a lease
+    for (let i = 1; i <= 3; i++) {
+      expect((await adm.admit(req(i))).hold).toBe(req(i).requestId);
+      await new Promise((r) => setTimeout(r, 320));
+    }
+    expect(adm.counts).toMatchObject({ leased: 0, perRequest: 3, leasesOpened: 0 });
+    // busy: the third request within the window opens a lease, the ones after it use it
+    expect((await adm.admit(req(4))).hold).toBe(req(4).requestId);
+    expect((await adm.admit(req(5))).hold).toBe(req(5).requestId);
+    const third = await adm.admit(req(6));
+    expect(third.hold).toMatch(/^lease_busy_/);
+    expect((await adm.admit(req(7))).hold).toBe(third.hold);
+    expect(adm.counts).toMatchObject({ leased: 2, perRequest: 5, leasesOpened: 1 });
+    // held: five own holds of 1 000 and a lease of 16 × 1 000
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 10_000_000n, held_micros: 5_000n + 16_000n });
+    adm.finish(req(6).requestId, 0n);
+    adm.finish(req(7).requestId, 0n);
+    await adm.close();
+    expect(await state(a.tenantId)).toEqual({ balance_micros: 10_000_000n, held_micros: 5_000n });
+  });
+
   it('a batch settles exactly as the same items one by one (leases, own holds, duplicates, shortfall)', async () => {
     async function world() {
       const a = await account(50_000n);

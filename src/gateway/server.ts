@@ -64,6 +64,7 @@ export async function startGateway(opts: GatewayOptions): Promise<Gateway> {
     doorId,
     windowMs: config.ADMISSION_LEASE_MS,
     richness: config.ADMISSION_LEASE_RICHNESS,
+    leaseAfter: config.ADMISSION_LEASE_AFTER,
     holdTtlMs: config.REQUEST_TIMEOUT_MS + config.HOLD_GRACE_MS,
     onError: (what, err) => log.warn(what, { err: err as Error }),
   });
