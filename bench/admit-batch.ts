@@ -37,7 +37,7 @@ import {
   type Settlement,
 } from '../src/billing/ledger.ts';
 import { createPool } from '../src/db/pool.ts';
-import { backendCpuSeconds, explainCalls, freshDatabase } from './pg-bench.ts';
+import { backendCpuSeconds, benchSettlement, explainCalls, freshDatabase } from './pg-bench.ts';
 import { readCpuSeconds } from './procs.ts';
 
 const { values } = parseArgs({
@@ -151,19 +151,7 @@ async function drain(keep: number, meterCpu: { ms: number }, doorCpu: { ms: numb
         doorCpu.ms += (backendCpuSeconds(doorPid) - c0) * 1000;
         released++;
         releaseCalls++;
-      } else
-        toSettle.push({
-          requestId: r.requestId,
-          tenantId: r.tenantId,
-          keyId: r.keyId,
-          costMicros: BigInt(500 + ((i * 7919) % 4500)),
-          model: 'bench/mock',
-          inputTokens: 120 + (i % 50),
-          outputTokens: 200 + (i % 300),
-          estimated: false,
-          outcome: 'completed',
-          at: new Date(),
-        });
+      } else toSettle.push(benchSettlement(i, { requestId: r.requestId, tenantId: r.tenantId, keyId: r.keyId }));
     }
     if (toSettle.length > 0) {
       const c0 = backendCpuSeconds(meterPid);

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import type { Settlement } from '../src/billing/ledger.ts';
 import { MIGRATION_FILE, migrate } from '../src/db/migrate.ts';
 import { readCpuSeconds } from './procs.ts';
 
@@ -63,4 +64,18 @@ export function backendCpuSeconds(pid: number): number {
   const s = readCpuSeconds(pid);
   if (s === null) throw new Error(`no /proc/${pid}/stat: is PostgreSQL running on this machine?`);
   return s;
+}
+
+/** The usage of bench request number `i` (costs and token counts varied by `i`), as metering settles it. */
+export function benchSettlement(i: number, ids: { requestId: string; tenantId: string; keyId: string; hold?: string }): Settlement {
+  return {
+    ...ids,
+    costMicros: BigInt(500 + ((i * 7919) % 4500)),
+    model: 'bench/mock',
+    inputTokens: 120 + (i % 50),
+    outputTokens: 200 + (i % 300),
+    estimated: false,
+    outcome: 'completed',
+    at: new Date(),
+  };
 }

@@ -15,7 +15,7 @@ import pg from 'pg';
 import { credit, openLease, settleBatch, type Settlement } from '../src/billing/ledger.ts';
 import { createApiKey } from '../src/db/keys.ts';
 import { createPool } from '../src/db/pool.ts';
-import { backendCpuSeconds, explainCalls, freshDatabase } from './pg-bench.ts';
+import { backendCpuSeconds, benchSettlement, explainCalls, freshDatabase } from './pg-bench.ts';
 import { readCpuSeconds } from './procs.ts';
 import { createTenant } from '../src/db/tenants.ts';
 
@@ -60,19 +60,7 @@ let seq = 0;
 const batchOf = (n: number): Settlement[] =>
   Array.from({ length: n }, () => {
     const i = seq++;
-    return {
-      requestId: `req_${process.pid}_${i.toString().padStart(10, '0')}`,
-      tenantId: tenant.id,
-      keyId: key,
-      costMicros: BigInt(500 + ((i * 7919) % 4500)),
-      model: 'bench/mock',
-      inputTokens: 120 + (i % 50),
-      outputTokens: 200 + (i % 300),
-      estimated: false,
-      outcome: 'completed',
-      at: new Date(),
-      hold: lease,
-    };
+    return benchSettlement(i, { requestId: `req_${process.pid}_${i.toString().padStart(10, '0')}`, tenantId: tenant.id, keyId: key, hold: lease });
   });
 
 const client = await db.connect();
