@@ -18,6 +18,14 @@ export interface ApiKeyRecord {
   window_usage_micros: bigint;
   rate_limit_requests: number | null;
   rate_limit_interval_s: number | null;
+  /** requests in flight at once, across every front door */
+  max_concurrent: number | null;
+  /** tokens per minute (prompt estimate + output cap, counted at admission) */
+  tpm: number | null;
+  /** micro-BRL each end user may spend per UTC day */
+  end_user_daily_limit: bigint | null;
+  /** the portal user who created it; null: an operator's CLI */
+  created_by: string | null;
   is_demo: boolean;
   created_at: Date;
   last_used_at: Date | null;
@@ -33,8 +41,17 @@ export interface CreateKeyInput {
   limitReset?: LimitReset | null;
   rateLimitRequests?: number | null;
   rateLimitIntervalS?: number | null;
+  maxConcurrent?: number | null;
+  tpm?: number | null;
+  endUserDailyLimit?: bigint | null;
+  createdBy?: string | null;
   expiresAt?: Date | null;
   isDemo?: boolean;
+}
+
+/** Whether a key has limits counted per request under its row lock (it never admits from a lease). */
+export function hasFinerLimits(k: Pick<ApiKeyRecord, 'max_concurrent' | 'tpm' | 'end_user_daily_limit'>): boolean {
+  return k.max_concurrent !== null || k.tpm !== null || k.end_user_daily_limit !== null;
 }
 
 /** Returns the record and the plain key. The plain key is never stored: return it to the user once. */
@@ -42,8 +59,9 @@ export async function createApiKey(db: DbClient, input: CreateKeyInput): Promise
   const key = generateApiKey();
   const { rows } = await db.query(
     `insert into api_keys (id, tenant_id, key_hash, key_hint, label, models, limit_micros, limit_reset,
-                           rate_limit_requests, rate_limit_interval_s, expires_at, is_demo)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) returning *`,
+                           rate_limit_requests, rate_limit_interval_s, expires_at, is_demo,
+                           max_concurrent, tpm, end_user_daily_limit, created_by)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) returning *`,
     [
       `key_${createId()}`,
       input.tenantId,
@@ -57,6 +75,10 @@ export async function createApiKey(db: DbClient, input: CreateKeyInput): Promise
       input.rateLimitIntervalS ?? null,
       input.expiresAt ?? null,
       input.isDemo ?? false,
+      input.maxConcurrent ?? null,
+      input.tpm ?? null,
+      input.endUserDailyLimit ?? null,
+      input.createdBy ?? null,
     ],
   );
   return { record: stripHash(rows[0]), key };
@@ -72,22 +94,30 @@ export async function findKeyByHash(db: DbClient, hash: Buffer): Promise<ApiKeyR
   return rows[0] ? stripHash(rows[0]) : null;
 }
 
-export async function getKey(db: DbClient, id: string, tenantId?: string): Promise<ApiKeyRecord | null> {
+// `createdBy`, when given, narrows to the keys that portal user created (a developer's own keys).
+
+export async function getKey(db: DbClient, id: string, tenantId?: string, createdBy?: string): Promise<ApiKeyRecord | null> {
   const { rows } = tenantId
-    ? await db.query('select * from api_keys where id = $1 and tenant_id = $2', [id, tenantId])
+    ? await db.query('select * from api_keys where id = $1 and tenant_id = $2 and ($3::text is null or created_by = $3)', [id, tenantId, createdBy ?? null])
     : await db.query('select * from api_keys where id = $1', [id]);
   return rows[0] ? stripHash(rows[0]) : null;
 }
 
-export async function listKeys(db: DbClient, tenantId: string): Promise<ApiKeyRecord[]> {
-  const { rows } = await db.query('select * from api_keys where tenant_id = $1 order by created_at desc', [tenantId]);
+export async function listKeys(db: DbClient, tenantId: string, createdBy?: string): Promise<ApiKeyRecord[]> {
+  const { rows } = await db.query('select * from api_keys where tenant_id = $1 and ($2::text is null or created_by = $2) order by created_at desc', [
+    tenantId,
+    createdBy ?? null,
+  ]);
   return rows.map(stripHash);
 }
 
 /** Revokes the key (scoped to a tenant when given). Returns false when no such key. Idempotent. */
-export async function revokeKey(db: DbClient, id: string, tenantId?: string): Promise<boolean> {
+export async function revokeKey(db: DbClient, id: string, tenantId?: string, createdBy?: string): Promise<boolean> {
   const { rowCount } = tenantId
-    ? await db.query('update api_keys set revoked_at = coalesce(revoked_at, now()) where id = $1 and tenant_id = $2', [id, tenantId])
+    ? await db.query(
+        'update api_keys set revoked_at = coalesce(revoked_at, now()) where id = $1 and tenant_id = $2 and ($3::text is null or created_by = $3)',
+        [id, tenantId, createdBy ?? null],
+      )
     : await db.query('update api_keys set revoked_at = coalesce(revoked_at, now()) where id = $1', [id]);
   return (rowCount ?? 0) > 0;
 }

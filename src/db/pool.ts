@@ -10,7 +10,7 @@ export interface PoolOptions {
   /**
    * Commit without waiting for the WAL flush. Only for connections that write holds (soft
    * reservations), never money: a database crash can lose the last few hundred ms of holds, not
-   * of debits or credits (see README, "Holds").
+   * of debits or credits (see docs/billing.md, "Admission: holds and leases").
    */
   asyncCommit?: boolean;
   /** How long a query may wait for a connection (pool exhausted, or PostgreSQL unreachable), ms. */

@@ -1,0 +1,41 @@
+-- An operator's grant of credit from the console: the ledger's credit (source 'grant', the note)
+-- and the audit row (operator, address, reason, balance before and after) in one transaction.
+-- p_nonce is the form's: a form sent twice grants once ('duplicate').
+create or replace function catraca_console_grant(p_operator text, p_ip text, p_tenant text, p_amount bigint, p_note text, p_reason text, p_nonce text)
+returns table (status text, balance bigint)
+language plpgsql
+security definer
+set search_path = public, pg_temp
+as $$
+declare
+  v_before bigint;
+  v_held bigint;
+  v_balance bigint;
+  v_ledger bigint;
+begin
+  if p_amount is null or p_amount <= 0 then raise exception 'grant amount must be positive'; end if;
+  if coalesce(btrim(p_reason), '') = '' then raise exception 'a grant needs a reason'; end if;
+  if coalesce(p_nonce, '') = '' then raise exception 'a grant needs the form nonce'; end if;
+  if not exists (select 1 from operators where id = p_operator and disabled_at is null) then
+    return query select 'unknown_operator'::text, 0::bigint; return;
+  end if;
+  select t.balance_micros, t.held_micros into v_before, v_held from tenants t where t.id = p_tenant for update;
+  if not found then
+    return query select 'unknown_tenant'::text, 0::bigint; return;
+  end if;
+  if exists (select 1 from ledger where external_id = 'console:' || p_nonce) then
+    return query select 'duplicate'::text, v_before; return;
+  end if;
+  update tenants set balance_micros = balance_micros + p_amount where id = p_tenant returning balance_micros into v_balance;
+  insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, note)
+    values (p_tenant, 'credit', p_amount, v_balance, 'grant', 'console:' || p_nonce, nullif(btrim(p_note), ''))
+    returning id into v_ledger;
+  insert into console_audit (operator_id, action, ip, tenant_id, target, reason, before, after)
+    values (p_operator, 'grant', p_ip, p_tenant, v_ledger::text, btrim(p_reason),
+            jsonb_build_object('balance_micros', v_before::text, 'held_micros', v_held::text),
+            jsonb_build_object('balance_micros', v_balance::text, 'held_micros', v_held::text, 'amount_micros', p_amount::text,
+                               'ledger_id', v_ledger::text, 'note', nullif(btrim(p_note), '')));
+  return query select 'credited'::text, v_balance;
+end $$;
+revoke all on function catraca_console_grant(text, text, text, bigint, text, text, text) from public;
+grant execute on function catraca_console_grant(text, text, text, bigint, text, text, text) to catraca_console;
