@@ -1,8 +1,13 @@
 import { z } from 'zod';
+import { parseCidrList } from './auth/client-address.ts';
 
 // Every process reads its settings from the environment through this one schema, so the
-// defaults documented in the README live in exactly one place.
+// defaults documented in docs/operations.md ("Configuration") live in exactly one place.
 const int = (def: number) => z.coerce.number().int().nonnegative().default(def);
+const dbPassword = z
+  .string()
+  .regex(/^[A-Za-z0-9._~-]+$/, 'URL-safe characters only (letters, digits, . _ ~ -)')
+  .optional();
 
 // Portal and Pix settings (documented in src/portal/README.md and .env.example). Nothing defaults
 // to the simulator: PIX_PROVIDER must be given (bcb with a complete configuration), unless
@@ -11,10 +16,45 @@ const int = (def: number) => z.coerce.number().int().nonnegative().default(def);
 const bool = (def: boolean) =>
   z.preprocess((v) => (v === undefined || v === '' ? def : ['1', 'true', 'yes', 'on'].includes(String(v).toLowerCase())), z.boolean());
 
+/** A byte count, or `auto` (sized for the machine where it is used). */
+// NOTIFY_RETRY_SCHEDULE: the delays between a notification's attempts, e.g. `5s,30s,2m,10m,1h,3h,6h,12h`.
+const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** `5s,30s,2m` → [5000, 30000, 120000]; null when any item is not a whole number with a unit (ms, s, m, h, d) or the list is empty. */
+export function parseSchedule(text: string): number[] | null {
+  const items = text.split(',').map((x) => x.trim());
+  const out: number[] = [];
+  for (const item of items) {
+    const m = /^(\d{1,9})(ms|s|m|h|d)$/.exec(item);
+    if (!m) return null;
+    out.push(Number(m[1]) * UNIT_MS[m[2]]);
+  }
+  return out.length > 0 && out.length <= 30 ? out : null;
+}
+
+/** A trusted-proxy list: comma-separated addresses, CIDRs and named ranges (loopback, linklocal, uniquelocal). */
+const proxyList = z.string().superRefine((v, ctx) => {
+  try {
+    parseCidrList(v);
+  } catch (err) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `a comma list of IP addresses, CIDRs or named ranges (loopback, linklocal, uniquelocal), e.g. 10.0.0.0/8, fd00::/8 (${(err as Error).message})`,
+    });
+  }
+});
+const autoBytes = z.preprocess((v) => (v === '' ? undefined : v), z.union([z.literal('auto'), z.coerce.number().int().positive()]).default('auto'));
+
 export const PortalEnvSchema = z.object({
   PORTAL_PUBLIC_URL: z.string().url().optional(),
   GATEWAY_PUBLIC_URL: z.string().default('http://127.0.0.1:8080/v1'),
-  /** Trust X-Forwarded-For (its right-most entry, appended by our proxy) / X-Forwarded-Proto from the one reverse proxy in front of the portal. */
+  /**
+   * The reverse proxies in front of the portal, as a comma list of addresses or CIDRs (`10.0.0.0/8, fd00::/8`):
+   * only a request whose peer is one of them has its X-Forwarded-For (walked from the right, skipping these
+   * addresses) and X-Forwarded-Proto believed. Empty: nobody's (src/portal/proxy.ts).
+   */
+  PORTAL_TRUSTED_PROXIES: proxyList.optional(),
+  /** Deprecated: `1` means PORTAL_TRUSTED_PROXIES=127.0.0.0/8,::1 (a proxy on this host); added to PORTAL_TRUSTED_PROXIES. */
   PORTAL_TRUST_PROXY: bool(false),
   /** Sign-up attempts accepted per client address per hour (well-formed forms; a taken e-mail counts). */
   PORTAL_SIGNUP_LIMIT_PER_HOUR: z.coerce.number().int().positive().default(10),
@@ -47,6 +87,36 @@ export const PortalEnvSchema = z.object({
   PIX_SIM_PORT: z.coerce.number().int().nonnegative().default(0),
   PIX_CHARGE_EXPIRY_S: z.coerce.number().int().positive().default(3600),
   PIX_RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(30000),
+  /** Days the portal keeps rows of pix_webhook_events (the audit of authenticated webhook deliveries); 0 = forever. */
+  PIX_WEBHOOK_RETENTION_DAYS: int(90),
+  /**
+   * Where the portal sends e-mail (address verification, notices): `smtp://user:pass@host:587` (STARTTLS when the
+   * server offers it) or `smtps://…:465`. Unset: sign-up is closed, with a page saying e-mail is not configured.
+   */
+  SMTP_URL: z.string().url().optional(),
+  /** The From of the portal's e-mails. */
+  SMTP_FROM: z.string().default('catraca <no-reply@localhost>'),
+  /** Development (`npm start`): the directory where the embedded SMTP sink keeps what it received, shown at /dev/mail (CATRACA_DEV=1 only). */
+  DEV_MAIL_DIR: z.string().optional(),
+  /** One webhook attempt at most (connection, response headers, the part of the body read); longer is a failed attempt (docs/notifications.md). */
+  NOTIFY_WEBHOOK_TIMEOUT_MS: z.coerce.number().int().positive().default(15000),
+  /** Bytes of a webhook response read at most; the rest is dropped with the connection. */
+  NOTIFY_WEBHOOK_MAX_RESPONSE_BYTES: z.coerce.number().int().positive().default(65536),
+  /** Delays between a notification's attempts after the first (webhooks and e-mails): whole numbers with ms, s, m, h or d; delivery fails once they are spent. */
+  NOTIFY_RETRY_SCHEDULE: z
+    .string()
+    .default('5s,30s,2m,10m,1h,3h,6h,12h')
+    .refine((v) => parseSchedule(v) !== null, 'a comma list of delays such as 5s,30s,2m,10m,1h,3h,6h,12h (at most 30)'),
+  /**
+   * Days the notification events, deliveries and delivery log are kept (0 = forever). At least 32:
+   * an event's record is what keeps a key's limit_reached from being announced twice in one monthly window.
+   */
+  NOTIFY_RETENTION_DAYS: z.coerce
+    .number()
+    .int()
+    .nonnegative()
+    .default(35)
+    .refine((v) => v === 0 || v >= 32, '0 (forever) or at least 32'),
 });
 
 export const ConfigSchema = PortalEnvSchema.extend({
@@ -76,6 +146,16 @@ export const ConfigSchema = PortalEnvSchema.extend({
   /** Unset: 127.0.0.1 in development (CATRACA_DEV=1 or PIX_PROVIDER=simulator), else 0.0.0.0 (src/portal/config.ts). */
   PORTAL_HOST: z.string().optional(),
   PORTAL_PORT: int(8081),
+  /**
+   * The operator's console (src/console/): loopback by default, reached through a VPN or an SSH tunnel
+   * (docs/console.md). Never on the front door's or the portal's port: it refuses to start there.
+   */
+  CONSOLE_HOST: z.string().default('127.0.0.1'),
+  CONSOLE_PORT: int(8082),
+  /** The console's URL as operators open it; https: Secure cookies and HSTS (e.g. behind a TLS proxy on the VPN). */
+  CONSOLE_PUBLIC_URL: z.string().url().optional(),
+  /** Reverse proxies in front of the console whose X-Forwarded-For counts (as PORTAL_TRUSTED_PROXIES); empty: nobody's. */
+  CONSOLE_TRUSTED_PROXIES: proxyList.optional(),
   /** Largest accepted request body; larger gets 413. */
   MAX_BODY_BYTES: int(4 * 1024 * 1024),
   /** A request body still arriving this long after its headers gets 408 and its connection closed
@@ -106,22 +186,69 @@ export const ConfigSchema = PortalEnvSchema.extend({
   DISPATCH_MAX_WAITING: int(20000),
   /** … of which at most this many from one tenant (its burst waits behind its own backlog). */
   DISPATCH_MAX_WAITING_PER_TENANT: int(5000),
+  /**
+   * Bytes of job payload (up to NATS max_payload each) waiting in one front door for a worker slot,
+   * at most (more: 503 at once). `auto`: an eighth of the memory the process may use (its cgroup
+   * limit, else the machine's), leaving the rest to streams, buffers and the heap.
+   */
+  DISPATCH_MAX_WAITING_BYTES: autoBytes,
+  /** … of which at most this many from one tenant. `auto`: a quarter of DISPATCH_MAX_WAITING_BYTES (as 5 000 of 20 000 jobs). */
+  DISPATCH_MAX_WAITING_BYTES_PER_TENANT: autoBytes,
   /** How long a query waits for a PostgreSQL connection (pool exhausted or database gone) before 503. */
   DB_CONNECT_TIMEOUT_MS: int(3000),
   /** PostgreSQL cancels a statement running longer than this (front door, metering); 0 = no limit. */
   DB_STATEMENT_TIMEOUT_MS: int(10000),
+  /**
+   * Passwords of the PostgreSQL roles of the front door, workers, metering, portal and admin CLI
+   * (catraca_gateway, catraca_worker, catraca_metering, catraca_portal, catraca_admin; see
+   * docs/operations.md, "Least privilege"). The migration runner, connected as a superuser, gives
+   * each role given here that password (compose passes them to its `migrate` service); each
+   * process connects with its own DATABASE_URL. `npm start` uses them instead of the ones it
+   * derives. URL-safe characters only: they go into URLs.
+   */
+  DB_GATEWAY_PASSWORD: dbPassword,
+  DB_WORKER_PASSWORD: dbPassword,
+  DB_METERING_PASSWORD: dbPassword,
+  DB_PORTAL_PASSWORD: dbPassword,
+  DB_ADMIN_PASSWORD: dbPassword,
+  /** The password of catraca_console, the operator's console's role (set like the others above). */
+  DB_CONSOLE_PASSWORD: dbPassword,
+  /**
+   * How long POST /v1/responses keeps a response it stores (`store`, default true) for
+   * `previous_response_id` and GET /v1/responses/{id}; metering's sweeper deletes expired ones.
+   * 0 turns storing off: `store: true` is accepted and nothing is stored.
+   */
+  RESPONSES_RETENTION_DAYS: int(30),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */
   KEY_CACHE_TTL_MS: int(30000),
   /**
+   * PostgreSQL lookups of API keys a front door runs at once, on a pool of this many connections of
+   * their own (never admission's): keys known to the door are refreshed first; unknown ones wait at
+   * most 1 s in a queue of 256, then 503 `key_lookup_busy`.
+   */
+  KEY_LOOKUP_CONCURRENCY: z.coerce.number().int().positive().default(4),
+  /**
+   * Lookups of API keys a front door does not know, per client address (IPv6: per /64) and minute;
+   * also the burst. A lookup that finds a key gives its token back, so this counts failed
+   * authentications; past it 429 `rate_limit_exceeded` before any database read. 0 = no limit.
+   */
+  GATEWAY_UNKNOWN_KEYS_PER_MINUTE: int(60),
+  /**
+   * Reverse proxies in front of the front door (comma-separated CIDRs or addresses, e.g.
+   * `10.0.0.0/8,fd00::/8`): from these peers only, the client address is the right-most
+   * X-Forwarded-For entry that is not a trusted proxy. Empty: the TCP peer is the client.
+   */
+  GATEWAY_TRUSTED_PROXIES: proxyList.default(''),
+  /**
    * Pools a front door serves in its own process (comma list, e.g. `openai,anthropic`): no NATS hop
    * per token; the door then needs the vendors' keys (WORKER_UPSTREAM_KEYS). Empty: every job goes
-   * to worker processes over NATS. See README → Front door → In-process pools.
+   * to worker processes over NATS. See docs/design.md, "In-process pools".
    */
   GATEWAY_LOCAL_POOLS: z.string().default(''),
   /** Jobs the door's in-process pools run at once before the rest go to worker processes; 0 = WORKER_CONCURRENCY, or sized like a worker's with two sockets per stream. */
   GATEWAY_LOCAL_CONCURRENCY: int(0),
   WORKER_POOLS: z.string().default('sim'),
-  /** Jobs one worker runs at once; 0 = sized from WORKER_STREAM_MEMORY_MB and the open-file limit (workers/capacity.ts). */
+  /** Jobs one worker runs at once; 0 = sized from WORKER_STREAM_MEMORY_MB and the open-file limit (src/runner/capacity.ts). */
   WORKER_CONCURRENCY: int(0),
   /** Memory a worker may spend on in-flight streams (~32 KiB each), when WORKER_CONCURRENCY is 0. */
   WORKER_STREAM_MEMORY_MB: int(1024),
@@ -129,6 +256,12 @@ export const ConfigSchema = PortalEnvSchema.extend({
   WORKER_UPSTREAM_KEYS: z.string().default('OPENAI_API_KEY,ANTHROPIC_API_KEY,OPENROUTER_API_KEY'),
   UPSTREAM_TIMEOUT_MS: int(120000),
   UPSTREAM_CONNECT_TIMEOUT_MS: int(10000),
+  /**
+   * An attempt that has another deployment (or another model of the request's `models`) to go to
+   * gives up on a vendor that sends nothing for this long, and the next one is tried. The last
+   * attempt waits up to UPSTREAM_TIMEOUT_MS.
+   */
+  UPSTREAM_FIRST_BYTE_TIMEOUT_MS: int(60000),
   SIM_FIRST_TOKEN_MS: int(0),
   SIM_TOKENS_PER_SECOND: int(0),
   /** Usage messages settled per PostgreSQL transaction, at most (batches form under load). */

@@ -46,7 +46,32 @@ export const errors = {
   keyLimit: (message: string) => new CatracaError(402, 'insufficient_quota', 'key_limit_exceeded', message),
   modelNotAllowed: (model: string) =>
     new CatracaError(403, 'permission_error', 'model_not_allowed', `This API key is not allowed to use model "${model}".`, 'model'),
+  tenantSuspended: () =>
+    new CatracaError(
+      403,
+      'permission_error',
+      'tenant_suspended',
+      "This account's requests are suspended; its owner must contact the operator (the balance and keys are kept).",
+    ),
   modelNotFound: (model: string) => new CatracaError(404, 'not_found_error', 'model_not_found', `The model "${model}" does not exist.`, 'model'),
+  wrongModelKind: (model: string, kind: string, path: string) =>
+    new CatracaError(
+      400,
+      'invalid_request_error',
+      'wrong_model_kind',
+      kind === 'embedding'
+        ? `The model "${model}" is an embedding model: use it with /v1/embeddings, not ${path}.`
+        : `The model "${model}" is a chat model: ${path} needs an embedding model.`,
+      'model',
+    ),
+  noDeploymentMatches: (model: string) =>
+    new CatracaError(
+      400,
+      'invalid_request_error',
+      'no_deployment_matches',
+      `No deployment of model "${model}" matches the request's provider preferences (only, ignore).`,
+      'provider',
+    ),
   routeNotFound: (method: string, path: string) => new CatracaError(404, 'not_found_error', 'route_not_found', `No route for ${method} ${path}.`),
   methodNotAllowed: (method: string, path: string) =>
     new CatracaError(405, 'invalid_request_error', 'method_not_allowed', `Method ${method} is not allowed on ${path}.`),
@@ -61,6 +86,56 @@ export const errors = {
       'retry-after': String(retryAfterS),
       ...headers,
     }),
+  /** Too many lookups of keys this front door does not know, from one client address (before any database read). */
+  unknownKeysLimited: (retryAfterS: number) =>
+    new CatracaError(
+      429,
+      'rate_limit_error',
+      'rate_limit_exceeded',
+      `Too many requests with unknown API keys from this address. Retry after ${retryAfterS} s.`,
+      null,
+      { 'retry-after': String(retryAfterS) },
+    ),
+  /** Every key lookup of this front door is busy (a flood of unknown keys): nothing was read or charged. */
+  keyLookupBusy: () =>
+    new CatracaError(
+      503,
+      'service_unavailable',
+      'key_lookup_busy',
+      'Too many API keys are being checked right now; nothing was charged. Retry shortly.',
+      null,
+      {
+        'retry-after': '1',
+      },
+    ),
+  concurrencyLimited: (max: number) =>
+    new CatracaError(
+      429,
+      'rate_limit_error',
+      'concurrency_limit_exceeded',
+      `This key already has ${max} requests in flight, its limit; retry when one ends.`,
+      null,
+      {
+        'retry-after': '1',
+      },
+    ),
+  tpmLimited: (tokens: number, limit: number, remaining: number, retryAfterS: number) =>
+    new CatracaError(
+      429,
+      'rate_limit_error',
+      'tpm_limit_exceeded',
+      `This request counts ${tokens} tokens (its prompt estimate and max_tokens) against this key's limit of ${limit} tokens per minute, of which ${remaining} remain; retry after ${retryAfterS} s, or ask for fewer max_tokens.`,
+      null,
+      { 'retry-after': String(retryAfterS) },
+    ),
+  endUserLimit: (endUser: string, availableMicros: bigint) =>
+    new CatracaError(
+      402,
+      'insufficient_quota',
+      'end_user_limit_exceeded',
+      `End user "${endUser}" has reached this key's daily limit per end user (R$ ${availableMicros / 1_000_000n}.${(availableMicros % 1_000_000n).toString().padStart(6, '0')} left today, UTC), not enough for this request.`,
+      'user',
+    ),
   upstream: (status: number, code: string, message: string) => new CatracaError(status, 'upstream_error', code, message),
   noWorker: (pool: string) => new CatracaError(503, 'service_unavailable', 'no_worker_available', `No worker is serving the "${pool}" pool right now.`),
   modelChanged: (model: string) =>

@@ -41,6 +41,17 @@ const SECRET_TEXT: Array<[RegExp, string]> = [
 const RESERVED = new Set(['level', 'time', 'msg', 'component']);
 const MAX_DEPTH = 8;
 
+/** postgres://user:secret@host/db → postgres://user:***@host/db, for messages and logs. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return url.replace(/:\/\/([^:/@]+):[^@]*@/, '://$1:***@');
+  }
+}
+
 export function scrub(text: string): string {
   let s = text;
   for (const [re, to] of SECRET_TEXT) s = s.replace(re, to);

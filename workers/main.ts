@@ -1,9 +1,9 @@
 import { redactNatsUrl } from '../src/bus/connect.ts';
 import { loadConfig } from '../src/config.ts';
 import { configureLogging, createLogger, logCrashes } from '../src/log.ts';
-import { onShutdown, quietly } from '../src/stack/shutdown.ts';
+import { onShutdown, quietly } from '../src/process/shutdown.ts';
 import { startWorker } from './worker.ts';
-import { monitorWorker } from './monitoring.ts';
+import { monitorWorker } from '../src/runner/monitoring.ts';
 import { serveMetrics } from '../src/metrics/http.ts';
 
 // Entry point: `tsx workers/main.ts`. WORKER_POOLS=sim,openai,anthropic … WORKER_CONCURRENCY, NATS_URL.

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { DbClient } from '../db/pool.ts';
 import type { AdmissionBatcher } from './admission-batcher.ts';
-import { closeLease, openLease, releaseHold, type AdmitRequest, type AdmitResult } from './ledger.ts';
+import { admitLimited, closeLease, openLease, releaseHold, type AdmitRequest, type AdmitResult } from './ledger.ts';
 
 // Admission in a front door. A request is admitted against one of two kinds of hold:
 //
@@ -29,6 +29,8 @@ import { closeLease, openLease, releaseHold, type AdmitRequest, type AdmitResult
 export interface AdmitInput extends AdmitRequest {
   /** false for keys with a request rate limit (counted in PostgreSQL per request) */
   leasable: boolean;
+  /** for keys with finer limits (concurrency, tokens per minute, per-end-user cap): what they count */
+  limited?: { tokens: number; endUser: string | null };
 }
 
 export interface Admitted extends AdmitResult {
@@ -130,6 +132,10 @@ export class Admission {
       }
     }
     this.counts.perRequest++;
+    if (input.limited) {
+      const { limited, leasable: _l, ...request } = input;
+      return { ...(await admitLimited(this.db, { ...request, ...limited })), hold: input.requestId };
+    }
     return { ...(await this.batcher.admit(input)), hold: input.requestId };
   }
 
@@ -159,6 +165,15 @@ export class Admission {
     if (!state) return;
     this.keys.delete(keyId);
     if (state.lease) this.retire(state.lease);
+  }
+
+  /** The tenant was suspended (or changed): stop admitting any of its keys under a lease. */
+  invalidateTenant(tenantId: string): void {
+    for (const [keyId, state] of this.keys) {
+      if (state.lease?.tenantId !== tenantId) continue;
+      this.keys.delete(keyId);
+      this.retire(state.lease);
+    }
   }
 
   /** Drain: close every lease (what their admitted requests may still cost stays covered). */

@@ -13,8 +13,9 @@ import type { ModelRecord } from '../db/models.ts';
 //   image       the catalog's per-model bound (`image_input_tokens`: e.g. 25 501 for gpt-4o-mini at
 //               high detail, 1 600 for Claude), else the whole context window.
 //   audio, file the whole context window (vendors tokenize them in ways we cannot bound from bytes).
-//   total       never more than the model's context window: a vendor refuses (and does not bill)
-//               a prompt longer than its context.
+//   total       never more than the model's context window when the operator gave it: a vendor
+//               refuses (and does not bill) a prompt longer than its context. A model whose context
+//               length was never given is not capped (see promptCap).
 // Fields the worker does not forward (see src/chat/params.ts) count nothing; the image data in a
 // data: URL counts nothing (its cost is the image bound).
 export const PER_MESSAGE = 8;
@@ -25,7 +26,16 @@ export const TOOLS_OVERHEAD = 1024;
 /** Fields besides messages whose content a vendor renders into the prompt. */
 const PROMPT_FIELDS = ['tools', 'functions', 'response_format', 'tool_choice', 'function_call', 'stop'] as const;
 
-type BoundModel = Pick<ModelRecord, 'context_length' | 'image_input_tokens'>;
+type BoundModel = Pick<ModelRecord, 'context_length' | 'image_input_tokens'> & { context_length_set?: boolean };
+
+/**
+ * The most prompt tokens a vendor can bill for this model: its context length when the operator
+ * gave it (a vendor refuses, and does not bill, a longer prompt), else no cap: the catalog's
+ * default of 128 000 is not a bound on what a larger model bills.
+ */
+export function promptCap(model: Pick<ModelRecord, 'context_length'> & { context_length_set?: boolean }): number {
+  return model.context_length_set === false ? Number.POSITIVE_INFINITY : model.context_length;
+}
 
 function jsonBytes(value: unknown): number {
   if (value === undefined || value === null) return 0;
@@ -53,15 +63,16 @@ function contentBound(content: unknown, model: BoundModel): number {
 }
 
 export function inputTokensUpperBound(body: { messages: unknown[] } & Record<string, unknown>, model: BoundModel): number {
+  const cap = promptCap(model);
   let n = PER_REQUEST;
   for (const raw of body.messages) {
     const m = (raw ?? {}) as Record<string, unknown>;
     n += PER_MESSAGE;
     for (const key in m) n += key === 'content' ? contentBound(m.content, model) : jsonBytes(m[key]);
-    if (n >= model.context_length) return model.context_length;
+    if (n >= cap) return cap;
   }
   for (const f of PROMPT_FIELDS) n += jsonBytes(body[f]);
   const tools = (Array.isArray(body.tools) ? body.tools.length : 0) + (Array.isArray(body.functions) ? body.functions.length : 0);
   if (tools > 0) n += TOOLS_OVERHEAD + PER_TOOL * tools;
-  return Math.min(n, model.context_length);
+  return Math.min(n, cap);
 }

@@ -1,6 +1,15 @@
 import type { DbClient } from '../db/pool.ts';
 
-export type AdmitStatus = 'ok' | 'insufficient_balance' | 'key_limit' | 'key_revoked' | 'rate_limited';
+export type AdmitStatus =
+  | 'ok'
+  | 'insufficient_balance'
+  | 'key_limit'
+  | 'key_revoked'
+  | 'rate_limited'
+  | 'concurrency_limited'
+  | 'tpm_limited'
+  | 'end_user_limit'
+  | 'tenant_suspended';
 
 export interface AdmitResult {
   status: AdmitStatus;
@@ -27,6 +36,22 @@ export async function admit(
   return rows[0];
 }
 
+/**
+ * Admission of a key with finer limits (catraca_admit_limited): its concurrency, tokens per minute
+ * and per-end-user daily cap are checked under the key's row lock, then the money as catraca_admit.
+ */
+export async function admitLimited(
+  db: DbClient,
+  a: { requestId: string; tenantId: string; keyId: string; min: bigint; max: bigint; ttlMs: number; tokens: number; endUser: string | null },
+): Promise<AdmitResult> {
+  const { rows } = await db.query({
+    name: 'catraca_admit_limited',
+    text: 'select * from catraca_admit_limited($1, $2, $3, $4, $5, $6, $7, $8)',
+    values: [a.requestId, a.tenantId, a.keyId, a.min, a.max, a.ttlMs, a.tokens, a.endUser],
+  });
+  return rows[0];
+}
+
 export interface Settlement {
   requestId: string;
   tenantId: string;
@@ -40,15 +65,55 @@ export interface Settlement {
   at: Date;
   /** the hold the request was admitted under: its own (= requestId, the default) or its door's lease */
   hold?: string | null;
+  /** recorded on the ledger row (settleBatch): cache and reasoning parts of the tokens, the route, the end user */
+  detail?: {
+    cachedTokens?: number;
+    cacheWriteTokens?: number;
+    cacheWrite1hTokens?: number;
+    reasoningTokens?: number;
+    route?: string;
+    endUser?: string;
+  };
 }
 
 export async function settle(db: DbClient, s: Settlement): Promise<{ status: 'settled' | 'duplicate' | 'unknown_tenant'; debited: bigint; balance: bigint }> {
   const { rows } = await db.query({
     name: 'catraca_settle',
-    text: 'select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)',
-    values: [s.requestId, s.tenantId, s.keyId, s.costMicros, s.model, s.inputTokens, s.outputTokens, s.estimated, s.outcome, s.at, s.hold ?? null],
+    text: 'select * from catraca_settle($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12::jsonb)',
+    values: [
+      s.requestId,
+      s.tenantId,
+      s.keyId,
+      s.costMicros,
+      s.model,
+      s.inputTokens,
+      s.outputTokens,
+      s.estimated,
+      s.outcome,
+      s.at,
+      s.hold ?? null,
+      s.detail ? JSON.stringify(detailJson(s.detail)) : null,
+    ],
   });
   return rows[0];
+}
+
+/** A settlement's detail as the settle functions read it. */
+function detailJson(d: Settlement['detail']) {
+  return {
+    cached: d?.cachedTokens ?? null,
+    cw: d?.cacheWriteTokens ?? null,
+    cw1h: d?.cacheWrite1hTokens ?? null,
+    reasoning: d?.reasoningTokens ?? null,
+    route: d?.route ?? null,
+    end_user: d?.endUser ?? null,
+  };
+}
+
+/** Suspends a tenant's admission (catraca_suspend_tenant); true when this call did. */
+export async function suspendTenant(db: DbClient, tenantId: string, reason: string): Promise<boolean> {
+  const { rows } = await db.query('select catraca_suspend_tenant($1, $2) as suspended', [tenantId, reason]);
+  return rows[0]?.suspended === true;
 }
 
 /** Releases a hold without a debit (the request never reached a worker). */
@@ -124,6 +189,7 @@ export async function settleBatch(db: DbClient, items: Settlement[]): Promise<Se
     outcome: s.outcome,
     at: s.at.toISOString(),
     hold: s.hold ?? null,
+    ...detailJson(s.detail),
   }));
   const { rows } = await db.query({ name: 'catraca_settle_batch', text: 'select * from catraca_settle_batch($1::jsonb)', values: [JSON.stringify(payload)] });
   return rows.map(({ request_id: _id, ...r }) => r as SettleResult);

@@ -39,6 +39,12 @@ export interface Prices {
   input: bigint;
   /** micro-BRL per 1M output tokens */
   output: bigint;
+  /** micro-BRL per 1M input tokens read from the vendor's prompt cache (default: input) */
+  cachedInput?: bigint;
+  /** micro-BRL per 1M input tokens written to the vendor's prompt cache, default lifetime (default: input) */
+  cacheWrite?: bigint;
+  /** micro-BRL per 1M input tokens written to the vendor's prompt cache for one hour (default: input) */
+  cacheWrite1h?: bigint;
 }
 
 function ceilDiv(a: bigint, b: bigint): bigint {
@@ -47,6 +53,85 @@ function ceilDiv(a: bigint, b: bigint): bigint {
 
 export function costMicros(inputTokens: number, outputTokens: number, prices: Prices): bigint {
   return ceilDiv(BigInt(inputTokens) * prices.input + BigInt(outputTokens) * prices.output, TOKENS_PER_PRICE_UNIT);
+}
+
+/**
+ * The token counts of one request a price applies to, in OpenAI's convention: `prompt_tokens`
+ * counts all input, cache reads and writes included; `completion_tokens` all output.
+ */
+export interface BilledTokens {
+  prompt_tokens: number;
+  completion_tokens: number;
+  cached_tokens?: number;
+  cache_write_tokens?: number;
+  cache_write_1h_tokens?: number;
+}
+
+/**
+ * What one request costs the tenant — the one rule the front door and metering both apply: cache
+ * reads at the cached-input price, cache writes at the write price of their lifetime, the rest of
+ * the input at the input price (each at the input price where the catalog gives none), output at
+ * the output price; one round-up at the end.
+ */
+export function usageCostMicros(usage: BilledTokens, prices: Prices): bigint {
+  const cached = BigInt(usage.cached_tokens ?? 0);
+  const write5m = BigInt(usage.cache_write_tokens ?? 0);
+  const write1h = BigInt(usage.cache_write_1h_tokens ?? 0);
+  let plain = BigInt(usage.prompt_tokens) - cached - write5m - write1h;
+  if (plain < 0n) plain = 0n; // a vendor's parts that add up to more than its total: never a negative charge
+  const picoBrl =
+    plain * prices.input +
+    cached * (prices.cachedInput ?? prices.input) +
+    write5m * (prices.cacheWrite ?? prices.input) +
+    write1h * (prices.cacheWrite1h ?? prices.input) +
+    BigInt(usage.completion_tokens) * prices.output;
+  return ceilDiv(picoBrl, TOKENS_PER_PRICE_UNIT);
+}
+
+/** Prices as the bus carries them (jobs, usage messages): decimal strings, cache prices only where set. */
+export interface PriceStrings {
+  input_price: string;
+  output_price: string;
+  cached_input_price?: string;
+  cache_write_price?: string;
+  cache_write_1h_price?: string;
+}
+
+export function priceStrings(p: Prices): PriceStrings {
+  const w: PriceStrings = { input_price: p.input.toString(), output_price: p.output.toString() };
+  if (p.cachedInput !== undefined) w.cached_input_price = p.cachedInput.toString();
+  if (p.cacheWrite !== undefined) w.cache_write_price = p.cacheWrite.toString();
+  if (p.cacheWrite1h !== undefined) w.cache_write_1h_price = p.cacheWrite1h.toString();
+  return w;
+}
+
+export function pricesOfStrings(w: PriceStrings): Prices {
+  const p: Prices = { input: BigInt(w.input_price), output: BigInt(w.output_price) };
+  if (w.cached_input_price !== undefined) p.cachedInput = BigInt(w.cached_input_price);
+  if (w.cache_write_price !== undefined) p.cacheWrite = BigInt(w.cache_write_price);
+  if (w.cache_write_1h_price !== undefined) p.cacheWrite1h = BigInt(w.cache_write_1h_price);
+  return p;
+}
+
+/** Whether two sets of prices are the same (a job's, and a worker's catalog entry's). */
+export function samePrices(a: PriceStrings, b: PriceStrings): boolean {
+  return (
+    a.input_price === b.input_price &&
+    a.output_price === b.output_price &&
+    a.cached_input_price === b.cached_input_price &&
+    a.cache_write_price === b.cache_write_price &&
+    a.cache_write_1h_price === b.cache_write_1h_price
+  );
+}
+
+/**
+ * Prices for a worst-case hold: every input token at the dearest input price the vendor may bill
+ * it at (a cache write costs more than plain input), so the hold bounds whatever the vendor reports.
+ */
+export function holdPrices(prices: Prices): Prices {
+  let input = prices.input;
+  for (const p of [prices.cachedInput, prices.cacheWrite, prices.cacheWrite1h]) if (p !== undefined && p > input) input = p;
+  return { input, output: prices.output };
 }
 
 /** Largest number of output tokens whose total cost with `inputTokens` fits in `budget` micros. */

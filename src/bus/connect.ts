@@ -97,17 +97,3 @@ export async function connectBus(url: string, name: string): Promise<NatsConnect
   })().catch(() => {});
   return nc;
 }
-
-/**
- * How many servers the cluster we are connected to has, from the server's INFO: 1 when it is not
- * clustered, else the number of client URLs it announces (every node's, its own included).
- * 0 = clustered but unknown (`no_advertise`).
- */
-export function natsClusterSize(nc: NatsConnection): number {
-  const info = nc.info;
-  if (!info?.cluster) return 1;
-  return new Set(info.connect_urls ?? []).size;
-}
-
-// The USAGE stream moved to ./usage-stream.ts; these names stay importable from here.
-export { ensureUsageStream, usageReplicasSetting, type ReplicasSetting, type UsageStreamResult } from './usage-stream.ts';

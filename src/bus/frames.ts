@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { ToolCallDeltaSchema, UsageCountSchema } from './messages.ts';
+import { PricesSchema, ToolCallDeltaSchema, UsageCountSchema } from './messages.ts';
 
 // Frames: what a worker sends the front door about one request, one NATS message each, on
 // catraca.stream.<door>.<request>. Per-token frames are the hot path (one per token of every
@@ -7,7 +7,10 @@ import { ToolCallDeltaSchema, UsageCountSchema } from './messages.ts';
 //
 //   c<seq>\n"<text>"        a text delta; the payload is the JSON string literal of the text,
 //                           exactly as it goes into the SSE chunk (the door copies the bytes)
-//   x<seq>\n{…}             an extended delta: {content?, reasoning?, tool_calls?} (JSON)
+//   x<seq>\n{…}             an extended delta: {content?, reasoning?, reasoning_signature?,
+//                           redacted_reasoning?, tool_calls?} (JSON)
+//   b<seq>\n…               a piece of a whole response body (embeddings, token counts): the
+//                           pieces of a request, concatenated in order, are its JSON body
 //   k<seq>                  keepalive (the stream is quiet; also the worker's liveness)
 //   d<seq>\n{…}             done: {finish_reason, usage, estimated} (JSON, checked with zod)
 //   e<seq>\n{…}             error: {status, code, message, usage?, retry_after?} (JSON, zod)
@@ -19,11 +22,26 @@ import { ToolCallDeltaSchema, UsageCountSchema } from './messages.ts';
 export const ExtendedDeltaSchema = z.object({
   content: z.string().optional(),
   reasoning: z.string().optional(),
+  /** the signature that closes a reasoning block (Anthropic thinking): returned to the vendor exactly as received */
+  reasoning_signature: z.string().optional(),
+  /** a reasoning block the vendor sent encrypted (Anthropic redacted_thinking): its opaque data */
+  redacted_reasoning: z.string().optional(),
   tool_calls: z.array(ToolCallDeltaSchema).optional(),
 });
 export type ExtendedDelta = z.infer<typeof ExtendedDeltaSchema>;
 
-export const DoneSchema = z.object({ finish_reason: z.string(), usage: UsageCountSchema, estimated: z.boolean() });
+export const DoneSchema = z.object({
+  /** OpenAI's finish reasons: stop, length, tool_calls, content_filter */
+  finish_reason: z.string(),
+  usage: UsageCountSchema,
+  estimated: z.boolean(),
+  /** the stop sequence that ended the output, when the vendor says which */
+  stop_sequence: z.string().optional(),
+  /** the prices of the deployment that answered (absent: the job's) */
+  prices: PricesSchema.optional(),
+  /** micro-BRL of failed attempts added to the cost (see UsageMessage.extra_cost) */
+  extra_cost: z.string().regex(/^\d+$/).optional(),
+});
 export type Done = z.infer<typeof DoneSchema>;
 
 export const FrameErrorSchema = z.object({
@@ -34,16 +52,21 @@ export const FrameErrorSchema = z.object({
   usage: UsageCountSchema.optional(),
   /** seconds, from the upstream's retry-after (429) */
   retry_after: z.number().nonnegative().optional(),
+  prices: PricesSchema.optional(),
+  extra_cost: z.string().regex(/^\d+$/).optional(),
+  /** a failure before the first byte of a job with `fallback`: no usage was published; another model may be tried */
+  retryable: z.boolean().optional(),
 });
 export type FrameError = z.infer<typeof FrameErrorSchema>;
 
-export const FRAME = { text: 0x63, extended: 0x78, keepalive: 0x6b, done: 0x64, error: 0x65 } as const; // c x k d e
+export const FRAME = { text: 0x63, extended: 0x78, keepalive: 0x6b, done: 0x64, error: 0x65, body: 0x62 } as const; // c x k d e b
 
 /** What a worker sends; `encodeFrame` turns it into bytes. */
 export type OutFrame =
   | { t: 'text'; content: string }
   | { t: 'extended'; delta: ExtendedDelta }
   | { t: 'keepalive' }
+  | { t: 'body'; piece: string }
   | { t: 'done'; done: Done }
   | { t: 'error'; error: FrameError };
 
@@ -55,6 +78,8 @@ export function encodeFrame(seq: number, f: OutFrame): string {
       return `x${seq}\n${JSON.stringify(f.delta)}`;
     case 'keepalive':
       return `k${seq}`;
+    case 'body':
+      return `b${seq}\n${f.piece}`;
     case 'done':
       return `d${seq}\n${JSON.stringify(f.done)}`;
     case 'error':
@@ -72,7 +97,8 @@ export interface RawFrame {
 /** Splits a frame; null when it is not one (wrong type byte, no sequence number). */
 export function splitFrame(data: Uint8Array): RawFrame | null {
   const type = data[0];
-  if (type !== FRAME.text && type !== FRAME.extended && type !== FRAME.keepalive && type !== FRAME.done && type !== FRAME.error) return null;
+  if (type !== FRAME.text && type !== FRAME.extended && type !== FRAME.keepalive && type !== FRAME.done && type !== FRAME.error && type !== FRAME.body)
+    return null;
   let seq = 0;
   let i = 1;
   for (; i < data.length && i < 12; i++) {
@@ -107,6 +133,7 @@ export function parsePayload<T>(schema: z.ZodType<T>, payload: Uint8Array): T | 
 export type Frame =
   | { t: 'delta'; seq: number; content: string; reasoning?: string; tool_calls?: ExtendedDelta['tool_calls'] }
   | { t: 'keepalive'; seq: number }
+  | { t: 'body'; seq: number; piece: string }
   | ({ t: 'done'; seq: number } & Done)
   | ({ t: 'error'; seq: number } & FrameError);
 
@@ -125,6 +152,8 @@ export function decodeFrame(data: Uint8Array): Frame | null {
     }
     case FRAME.keepalive:
       return { t: 'keepalive', seq };
+    case FRAME.body:
+      return { t: 'body', seq, piece: payloadText(payload) };
     case FRAME.done: {
       const d = parsePayload(DoneSchema, payload);
       return d === null ? null : { t: 'done', seq, ...d };

@@ -60,6 +60,7 @@ export {
 // | catraca_usage_backlog_alarm           | gauge     | metering | 1 while the backlog exceeds USAGE_BACKLOG_ALARM      |
 // | catraca_open_holds                    | gauge     | metering | holds not yet settled or swept                       |
 // | catraca_holds_swept_total             | counter   | metering | expired holds released by the sweeper                |
+// | catraca_responses_expired_total       | counter   | metering | stored responses deleted after their retention       |
 //
 // `$SRV.STATS` carries the snapshot (histogram figures in seconds); `/metrics` adds the standard
 // process and runtime figures (`process_*`, `nodejs_*`, see processMetrics()).
@@ -165,3 +166,19 @@ export async function registerMonitoring(nc: NatsConnection, opts: MonitoringOpt
 }
 
 const round3 = (v: number) => Math.round(v * 1000) / 1000;
+
+/** One deployment of a model as one runner sees it (a worker's $SRV.STATS `deployments`). */
+export interface DeploymentHealthView {
+  model: string;
+  deployment: string;
+  name: string;
+  healthy: boolean;
+  circuit: 'closed' | 'open' | 'half_open';
+  cooldown_ms: number;
+  consecutive_failures: number;
+  served: number;
+  failed: number;
+  ttft_ms: number | null;
+  tokens_per_second: number | null;
+  last_error: string | null;
+}

@@ -1,7 +1,7 @@
 // Every NATS subject catraca uses, in one place.
 export const subjects = {
   /** Jobs for a pool; workers of the pool subscribe in the queue group `queueGroup(pool)`. */
-  job: (pool: string) => `catraca.jobs.${pool}`,
+  job: (pool: string) => `${JOBS_PREFIX}${pool}`,
   queueGroup: (pool: string) => `workers.${pool}`,
   /** A job for one worker of a pool (after it announced free slots); each worker subscribes to its own. */
   jobDirect: (pool: string, workerId: string) => `catraca.jobs.${pool}.${workerId}`,
@@ -22,9 +22,38 @@ export const subjects = {
   usageWildcard: 'catraca.usage.>',
   /** Broadcast: a key was revoked or changed; every front door drops its cached record. */
   keyInvalidated: 'catraca.keys.invalidated',
+  /** Broadcast: a tenant was suspended or reactivated; front doors stop admitting it from leases. */
+  tenantChanged: 'catraca.tenants.changed',
   /** Broadcast: a catalog entry was added or changed; front doors and workers reload. */
   catalogChanged: 'catraca.catalog.changed',
+  /** Notification events (src/notify), captured by the JetStream stream NOTIFY; the portal's notifier delivers them. */
+  notify: (type: string) => `catraca.notify.${type}`,
+  notifyWildcard: 'catraca.notify.>',
+
+  // Readers of the subjects above: the one place their layout is taken apart.
+  /** A job subject's pool, and its worker when the job was sent to one worker alone. */
+  parseJob(subject: string): { pool: string; worker?: string } {
+    const rest = subject.slice(JOBS_PREFIX.length);
+    const dot = rest.indexOf('.');
+    return dot < 0 ? { pool: rest } : { pool: rest.slice(0, dot), worker: rest.slice(dot + 1) };
+  },
+  /** The request id of a cancel subject (`catraca.cancel.<worker>.<request>`), or null. */
+  parseCancel(subject: string): string | null {
+    if (!subject.startsWith(CANCEL_PREFIX)) return null;
+    const dot = subject.indexOf('.', CANCEL_PREFIX.length);
+    return dot < 0 ? null : subject.slice(dot + 1);
+  },
+  /** A reader of the request id in this door's stream subjects (made once: it runs per frame). */
+  streamRequestId(doorId: string): (subject: string) => string {
+    const prefixLength = `catraca.stream.${doorId}.`.length;
+    return (subject) => subject.slice(prefixLength);
+  },
 } as const;
+
+const JOBS_PREFIX = 'catraca.jobs.';
+const CANCEL_PREFIX = 'catraca.cancel.';
 
 export const USAGE_STREAM = 'USAGE';
 export const METERING_DURABLE = 'metering';
+export const NOTIFY_STREAM = 'NOTIFY';
+export const NOTIFY_DURABLE = 'notifier';

@@ -2,7 +2,6 @@ import { DiscardPolicy, ErrorCode, type NatsConnection, RetentionPolicy, type St
 import { ConfigSchema } from '../config.ts';
 import { createLogger, type Logger } from '../log.ts';
 import type { Gauge, Metrics } from '../metrics/registry.ts';
-import { natsClusterSize } from './connect.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from './subjects.ts';
 
 // The JetStream stream USAGE: one message per request a worker served (msgID = request id), kept
@@ -15,7 +14,7 @@ import { METERING_DURABLE, subjects, USAGE_STREAM } from './subjects.ts';
 //   - discard `new`, `max_bytes` = USAGE_MAX_BYTES (1 GiB, ~2.5 million messages), no max_age,
 //     no max_msgs: when metering has been away that long, a publish is refused ("maximum bytes
 //     exceeded") instead of an older message being discarded; the worker keeps the message and
-//     retries (workers/worker.ts, publishUsage) until metering makes room;
+//     retries (src/runner/usage-publisher.ts) until metering makes room;
 //   - a backlog alarm: metering checks the backlog every USAGE_BACKLOG_INTERVAL_MS, exposes it as
 //     `catraca_usage_backlog_messages` and logs at error level while it exceeds USAGE_BACKLOG_ALARM
 //     (`catraca status` shows it too).
@@ -281,4 +280,15 @@ export function watchUsageBacklog(
     },
     stop: () => clearInterval(timer),
   };
+}
+
+/**
+ * How many servers the cluster we are connected to has, from the server's INFO: 1 when it is not
+ * clustered, else the number of client URLs it announces (every node's, its own included).
+ * 0 = clustered but unknown (`no_advertise`).
+ */
+export function natsClusterSize(nc: NatsConnection): number {
+  const info = nc.info;
+  if (!info?.cluster) return 1;
+  return new Set(info.connect_urls ?? []).size;
 }

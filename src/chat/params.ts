@@ -103,7 +103,7 @@ function table(protocol: Protocol): Map<string, Rule> {
     t.set('service_tier', (v) => tier(v)); // checked, then forwarded by upstreamParams
   }
   if (protocol === 'anthropic') {
-    // translated by the Anthropic adapter (workers/adapters/anthropic/request.ts)
+    // translated by the Anthropic adapter (src/providers/anthropic/request.ts)
     for (const f of ['temperature', 'top_p', 'top_k', 'stop', 'tools', 'tool_choice', 'user']) t.set(f, 'forward');
     t.set('response_format', (v) => {
       const type = (v as { type?: unknown } | null)?.type;
@@ -153,7 +153,8 @@ export function checkParams(body: Record<string, unknown>, model: Pick<ModelReco
       if (!model.input_modalities.includes(modality)) {
         return { param: where, code: 'unsupported_content', message: `This model does not accept ${modality} input.` };
       }
-      if (modality !== 'text' && model.protocol !== 'openai') {
+      // the Anthropic adapter translates image parts into image blocks; other vendors' adapters take text only
+      if (modality !== 'text' && model.protocol !== 'openai' && !(modality === 'image' && model.protocol === 'anthropic')) {
         return { param: where, code: 'unsupported_content', message: `Only text content parts can be sent to this model.` };
       }
       if (type === 'file' && part.file?.file_id != null) {

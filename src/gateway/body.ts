@@ -12,6 +12,8 @@ const DISCARD_FACTOR = 16;
  * A body still incomplete `timeoutMs` after the first chunk that did not end it (a slow-loris sender:
  * uWS restarts its idle timeout on every chunk) is answered 408 and its connection closed; the
  * timer is armed only then, so a body that arrives in one chunk costs none.
+ * Returns `stop`: the rest of the body is ignored and nothing is called back; true when the body had
+ * not been handed over yet (the caller answers, and closes the connection the body still arrives on).
  */
 export function readBody(
   res: HttpResponse,
@@ -20,10 +22,10 @@ export function readBody(
   onBody: (body: Buffer) => void,
   onError: (err: CatracaError, closeConnection: boolean) => void,
   timeoutMs = 0,
-): void {
+): () => boolean {
   if (declaredLength > limit * DISCARD_FACTOR) {
     onError(errors.bodyTooLarge(limit), true);
-    return;
+    return () => false;
   }
   const chunks: Buffer[] = [];
   let size = 0;
@@ -54,6 +56,16 @@ export function readBody(
       return;
     }
     chunks.push(Buffer.from(Buffer.from(chunk)));
-    if (isLast) onBody(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    if (isLast) {
+      failed = true; // handed over: stop() has nothing left to stop
+      onBody(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks, size));
+    }
   });
+  return () => {
+    if (failed) return false;
+    failed = true;
+    if (timer) clearTimeout(timer);
+    chunks.length = 0;
+    return true;
+  };
 }

@@ -1,3 +1,4 @@
+import os from 'node:os';
 import type { NatsConnection, Subscription } from 'nats';
 import { NO_RESPONDERS, RequestMux, TIMEOUT } from '../bus/requests.ts';
 import { CapacitySchema, decodeJson, JobAckSchema } from '../bus/messages.ts';
@@ -15,7 +16,9 @@ import { errors, type CatracaError } from '../errors.ts';
 //     front door then sends the next waiting jobs straight to that worker; a timer retries the
 //     head of the queue too, in case an announcement was missed;
 //   - a job waits at most `maxWaitMs` (then 503 overloaded with retry-after); past `maxQueued`
-//     waiting jobs, or `maxPerTenant` for one tenant, a new one is refused at once (503);
+//     waiting jobs, or `maxPerTenant` for one tenant, a new one is refused at once (503); and so is
+//     one whose payload would take the waiting jobs' bytes past `maxBytes`, or its tenant's past
+//     `maxBytesPerTenant` (a waiting job holds its encoded payload, up to NATS max_payload each);
 //   - a waiting job whose client leaves is removed at once: it never reaches a worker.
 // The hold is taken before the job waits; the caller releases it when the job is refused.
 //
@@ -28,6 +31,9 @@ export interface DispatchOptions {
   maxWaitMs: number;
   maxQueued: number;
   maxPerTenant: number;
+  /** bytes of encoded payload waiting, at most, in all / of one tenant (any pool) */
+  maxBytes?: number;
+  maxBytesPerTenant?: number;
   /** immediate attempts through the queue group before a job waits */
   attempts?: number;
   ackTimeoutMs?: number;
@@ -75,6 +81,26 @@ interface PoolQueue {
 
 type Attempt = { ok: true; worker: string } | { ok: false; refusal: 'busy' | 'fatal'; error?: CatracaError };
 
+/**
+ * The waiting jobs' byte budgets (DISPATCH_MAX_WAITING_BYTES, …_PER_TENANT): `auto` is an eighth of
+ * the memory the process may use (its cgroup limit when it has one, else the machine's) for the
+ * door, a quarter of that for one tenant.
+ */
+export function waitingByteBudgets(
+  c: { DISPATCH_MAX_WAITING_BYTES: number | 'auto'; DISPATCH_MAX_WAITING_BYTES_PER_TENANT: number | 'auto' },
+  memory = availableMemory(),
+): { maxBytes: number; maxBytesPerTenant: number } {
+  const maxBytes = c.DISPATCH_MAX_WAITING_BYTES === 'auto' ? Math.floor(memory / 8) : c.DISPATCH_MAX_WAITING_BYTES;
+  const maxBytesPerTenant = c.DISPATCH_MAX_WAITING_BYTES_PER_TENANT === 'auto' ? Math.floor(maxBytes / 4) : c.DISPATCH_MAX_WAITING_BYTES_PER_TENANT;
+  return { maxBytes, maxBytesPerTenant };
+}
+
+function availableMemory(): number {
+  const limit = (process as { constrainedMemory?: () => number | undefined }).constrainedMemory?.() ?? 0;
+  // no cgroup limit reads as 0, or as a huge number (2^63 - page)
+  return limit > 0 && limit < os.totalmem() ? limit : os.totalmem();
+}
+
 export const CANCELLED = 'cancelled';
 /** a pool whose worker took a job this recently is not "unserved" when none answers for a moment */
 const RECENT_WORKER_MS = 30_000;
@@ -86,7 +112,9 @@ export class Dispatcher {
   private sub?: Subscription;
   private timer?: NodeJS.Timeout;
   private waitingTotal = 0;
-  readonly counts = { queued: 0, served_after_wait: 0, expired: 0, refused_full: 0, cancelled_waiting: 0 };
+  private bytesTotal = 0;
+  private readonly bytesByTenant = new Map<string, number>();
+  readonly counts = { queued: 0, served_after_wait: 0, expired: 0, refused_full: 0, refused_bytes: 0, cancelled_waiting: 0 };
 
   private requests: RequestMux;
 
@@ -134,6 +162,26 @@ export class Dispatcher {
     return this.waitingTotal;
   }
 
+  /** Bytes of payload waiting, in all and for one tenant. */
+  waitingBytes(tenant?: string): number {
+    return tenant === undefined ? this.bytesTotal : (this.bytesByTenant.get(tenant) ?? 0);
+  }
+
+  private held(w: Waiter, sign: 1 | -1): void {
+    const n = sign * w.payload.byteLength;
+    this.bytesTotal += n;
+    const t = (this.bytesByTenant.get(w.tenant) ?? 0) + n;
+    if (t > 0) this.bytesByTenant.set(w.tenant, t);
+    else this.bytesByTenant.delete(w.tenant);
+  }
+
+  /** Whether `w` may wait without taking the waiting bytes past a budget. */
+  private fits(w: Waiter): boolean {
+    const size = w.payload.byteLength;
+    const { maxBytes = Number.POSITIVE_INFINITY, maxBytesPerTenant = Number.POSITIVE_INFINITY } = this.opts;
+    return this.bytesTotal + size <= maxBytes && (this.bytesByTenant.get(w.tenant) ?? 0) + size <= maxBytesPerTenant;
+  }
+
   submit(pool: string, tenant: string, payload: Uint8Array, headers?: Record<string, string>, local?: LocalOffer): Ticket {
     let resolve!: Waiter['resolve'];
     let reject!: Waiter['reject'];
@@ -173,8 +221,9 @@ export class Dispatcher {
     let q = this.pools.get(w.pool);
     if (!q) this.pools.set(w.pool, (q = { byTenant: new Map(), ring: [], size: 0, pumping: false }));
     const list = q.byTenant.get(w.tenant);
-    if (this.waitingTotal >= this.opts.maxQueued || (list?.length ?? 0) >= this.opts.maxPerTenant) {
-      this.counts.refused_full++;
+    const full = this.waitingTotal >= this.opts.maxQueued || (list?.length ?? 0) >= this.opts.maxPerTenant;
+    if (full || !this.fits(w)) {
+      this.counts[full ? 'refused_full' : 'refused_bytes']++;
       return this.finish(w, errors.overloaded(Math.max(1, Math.ceil(this.opts.maxWaitMs / 4000))));
     }
     if (list) list.push(w);
@@ -184,6 +233,7 @@ export class Dispatcher {
     }
     q.size++;
     this.waitingTotal++;
+    this.held(w, 1);
     this.counts.queued++;
     w.state = 'queued';
   }
@@ -198,6 +248,7 @@ export class Dispatcher {
     list.splice(i, 1);
     q.size--;
     this.waitingTotal--;
+    this.held(w, -1);
     if (list.length === 0) {
       q.byTenant.delete(w.tenant);
       q.ring.splice(q.ring.indexOf(w.tenant), 1);
@@ -212,6 +263,7 @@ export class Dispatcher {
     const w = list.shift()!;
     q.size--;
     this.waitingTotal--;
+    this.held(w, -1);
     if (list.length > 0) q.ring.push(tenant);
     else q.byTenant.delete(tenant);
     return w;
@@ -227,6 +279,7 @@ export class Dispatcher {
     q.ring.unshift(w.tenant);
     q.size++;
     this.waitingTotal++;
+    this.held(w, 1);
     w.state = 'queued';
   }
 
@@ -277,13 +330,13 @@ export class Dispatcher {
       reply = await this.requests.request(subject, w.payload, this.opts.ackTimeoutMs ?? 5000, w.headers);
     } catch (err) {
       // a worker addressed directly may have gone: the queue group or another announcement will do
-      if (err === NO_RESPONDERS && subject.split('.').length > 3) return { ok: false, refusal: 'busy' };
+      if (err === NO_RESPONDERS && subjects.parseJob(subject).worker) return { ok: false, refusal: 'busy' };
       // the door's own lane serves this pool: it frees a slot as one of its jobs ends
       if (err === NO_RESPONDERS && w.local) return { ok: false, refusal: 'busy' };
       if (err === NO_RESPONDERS) {
         // No worker listens now. If one took jobs of this pool lately (a restart, a reconnect, a
         // rolling deploy) the job waits for it like for a busy one; a pool nobody serves is 503 at once.
-        const pool = subject.slice(subjects.job('').length);
+        const { pool } = subjects.parseJob(subject);
         if (Date.now() - (this.lastServed.get(pool) ?? 0) < RECENT_WORKER_MS) return { ok: false, refusal: 'busy' };
         return { ok: false, refusal: 'fatal', error: errors.noWorker(pool) };
       }
@@ -293,7 +346,7 @@ export class Dispatcher {
     const ack = JobAckSchema.safeParse(decodeJson(reply.data));
     if (!ack.success) return { ok: false, refusal: 'fatal', error: errors.internal() };
     if (ack.data.ok) {
-      this.lastServed.set(subject.split('.')[2], Date.now());
+      this.lastServed.set(subjects.parseJob(subject).pool, Date.now());
       return { ok: true, worker: ack.data.worker };
     }
     if (ack.data.code === 'invalid_job') return { ok: false, refusal: 'fatal', error: errors.workerRefused(ack.data.message) };

@@ -3,10 +3,11 @@ import type { Config } from '../config.ts';
 import type { ModelSource } from '../catalog/catalog.ts';
 import type { Logger } from '../log.ts';
 import type { Tracer } from '../tracing/tracer.ts';
-import { createTurnOutbox } from '../../workers/outbox.ts';
-import { startWorker, type WorkerHandle } from '../../workers/worker.ts';
-import { monitorWorker } from '../../workers/monitoring.ts';
-import { defaultConcurrency, openFileLimit } from '../../workers/capacity.ts';
+import { createTurnOutbox } from '../runner/outbox.ts';
+import { JobRunner } from '../runner/runner.ts';
+import { monitorWorker } from '../runner/monitoring.ts';
+import { defaultConcurrency, openFileLimit } from '../runner/capacity.ts';
+import { tracerFromEnv } from '../tracing/tracer.ts';
 import type { Metrics } from '../metrics/registry.ts';
 import type { StreamRouter } from './stream-router.ts';
 
@@ -28,7 +29,7 @@ export function localPools(config: Config): string[] {
 }
 
 export interface LocalPools {
-  worker: WorkerHandle;
+  worker: JobRunner;
   /** Stops taking jobs, lets the running ones finish (or cuts them at DRAIN_TIMEOUT_MS), flushes usage. */
   stop(): Promise<void>;
 }
@@ -54,22 +55,21 @@ export async function startLocalPools(opts: {
   if (pools.length === 0) return undefined;
   let onJobEnd: ((ms: number) => void) | undefined;
   let onFirstToken: ((ms: number) => void) | undefined;
-  const worker = await startWorker({
+  const worker = await JobRunner.start({
     pools,
     nc: opts.nc,
     id: `${opts.doorId}-local`,
     config: opts.config,
+    keepaliveMs: opts.config.KEEPALIVE_MS,
     // each in-process stream holds two sockets here: the client's and the vendor's
     concurrency:
       opts.config.GATEWAY_LOCAL_CONCURRENCY || opts.config.WORKER_CONCURRENCY || defaultConcurrency(opts.config.WORKER_STREAM_MEMORY_MB, openFileLimit(), 2),
     drainTimeoutMs: opts.config.DRAIN_TIMEOUT_MS,
     catalog: opts.catalog,
-    tracer: opts.tracer,
+    tracer: opts.tracer ?? tracerFromEnv('catraca-worker'),
     log: opts.log,
-    inProcess: {
-      outbox: createTurnOutbox((subject, data, headers) => opts.router.deliverLocal(subject, Buffer.from(data), headers?.traceparent)),
-      onFree: () => opts.onFree(pools),
-    },
+    outbox: createTurnOutbox((subject, data, headers) => opts.router.deliverLocal(subject, Buffer.from(data), headers?.traceparent)),
+    onFree: () => opts.onFree(pools),
     onJobEnd: (ms) => onJobEnd?.(ms),
     onFirstToken: (ms) => onFirstToken?.(ms),
   });

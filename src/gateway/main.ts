@@ -2,7 +2,7 @@ import { loadConfig } from '../config.ts';
 import { createPool } from '../db/pool.ts';
 import { connectBus } from '../bus/connect.ts';
 import { configureLogging, createLogger, logCrashes } from '../log.ts';
-import { onShutdown, quietly } from '../stack/shutdown.ts';
+import { onShutdown, quietly } from '../process/shutdown.ts';
 import { startGateway } from './server.ts';
 import { assertNativeUws, uwsRuntime } from './uws.ts';
 
@@ -26,8 +26,13 @@ const db = createPool(config.DATABASE_URL, 20, {
   connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
   statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
 });
+// API keys are looked up on a small pool of their own: a flood of unknown keys never takes admission's connections.
+const keysDb = createPool(config.DATABASE_URL, config.KEY_LOOKUP_CONCURRENCY, {
+  connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
+  statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
+});
 const nc = await connectBus(config.NATS_URL, `catraca-gateway ${config.CATRACA_INSTANCE ?? process.pid}`);
-const gateway = await startGateway({ config, db, nc, doorId: config.CATRACA_INSTANCE, portalUrl: config.PORTAL_PUBLIC_URL });
+const gateway = await startGateway({ config, db, keysDb, nc, doorId: config.CATRACA_INSTANCE, portalUrl: config.PORTAL_PUBLIC_URL });
 
 onShutdown(
   log,
@@ -35,6 +40,7 @@ onShutdown(
     await gateway.close(config.DRAIN_TIMEOUT_MS);
     await quietly(nc.drain());
     await quietly(db.end());
+    await quietly(keysDb.end());
   },
   { forceAfterMs: config.DRAIN_TIMEOUT_MS + 10_000, describe: () => ({ in_flight: gateway.stats().inFlight }) },
 );

@@ -28,19 +28,19 @@ export class StreamRouter {
   private routes = new Map<string, Route>();
   private sub?: Subscription;
   private sweeper?: NodeJS.Timeout;
-  private prefixLength: number;
+  private readonly requestIdOf: (subject: string) => string;
 
   constructor(
     private nc: NatsConnection,
     readonly doorId: string,
     private idleTimeoutMs: number,
   ) {
-    this.prefixLength = subjects.stream(doorId, '').length;
+    this.requestIdOf = subjects.streamRequestId(doorId);
   }
 
   start(): void {
     this.sub = this.nc.subscribe(subjects.streamWildcard(this.doorId), {
-      callback: (_err, msg) => this.dispatch(msg.subject.slice(this.prefixLength), msg.data, msg.headers?.get('traceparent')),
+      callback: (_err, msg) => this.dispatch(this.requestIdOf(msg.subject), msg.data, msg.headers?.get('traceparent')),
     });
     this.sweeper = setInterval(() => this.sweep(), Math.min(1000, this.idleTimeoutMs));
     this.sweeper.unref();
@@ -66,7 +66,7 @@ export class StreamRouter {
 
   /** A frame from this process's own worker lane (`subject` is a `replySubject` of this door). */
   deliverLocal(subject: string, data: Uint8Array, traceparent?: string): void {
-    this.dispatch(subject.slice(this.prefixLength), data, traceparent);
+    this.dispatch(this.requestIdOf(subject), data, traceparent);
   }
 
   unregister(requestId: string): void {

@@ -5,7 +5,7 @@
 //     exist only for Node ≤ 20 (ABI 115). On any other Node it silently falls back to a slow
 //     JavaScript shim built on node:http.
 // The front door must never serve on that shim: App() refuses, and src/gateway/main.ts checks
-// uwsRuntime first to stop with a clear message (see README, "Node 22 and 24").
+// uwsRuntime first to stop with a clear message (see docs/operations.md, "Node 22 and 24").
 import { createRequire } from 'node:module';
 
 import type * as UwsModuleType from '@trufflesuite/uws-js-unofficial';
@@ -87,7 +87,7 @@ export function notNativeMessage(
     `the front door needs uWebSockets.js loaded natively, but ${rt.package} did not load a native build on Node ${versions.node} (ABI ${versions.modules}, ${platform}) and fell back to its JavaScript shim, which catraca refuses to serve on.`,
     rt.officialError ? `The official ${OFFICIAL_PACKAGE} is installed but did not load: ${rt.officialError}.` : '',
     rt.fallbackReason ? `(${rt.fallbackReason})` : '',
-    `Run the front door on Node 20, or install the official build (${OFFICIAL_PACKAGE} from github.com/uNetworking/uWebSockets.js, a release that ships a binary for ABI ${versions.modules}; it needs glibc ≥ 2.38): see README, "Node 22 and 24".`,
+    `Run the front door on Node 20, or install the official build (${OFFICIAL_PACKAGE} from github.com/uNetworking/uWebSockets.js, a release that ships a binary for ABI ${versions.modules}; it needs glibc ≥ 2.38): see docs/operations.md, "Node 22 and 24".`,
   ]
     .filter(Boolean)
     .join(' ');

@@ -1,15 +1,18 @@
-import { AckPolicy, DeliverPolicy, type JsMsg, type NatsConnection, type ConsumerMessages } from 'nats';
+import { AckPolicy, type Consumer, DeliverPolicy, type JsMsg, type NatsConnection, type ConsumerMessages } from 'nats';
 import { LingerBatcher } from './linger-batcher.ts';
 import { type MeteringStats, UsageSettler } from './settler.ts';
 import type { Db } from '../db/pool.ts';
 import { openHolds, sweepExpiredHolds } from '../billing/ledger.ts';
+import { sweepExpiredResponses } from '../db/responses.ts';
 import { ensureUsageStream, watchUsageBacklog, type UsageStreamSettings } from '../bus/usage-stream.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
+import { encode } from '../bus/messages.ts';
 import { createLogger } from '../log.ts';
 import { VERSION } from '../version.ts';
 import { HEADLINE, registerMonitoring, sanitizeInstanceId } from '../bus/monitoring.ts';
 import { createMetrics, type Metrics } from '../metrics/registry.ts';
 import { tracerFromEnv, type Tracer } from '../tracing/tracer.ts';
+import { SettlementWatch } from '../notify/settled.ts';
 
 const log = createLogger('metering');
 
@@ -97,24 +100,52 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
     openHolds: 0,
     openLeases: 0,
   };
-  let heldMicros = { holds: 0, leases: 0 };
   const metrics = createMetrics();
-  const settler = new UsageSettler(db, tracer, stats, metrics, log);
+  // balance.low, balance.depleted, key.limit_reached: checked after each commit, off the settlement path
+  const notify = new SettlementWatch(db, nc, log);
+  const settler = new UsageSettler(
+    db,
+    tracer,
+    stats,
+    metrics,
+    log,
+    (tenantId) => nc.publish(subjects.tenantChanged, encode({ tenant_id: tenantId })),
+    (tenants, keys) => notify.add(tenants, keys),
+  );
   // Batches in flight at once (`concurrency`), messages per batch (one PostgreSQL transaction each).
   const batcher = new LingerBatcher<JsMsg>((batch) => settler.settle(batch), { batchSize, concurrency: opts.concurrency ?? 2, lingerMs: opts.lingerMs ?? 20 });
   metrics.gauge(HEADLINE.inflight, 'Usage messages being settled', {}, () => batcher.size);
-  metrics.gauge('catraca_open_holds', 'Per-request holds not yet settled or swept', {}, () => stats.openHolds);
-  metrics.gauge('catraca_open_leases', 'Balance leases not yet closed or swept', {}, () => stats.openLeases);
-  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'request' }, () => heldMicros.holds);
-  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'lease' }, () => heldMicros.leases);
-  const swept = metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper');
   // The backlog before the first pull: what waited while metering was away (alarm logged at once).
   const backlog = watchUsageBacklog(nc, { threshold: opts.backlogAlarm ?? 10000, intervalMs: opts.backlogIntervalMs ?? 5000, metrics, log });
   const atStart = await backlog.check();
   if (atStart && atStart.messages > 0) log.info('usage waiting to be settled', { backlog: atStart.messages });
+  const pulling = pullUsage(consumer, batcher, batchSize);
+  const sweeper = startSweeper(db, stats, metrics, opts.sweepIntervalMs ?? 10000, () => notify.retry());
+  const instanceId = sanitizeInstanceId(opts.instanceId ?? `metering-${process.pid}`);
+  const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: VERSION, instanceId, metrics });
+
+  return {
+    instanceId,
+    stats: () => ({ ...stats, inFlight: batcher.size }),
+    metrics,
+    async stop() {
+      sweeper.stop();
+      backlog.stop();
+      await monitoring.stop().catch(() => {});
+      await pulling.stop();
+      // settle what was already pulled rather than leave it to redelivery
+      await batcher.close();
+      await pulling.done(2000);
+      await notify.idle();
+      if (!opts.tracer) await tracer.shutdown();
+    },
+  };
+}
+
+/** Pulls usage messages into the batcher until stopped, resuming after interruptions. */
+function pullUsage(consumer: Consumer, batcher: LingerBatcher<JsMsg>, batchSize: number) {
   let stopping = false;
   let messages: ConsumerMessages | undefined;
-
   const loop = async () => {
     while (!stopping) {
       try {
@@ -135,10 +166,31 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
     }
   };
   const looping = loop();
+  return {
+    async stop() {
+      stopping = true;
+      await messages?.close().catch(() => {});
+    },
+    done: (ms: number) => Promise.race([looping, new Promise((r) => setTimeout(r, ms))]),
+  };
+}
 
-  // Holds and leases whose request never settled (a worker or front door died) are released
-  // after their expiry; the open ones are counted for /metrics and `catraca status`.
+/**
+ * Holds and leases whose request never settled (a worker or front door died) are released after
+ * their expiry, and the open ones counted for /metrics and `catraca status`; stored responses past
+ * their retention are deleted (at most 1000 a pass: a backlog drains over a few passes); notification
+ * checks that failed are tried again (`onSweep`).
+ */
+function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs: number, onSweep: () => void) {
+  let heldMicros = { holds: 0, leases: 0 };
+  metrics.gauge('catraca_open_holds', 'Per-request holds not yet settled or swept', {}, () => stats.openHolds);
+  metrics.gauge('catraca_open_leases', 'Balance leases not yet closed or swept', {}, () => stats.openLeases);
+  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'request' }, () => heldMicros.holds);
+  metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'lease' }, () => heldMicros.leases);
+  const swept = metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper');
+  const expiredResponses = metrics.counter('catraca_responses_expired_total', 'Stored responses (POST /v1/responses) deleted after their retention');
   const sweep = async () => {
+    onSweep();
     try {
       const n = await sweepExpiredHolds(db);
       const open = await openHolds(db);
@@ -153,27 +205,14 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
     } catch (err) {
       log.warn('hold sweep failed', { err: err as Error });
     }
+    try {
+      expiredResponses.inc(await sweepExpiredResponses(db));
+    } catch (err) {
+      log.warn('responses sweep failed', { err: err as Error });
+    }
   };
-  const sweeper = setInterval(sweep, opts.sweepIntervalMs ?? 10000);
-  sweeper.unref();
+  const timer = setInterval(sweep, intervalMs);
+  timer.unref();
   void sweep();
-  const instanceId = sanitizeInstanceId(opts.instanceId ?? `metering-${process.pid}`);
-  const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: VERSION, instanceId, metrics });
-
-  return {
-    instanceId,
-    stats: () => ({ ...stats, inFlight: batcher.size }),
-    metrics,
-    async stop() {
-      stopping = true;
-      clearInterval(sweeper);
-      backlog.stop();
-      await monitoring.stop().catch(() => {});
-      await messages?.close().catch(() => {});
-      // settle what was already pulled rather than leave it to redelivery
-      await batcher.close();
-      await Promise.race([looping, new Promise((r) => setTimeout(r, 2000))]);
-      if (!opts.tracer) await tracer.shutdown();
-    },
-  };
+  return { stop: () => clearInterval(timer) };
 }

@@ -2,7 +2,7 @@ import { loadConfig } from '../config.ts';
 import { createPool } from '../db/pool.ts';
 import { connectBus } from '../bus/connect.ts';
 import { configureLogging, createLogger, logCrashes } from '../log.ts';
-import { onShutdown, quietly } from '../stack/shutdown.ts';
+import { onShutdown, quietly } from '../process/shutdown.ts';
 import { startMetering } from './consumer.ts';
 import { serveMetrics } from '../metrics/http.ts';
 

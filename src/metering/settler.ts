@@ -1,6 +1,6 @@
 import type { JsMsg } from 'nats';
-import { settle, settleBatch, type Settlement, type SettleResult } from '../billing/ledger.ts';
-import { costMicros } from '../billing/money.ts';
+import { settle, settleBatch, type Settlement, type SettleResult, suspendTenant } from '../billing/ledger.ts';
+import { pricesOfStrings, usageCostMicros } from '../billing/money.ts';
 import { decodeJson, UsageBatchSchema, UsageMessageSchema, type UsageMessage } from '../bus/messages.ts';
 import { HEADLINE } from '../bus/monitoring.ts';
 import type { Db } from '../db/pool.ts';
@@ -44,6 +44,10 @@ export class UsageSettler {
     private readonly stats: MeteringStats,
     metrics: Metrics,
     private readonly log: Logger,
+    /** a tenant's admission was suspended after a shortfall: front doors must stop admitting it from leases */
+    private readonly onSuspended: (tenantId: string) => void = () => {},
+    /** after a commit: the tenants and keys it debited (notifications, src/notify/settled.ts) */
+    private readonly onSettled: (tenantIds: Set<string>, keyIds: Set<string>) => void = () => {},
   ) {
     const byStatus = 'Usage messages settled, by status: settled (debited once) or duplicate (already settled, a no-op)';
     this.mx = {
@@ -53,6 +57,10 @@ export class UsageSettler {
       lagNamed: metrics.histogram('catraca_metering_lag_seconds', 'Usage ended_at to ledger row committed, seconds'),
       settled: metrics.counter('catraca_usage_settled_total', byStatus, { status: 'settled' }),
       duplicates: metrics.counter('catraca_usage_settled_total', byStatus, { status: 'duplicate' }),
+      shortfalls: metrics.counter(
+        'catraca_shortfalls_total',
+        'Settlements that could not debit their whole cost (the tenant is suspended until an operator looks)',
+      ),
     };
   }
 
@@ -100,6 +108,7 @@ export class UsageSettler {
             );
       const known = new Set<JsMsg>();
       for (let i = 0; i < items.length; i++) if (this.conclude(items[i], results[i])) known.add(items[i].msg);
+      this.settled(items, results);
       // A plain ack, not a confirmed one: a lost ack means a redelivery, and a redelivered message
       // settles as 'duplicate' no-ops, so waiting for the server's confirmation buys nothing.
       for (const r of group) {
@@ -121,6 +130,18 @@ export class UsageSettler {
       this.log.warn('batch settlement failed; settling one message at a time', { size: items.length, err: err as Error });
     }
     for (const r of group) await this.settleGroup([r]);
+  }
+
+  /** Tells onSettled which tenants and keys this commit debited. */
+  private settled(items: Item[], results: SettleResult[]): void {
+    const tenants = new Set<string>();
+    const keys = new Set<string>();
+    for (let i = 0; i < items.length; i++) {
+      if (results[i].status !== 'settled') continue;
+      tenants.add(items[i].settlement.tenantId);
+      keys.add(items[i].settlement.keyId);
+    }
+    if (tenants.size > 0) this.onSettled(tenants, keys);
   }
 
   /** The requests of a message (a lone usage message or a worker's batch); an unreadable message is terminated (it can never settle). */
@@ -150,7 +171,8 @@ export class UsageSettler {
         requestId: usage.request_id,
         tenantId: usage.tenant_id,
         keyId: usage.key_id,
-        costMicros: costMicros(usage.prompt_tokens, usage.completion_tokens, { input: BigInt(usage.input_price), output: BigInt(usage.output_price) }),
+        // what failed attempts on other deployments or models may have cost is part of the one debit
+        costMicros: usageCostMicros(usage, pricesOfStrings(usage)) + BigInt(usage.extra_cost ?? '0'),
         model: usage.model,
         inputTokens: usage.prompt_tokens,
         outputTokens: usage.completion_tokens,
@@ -158,8 +180,37 @@ export class UsageSettler {
         outcome: usage.outcome,
         at: new Date(usage.ended_at),
         hold: usage.hold ?? null,
+        detail: {
+          cachedTokens: usage.cached_tokens,
+          cacheWriteTokens: usage.cache_write_tokens,
+          cacheWrite1hTokens: usage.cache_write_1h_tokens,
+          reasoningTokens: usage.reasoning_tokens,
+          route: usage.route ?? 'chat',
+          endUser: usage.end_user,
+        },
       },
     };
+  }
+
+  /**
+   * A request cost more than could be debited: something was held too little. An alert (an error
+   * line, a metric) and the tenant's admission suspended until an operator has looked
+   * (`catraca tenant reactivate`).
+   */
+  private shortfall(usage: UsageMessage, cost: bigint, debited: bigint): void {
+    this.mx.shortfalls.inc();
+    this.log.error('shortfall: cost exceeded available balance; tenant suspended', {
+      request_id: usage.request_id,
+      tenant_id: usage.tenant_id,
+      model: usage.model,
+      cost: cost.toString(),
+      debited: debited.toString(),
+    });
+    const reason = `shortfall: request ${usage.request_id} cost ${cost} µBRL, ${debited} debited`;
+    suspendTenant(this.db, usage.tenant_id, reason).then(
+      (now) => now && this.onSuspended(usage.tenant_id),
+      (err) => this.log.error('could not suspend the tenant after a shortfall', { tenant_id: usage.tenant_id, err: err as Error }),
+    );
   }
 
   /** Records one request's settlement result; false when its tenant is unknown (it can never settle). */
@@ -183,12 +234,7 @@ export class UsageSettler {
       mx.lag.observe(stats.lastLagMs / 1000);
       mx.lagNamed.observe(stats.lastLagMs / 1000);
       if (stats.lastLagMs > stats.maxLagMs) stats.maxLagMs = stats.lastLagMs;
-      if (result.debited < settlement.costMicros)
-        this.log.warn('shortfall: cost exceeded available balance', {
-          request_id: usage.request_id,
-          cost: settlement.costMicros.toString(),
-          debited: result.debited.toString(),
-        });
+      if (result.debited < settlement.costMicros) this.shortfall(usage, settlement.costMicros, result.debited);
     } else {
       stats.poison++;
       mx.errors.inc();

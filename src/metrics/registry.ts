@@ -122,11 +122,135 @@ export function bucketQuantile(q: number, bounds: readonly number[], counts: rea
   return max;
 }
 
+/** A counter incremented in this process (with a per-second ring for its rate), or one read from its source. */
+function newCounter(name: string, now: () => number, read?: () => number): { counter: Counter; slots?: Float64Array; secs?: Float64Array } {
+  if (read)
+    return {
+      counter: {
+        inc() {
+          throw new Error(`counter ${name} is read from its source; it cannot be incremented`);
+        },
+        get value() {
+          return read();
+        },
+      },
+    };
+  const slots = new Float64Array(RATE_SLOTS);
+  const secs = new Float64Array(RATE_SLOTS).fill(-1);
+  let value = 0;
+  const counter: Counter = {
+    inc(n = 1) {
+      value += n;
+      const sec = Math.floor(now() / 1000);
+      const i = sec % RATE_SLOTS;
+      if (secs[i] !== sec) {
+        secs[i] = sec;
+        slots[i] = 0;
+      }
+      slots[i] += n;
+    },
+    get value() {
+      return value;
+    },
+  };
+  return { counter, slots, secs };
+}
+
+function newGauge(read?: () => number): Gauge {
+  let value = 0;
+  return {
+    set(v) {
+      value = v;
+    },
+    inc(n = 1) {
+      value += n;
+    },
+    dec(n = 1) {
+      value -= n;
+    },
+    get value() {
+      return read ? read() : value;
+    },
+  };
+}
+
+function newHistogram(name: string, bounds: readonly number[]): Histogram {
+  for (let i = 1; i < bounds.length; i++) if (!(bounds[i]! > bounds[i - 1]!)) throw new Error(`histogram ${name}: bounds must increase`);
+  const b = [...bounds];
+  const counts = new Array<number>(b.length + 1).fill(0);
+  let count = 0;
+  let sum = 0;
+  let min = Infinity;
+  let max = -Infinity;
+  return {
+    observe(v) {
+      // linear scan over ~32 bounds: cheap next to everything else a request does
+      let i = 0;
+      while (i < b.length && v > b[i]!) i++;
+      counts[i]!++;
+      count++;
+      sum += v;
+      if (v < min) min = v;
+      if (v > max) max = v;
+    },
+    bounds: b,
+    counts,
+    get count() {
+      return count;
+    },
+    get sum() {
+      return sum;
+    },
+    get min() {
+      return count ? min : 0;
+    },
+    get max() {
+      return count ? max : 0;
+    },
+    quantile(q) {
+      return bucketQuantile(q, b, counts, min, max);
+    },
+  };
+}
+
+type RateSource = { key: string; slots: Float64Array; secs: Float64Array };
+
+function snapshotOf(families: Iterable<MetricFamily>, rateSources: RateSource[], created: number, t: number): MetricsSnapshot {
+  const snap: MetricsSnapshot = { uptime_s: round3((t - created) / 1000), counters: {}, rates: {}, gauges: {}, histograms: {} };
+  const nowSec = Math.floor(t / 1000);
+  const windowS = Math.min(RATE_SLOTS, Math.max(1, (t - created) / 1000));
+  for (const f of families) {
+    for (const s of f.series) {
+      const key = seriesKey(f.name, s.labels);
+      if (f.type === 'counter') snap.counters[key] = (s.metric as Counter).value;
+      else if (f.type === 'gauge') snap.gauges[key] = (s.metric as Gauge).value;
+      else {
+        const h = s.metric as Histogram;
+        snap.histograms[key] = {
+          count: h.count,
+          sum: round6(h.sum),
+          min: round6(h.min),
+          max: round6(h.max),
+          p50: round6(h.quantile(0.5)),
+          p90: round6(h.quantile(0.9)),
+          p99: round6(h.quantile(0.99)),
+        };
+      }
+    }
+  }
+  for (const r of rateSources) {
+    let n = 0;
+    for (let i = 0; i < RATE_SLOTS; i++) if (r.secs[i]! > nowSec - RATE_SLOTS) n += r.slots[i]!;
+    snap.rates[r.key] = round3(n / windowS);
+  }
+  return snap;
+}
+
 export function createMetrics(opts: { now?: () => number } = {}): Metrics {
   const now = opts.now ?? Date.now;
   const created = now();
   const families = new Map<string, MetricFamily>();
-  const rateSources: Array<{ key: string; slots: Float64Array; secs: Float64Array }> = [];
+  const rateSources: RateSource[] = [];
 
   function family(name: string, help: string, type: MetricFamily['type']): MetricFamily {
     if (!NAME_RE.test(name)) throw new Error(`invalid metric name ${name}`);
@@ -150,59 +274,16 @@ export function createMetrics(opts: { now?: () => number } = {}): Metrics {
       const f = family(name, help, 'counter');
       const { key, found } = existing(f, labels);
       if (found) return found.metric as Counter;
-      if (read) {
-        const c: Counter = {
-          inc() {
-            throw new Error(`counter ${name} is read from its source; it cannot be incremented`);
-          },
-          get value() {
-            return read();
-          },
-        };
-        f.series.push({ labels: { ...labels }, metric: c });
-        return c;
-      }
-      const slots = new Float64Array(RATE_SLOTS);
-      const secs = new Float64Array(RATE_SLOTS).fill(-1);
-      let value = 0;
-      const c: Counter = {
-        inc(n = 1) {
-          value += n;
-          const sec = Math.floor(now() / 1000);
-          const i = sec % RATE_SLOTS;
-          if (secs[i] !== sec) {
-            secs[i] = sec;
-            slots[i] = 0;
-          }
-          slots[i] += n;
-        },
-        get value() {
-          return value;
-        },
-      };
-      rateSources.push({ key, slots, secs });
-      f.series.push({ labels: { ...labels }, metric: c });
-      return c;
+      const { counter, slots, secs } = newCounter(name, now, read);
+      if (slots && secs) rateSources.push({ key, slots, secs });
+      f.series.push({ labels: { ...labels }, metric: counter });
+      return counter;
     },
     gauge(name, help, labels = {}, read) {
       const f = family(name, help, 'gauge');
       const { found } = existing(f, labels);
       if (found) return found.metric as Gauge;
-      let value = 0;
-      const g: Gauge = {
-        set(v) {
-          value = v;
-        },
-        inc(n = 1) {
-          value += n;
-        },
-        dec(n = 1) {
-          value -= n;
-        },
-        get value() {
-          return read ? read() : value;
-        },
-      };
+      const g = newGauge(read);
       f.series.push({ labels: { ...labels }, metric: g });
       return g;
     },
@@ -210,75 +291,12 @@ export function createMetrics(opts: { now?: () => number } = {}): Metrics {
       const f = family(name, help, 'histogram');
       const { found } = existing(f, labels);
       if (found) return found.metric as Histogram;
-      for (let i = 1; i < bounds.length; i++) if (!(bounds[i]! > bounds[i - 1]!)) throw new Error(`histogram ${name}: bounds must increase`);
-      const b = [...bounds];
-      const counts = new Array<number>(b.length + 1).fill(0);
-      let count = 0;
-      let sum = 0;
-      let min = Infinity;
-      let max = -Infinity;
-      const h: Histogram = {
-        observe(v) {
-          // linear scan over ~32 bounds: cheap next to everything else a request does
-          let i = 0;
-          while (i < b.length && v > b[i]!) i++;
-          counts[i]!++;
-          count++;
-          sum += v;
-          if (v < min) min = v;
-          if (v > max) max = v;
-        },
-        bounds: b,
-        counts,
-        get count() {
-          return count;
-        },
-        get sum() {
-          return sum;
-        },
-        get min() {
-          return count ? min : 0;
-        },
-        get max() {
-          return count ? max : 0;
-        },
-        quantile(q) {
-          return bucketQuantile(q, b, counts, min, max);
-        },
-      };
+      const h = newHistogram(name, bounds);
       f.series.push({ labels: { ...labels }, metric: h });
       return h;
     },
     snapshot() {
-      const t = now();
-      const snap: MetricsSnapshot = { uptime_s: round3((t - created) / 1000), counters: {}, rates: {}, gauges: {}, histograms: {} };
-      const nowSec = Math.floor(t / 1000);
-      const windowS = Math.min(RATE_SLOTS, Math.max(1, (t - created) / 1000));
-      for (const f of families.values()) {
-        for (const s of f.series) {
-          const key = seriesKey(f.name, s.labels);
-          if (f.type === 'counter') snap.counters[key] = (s.metric as Counter).value;
-          else if (f.type === 'gauge') snap.gauges[key] = (s.metric as Gauge).value;
-          else {
-            const h = s.metric as Histogram;
-            snap.histograms[key] = {
-              count: h.count,
-              sum: round6(h.sum),
-              min: round6(h.min),
-              max: round6(h.max),
-              p50: round6(h.quantile(0.5)),
-              p90: round6(h.quantile(0.9)),
-              p99: round6(h.quantile(0.99)),
-            };
-          }
-        }
-      }
-      for (const r of rateSources) {
-        let n = 0;
-        for (let i = 0; i < RATE_SLOTS; i++) if (r.secs[i]! > nowSec - RATE_SLOTS) n += r.slots[i]!;
-        snap.rates[r.key] = round3(n / windowS);
-      }
-      return snap;
+      return snapshotOf(families.values(), rateSources, created, now());
     },
     families() {
       return [...families.values()];

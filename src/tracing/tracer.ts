@@ -8,7 +8,8 @@ import { formatTraceparent, isSampled, newSpanId, newTraceId, parseTraceparent, 
 // the trace context, nothing is recorded or sent).
 //
 // catraca makes one span per request per process, never per token:
-//   gateway  `chat.completions` (server)  parent: the client's `traceparent` header, if any
+//   gateway  `chat.completions` (server)  a new trace (sampled by our own rule); the client's
+//                                         `traceparent` header, if any, is a link, never the parent
 //   worker   `job` (consumer)             parent: the job message's `traceparent` NATS header
 //   metering `settle` (consumer)          parent: the usage message's `traceparent` NATS header
 // The worker also puts its span's `traceparent` on the first frame of the request's stream; the
@@ -128,6 +129,8 @@ export interface StartSpanOptions {
   parent?: string | SpanContext | null;
   kind?: SpanKind;
   attributes?: Record<string, AttributeValue>;
+  /** spans this one is linked to (not caused by): `traceparent` values or contexts; invalid ones are ignored */
+  links?: Array<string | SpanContext | null | undefined>;
 }
 
 export class Tracer {
@@ -145,7 +148,9 @@ export class Tracer {
     const ctx: SpanContext = parent
       ? { traceId: parent.traceId, spanId: newSpanId(), traceFlags: parent.traceFlags }
       : { traceId: newTraceId(), spanId: newSpanId(), traceFlags: 1 };
-    return new Span(this, name, opts.kind ?? 'internal', parent?.spanId ?? null, ctx, opts.attributes ?? {});
+    const span = new Span(this, name, opts.kind ?? 'internal', parent?.spanId ?? null, ctx, opts.attributes ?? {});
+    for (const link of opts.links ?? []) span.addLink(link);
+    return span;
   }
 
   /** @internal called by Span.end() */

@@ -1,0 +1,573 @@
+import { randomFillSync } from 'node:crypto';
+import type { NatsConnection } from 'nats';
+import type { Admission } from '../billing/admission.ts';
+import { affordableOutputTokens, type PriceStrings, type Prices, priceStrings, pricesOfStrings, usageCostMicros } from '../billing/money.ts';
+import { DoneSchema, ExtendedDeltaSchema, FRAME, FrameErrorSchema, parsePayload, payloadText, type RawFrame } from '../bus/frames.ts';
+import { encode, type Job, type UsageCount } from '../bus/messages.ts';
+import { subjects } from '../bus/subjects.ts';
+import type { Catalog, CatalogEntry } from '../catalog/catalog.ts';
+import type { Config } from '../config.ts';
+import { type ApiKeyRecord, hasFinerLimits } from '../db/keys.ts';
+import type { Db } from '../db/pool.ts';
+import { CatracaError, errors } from '../errors.ts';
+import { createLogger } from '../log.ts';
+import { Collected } from '../protocols/collector.ts';
+import { parseJsonObject } from '../protocols/request-body.ts';
+import { checkStoredText } from '../protocols/stored-text.ts';
+import type { Ending, ParsedRequest, Protocol, ResponseEncoder } from '../protocols/types.ts';
+import type { JobRunner } from '../runner/runner.ts';
+import type { Span, Tracer } from '../tracing/tracer.ts';
+import type { Dispatcher, Ticket } from './dispatcher.ts';
+import { type Candidate, candidateOf, holdFor } from './candidates.ts';
+import { refusal } from './hold.ts';
+import type { KeyCache } from './key-cache.ts';
+import type { GatewayMetrics } from './metrics.ts';
+import { KEEP_ALIVE_HINT, publicError, type ResponseState, sendJson } from './respond.ts';
+import { SseWriter } from './sse-writer.ts';
+import type { StreamRouter } from './stream-router.ts';
+
+const log = createLogger('gateway');
+
+/** What every exchange needs from its front door. */
+export interface ExchangeDeps {
+  config: Config;
+  /** for a protocol's `prepare` (stored conversations) */
+  db: Db;
+  nc: NatsConnection;
+  keys: KeyCache;
+  catalog: Catalog;
+  router: StreamRouter;
+  portalUrl?: string;
+  metrics?: GatewayMetrics;
+  admission: Admission;
+  dispatcher: Dispatcher;
+  /** The door's in-process pools (GATEWAY_LOCAL_POOLS), tried before the pool's worker processes. */
+  local?: JobRunner;
+  /** One span per request; its traceparent goes to the worker with the job. */
+  tracer?: Tracer;
+  /** Called once per request with its final HTTP status (metrics). */
+  onFinish?: (status: number, ttfbMs: number | null, startedAt: number, route: string) => void;
+}
+
+// 80 random bits per id, cut from a pool filled 400 ids at a time (one call into the CSPRNG each)
+const idPool = Buffer.alloc(4000);
+let idAt = idPool.length;
+
+export function newRequestId(): string {
+  if (idAt === idPool.length) {
+    randomFillSync(idPool);
+    idAt = 0;
+  }
+  const random = idPool.toString('hex', idAt, idAt + 10);
+  idAt += 10;
+  return `gen-${Date.now().toString(36)}${random}`;
+}
+
+const SPAN_NAMES: Record<string, string> = { chat: 'chat.completions' };
+
+/**
+ * One request of any protocol from admission to its last byte: the same key checks, worst-case
+ * hold, dispatch, relay and billing for every route; the protocol reads the request and writes
+ * the answer. The hold taken here is released by the metering consumer when the worker's usage
+ * settles, or here when no worker took the job.
+ */
+export class Exchange<R extends ParsedRequest = ParsedRequest> {
+  private workerId?: string;
+  private sse?: SseWriter;
+  private encoder!: ResponseEncoder;
+  private readonly collected = new Collected();
+  private started = false; // SSE headers sent
+  private finished = false;
+  private upstreamDone = false; // terminal frame received
+  private cancelSent = false;
+  /** the hold this request was admitted under (its id, or the door's lease) */
+  private hold = '';
+  /** the admission was told how the request ended (lease accounting) */
+  private accounted = false;
+  private ticket?: Ticket;
+  /** x-ratelimit-* headers, sent on every answer once admission has counted the request */
+  private headers: Record<string, string>;
+  private model!: CatalogEntry;
+  private prices!: Prices;
+  private key!: ApiKeyRecord;
+  private req!: R;
+  /** the models that may answer, in order, and which one is being tried */
+  private candidates: Candidate[] = [];
+  private current = 0;
+  /** the output cap each candidate's job pays for */
+  private readonly maxTokens: number[] = [];
+  /** micro-BRL that failed candidates may cost (carried into the one debit) */
+  private carried = 0n;
+  private streaming = false;
+  private firstByteAt: number | null = null;
+  private readonly startedAt = Date.now();
+  private readonly span?: Span;
+
+  /**
+   * `traceparent`: the client's header (W3C). Its context is a link of this request's span, which
+   * starts a new trace of ours: a client can neither keep its request out of our traces (flags 00)
+   * nor splice it into another trace.
+   */
+  constructor(
+    private readonly deps: ExchangeDeps,
+    private readonly protocol: Protocol<R>,
+    private readonly s: ResponseState,
+    traceparent?: string,
+  ) {
+    this.headers = protocol.responseHeaders?.(s.requestId) ?? {};
+    this.span = deps.tracer?.startSpan(SPAN_NAMES[protocol.name] ?? protocol.name, {
+      links: [traceparent],
+      kind: 'server',
+      attributes: { 'http.request.method': 'POST', 'url.path': protocol.path, 'catraca.request_id': s.requestId },
+    });
+  }
+
+  /** uWS onAborted: the client went away. */
+  aborted(): void {
+    this.s.aborted = true;
+    this.ticket?.cancel(); // a job still waiting for a worker never reaches one
+    this.sse?.markAborted();
+    this.cancelUpstream();
+    this.finish(499);
+  }
+
+  async run(rawBody: Buffer, authenticated: Promise<ApiKeyRecord>): Promise<void> {
+    try {
+      const key = await authenticated;
+      const req = this.protocol.parse(parseJsonObject(rawBody));
+      checkStoredText(req, this.protocol.endUserParam ?? 'user');
+      await this.protocol.prepare?.(req, { requestId: this.s.requestId, key, db: this.deps.db, config: this.deps.config });
+      this.key = key;
+      this.req = req;
+      this.candidates = await this.resolveCandidates(key, req);
+      if (this.s.aborted) return;
+      this.streaming = req.stream;
+      await this.admit(key);
+      if (this.s.aborted) {
+        await this.deps.admission.release(this.s.requestId);
+        return;
+      }
+      await this.dispatchCandidate(0);
+    } catch (err) {
+      this.fail(err);
+    }
+  }
+
+  /**
+   * The models that may answer, in order: the one the request names (an alias resolved), then its
+   * fallbacks (OpenRouter's `models`). Each must exist, be one the key may use and the protocol can
+   * serve, and take the request's fields: otherwise the answer names it, before anything is held.
+   */
+  private async resolveCandidates(key: ApiKeyRecord, req: R): Promise<Candidate[]> {
+    const names = [req.model, ...(req.fallbacks ?? [])];
+    const seen = new Set<string>();
+    const out: Candidate[] = [];
+    for (const name of names) {
+      const model = await this.deps.catalog.resolve(name);
+      if (!model) throw errors.modelNotFound(name);
+      if (key.models && !key.models.includes(model.id)) throw errors.modelNotAllowed(model.id);
+      if (model.kind !== this.protocol.kind) throw errors.wrongModelKind(model.id, model.kind, this.protocol.path);
+      const refused = this.protocol.check(req, model);
+      if (refused) throw errors.badRequest(refused.message, refused.param, refused.code);
+      if (!routable(model, req.routing)) throw errors.noDeploymentMatches(model.id);
+      if (seen.has(model.id)) continue;
+      seen.add(model.id);
+      const inputTokens = this.protocol.free ? 0 : this.protocol.inputBound(req, model);
+      out.push(candidateOf(model, this.protocol.outputCap(req), inputTokens, this.protocol.free === true, out.length === 0));
+    }
+    return out;
+  }
+
+  /** Reserves the worst case; sets the output cap each candidate's job pays for. */
+  private async admit(key: ApiKeyRecord): Promise<void> {
+    const { min, max } = holdFor(this.candidates);
+    const admitStarted = performance.now();
+    const result = await this.deps.admission.admit({
+      requestId: this.s.requestId,
+      tenantId: key.tenant_id,
+      keyId: key.id,
+      min,
+      max,
+      ttlMs: this.deps.config.REQUEST_TIMEOUT_MS + this.deps.config.HOLD_GRACE_MS,
+      leasable: key.rate_limit_requests === null && !hasFinerLimits(key),
+      ...(hasFinerLimits(key) ? { limited: { tokens: rateTokens(this.candidates), endUser: this.req.endUser ?? null } } : {}),
+    });
+    this.hold = result.hold;
+    this.deps.metrics?.admitted(performance.now() - admitStarted);
+    if (result.rl_limit !== null && result.rl_reset_ms !== null) {
+      this.headers['x-ratelimit-limit'] = String(result.rl_limit);
+      this.headers['x-ratelimit-remaining'] = String(Math.max(0, result.rl_remaining ?? 0));
+      this.headers['x-ratelimit-reset'] = String(Date.now() + Number(result.rl_reset_ms));
+    }
+    if (result.status === 'rate_limited') {
+      throw errors.rateLimited(Math.max(1, Math.ceil(Number(result.rl_reset_ms) / 1000)), { ...this.headers });
+    }
+    if (result.status === 'concurrency_limited') throw errors.concurrencyLimited(result.rl_limit ?? 0);
+    if (result.status === 'tpm_limited') {
+      throw errors.tpmLimited(
+        rateTokens(this.candidates),
+        result.rl_limit ?? 0,
+        result.rl_remaining ?? 0,
+        Math.max(1, Math.ceil(Number(result.rl_reset_ms) / 1000)),
+      );
+    }
+    if (result.status === 'end_user_limit') throw errors.endUserLimit(this.req.endUser ?? '', result.available);
+    if (result.status === 'tenant_suspended') throw errors.tenantSuspended();
+    const primary = this.candidates[0];
+    if (result.status === 'ok') {
+      if (this.protocol.free) {
+        // counted against the key's rate limit, and nothing to settle: the (zero) hold goes back now
+        this.accounted = true;
+        this.hold = '';
+        await this.deps.admission.release(this.s.requestId);
+      }
+      for (const c of this.candidates) this.maxTokens.push(c.requested ?? c.wanted);
+      // one candidate with no cap asked for runs with what the hold could cover
+      if (this.candidates.length === 1 && primary.requested === null && !this.protocol.free) {
+        this.maxTokens[0] = Math.max(1, affordableOutputTokens(result.held, primary.inputTokens, primary.holdPrices, primary.wanted));
+      }
+      return;
+    }
+    if (result.status === 'key_revoked') {
+      this.deps.keys.invalidate(key.id);
+      throw errors.revokedKey();
+    }
+    throw refusal(result, primary.inputTokens, primary.wanted, primary.holdPrices, this.deps.portalUrl);
+  }
+
+  private newJob(key: ApiKeyRecord, req: R, maxTokens: number): Job {
+    const { api, body } = this.protocol.job(req, this.model);
+    const last = this.current === this.candidates.length - 1;
+    return {
+      v: 1,
+      ...(api === 'chat' ? {} : { api }),
+      request_id: this.s.requestId,
+      tenant_id: key.tenant_id,
+      key_id: key.id,
+      model: { id: this.model.id, fingerprint: this.model.fingerprint, ...priceStrings(this.prices) },
+      body,
+      hold: this.hold,
+      max_tokens: maxTokens,
+      ...(req.routing ? { routing: req.routing } : {}),
+      ...(last ? {} : { fallback: true }),
+      ...(this.carried > 0n ? { carry_cost: this.carried.toString() } : {}),
+      ...(this.protocol.name === 'chat' ? {} : { route: this.protocol.name }),
+      ...(req.endUser ? { end_user: req.endUser } : {}),
+      reply_to: this.deps.router.replySubject(this.s.requestId),
+      deadline: Date.now() + this.deps.config.REQUEST_TIMEOUT_MS,
+    };
+  }
+
+  /** Sends the request to candidate `i`. */
+  private async dispatchCandidate(i: number): Promise<void> {
+    this.current = i;
+    const c = this.candidates[i];
+    this.model = c.model;
+    this.prices = c.prices;
+    this.workerId = undefined;
+    this.upstreamDone = false;
+    this.cancelSent = false;
+    await this.dispatch(this.key, this.req, this.maxTokens[i]);
+  }
+
+  /** Whether another model may still answer (OpenRouter's `models`). */
+  private get hasNext(): boolean {
+    return this.current < this.candidates.length - 1;
+  }
+
+  /** The failed candidate sent nothing to the client and another may answer: try it, carrying what the failed one may cost. */
+  private retryNext(why: string, carry?: string): void {
+    log.info('model failed before its first byte; trying the next', { request_id: this.s.requestId, model: this.model.id, code: why });
+    if (carry) this.carried = BigInt(carry);
+    void this.dispatchCandidate(this.current + 1).catch((err) => this.fail(err));
+  }
+
+  private async dispatch(key: ApiKeyRecord, req: R, maxTokens: number): Promise<void> {
+    const job = this.newJob(key, req, maxTokens);
+    this.encoder = this.protocol.encoder(
+      { requestId: this.s.requestId, model: this.model.id, created: Math.floor(this.startedAt / 1000), streaming: this.streaming },
+      req,
+    );
+    this.deps.router.register(this.s.requestId, {
+      onFrame: (frame) => this.onFrame(frame),
+      onFailure: (err) => {
+        this.account(null); // the end was never seen: its worst case stays counted
+        this.ticket?.cancel(); // a job still waiting for a worker never reaches one
+        this.cancelUpstream();
+        this.fail(err);
+      },
+      onTrace: (traceparent) => this.span?.addLink(traceparent),
+    });
+    this.span?.setAttributes({ 'catraca.tenant_id': key.tenant_id, 'catraca.model': this.model.id, 'catraca.pool': this.model.pool });
+    const local = this.deps.local?.serves(this.model.pool) ? this.deps.local : undefined;
+    // this door's own lane: no NATS request, frames straight to the router; when it is full or
+    // draining the job goes to the pool's worker processes, or waits for either
+    const offerLocal =
+      local &&
+      (() => {
+        const ack = local.offer(job, this.model, this.model.pool, this.span?.traceparent());
+        return ack.ok ? ack.worker : null;
+      });
+    const taken = offerLocal?.();
+    if (taken) {
+      this.workerId = taken;
+      this.deps.router.started(this.s.requestId);
+      return;
+    }
+    await this.sendToWorkers(key, job, offerLocal);
+  }
+
+  /** The job over NATS to the pool's worker processes (or waiting in the door for a slot). */
+  private async sendToWorkers(key: ApiKeyRecord, job: Job, offerLocal: (() => string | null) | undefined): Promise<void> {
+    const payload = encode(job);
+    // NATS refuses a message over the server's max_payload (1 MiB by default, below MAX_BODY_BYTES):
+    // the job never leaves, so its hold goes back at once and the client gets a 413, not a 500.
+    const maxPayload = this.deps.nc.info?.max_payload;
+    if (maxPayload !== undefined && payload.byteLength > maxPayload) {
+      this.accounted = true;
+      this.deps.router.unregister(this.s.requestId);
+      await this.deps.admission.release(this.s.requestId);
+      throw errors.jobTooLarge(maxPayload);
+    }
+    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, this.span && { traceparent: this.span.traceparent() }, offerLocal);
+    try {
+      const { worker } = await this.ticket.result;
+      this.workerId = worker;
+      this.deps.router.started(this.s.requestId);
+      // the client left, or the response already ended, while the job was on its way: stop it there
+      if (this.s.aborted || this.finished) this.cancelUpstream();
+    } catch (err) {
+      const e = err as CatracaError;
+      this.deps.router.unregister(this.s.requestId);
+      if (e.code === 'upstream_timeout') {
+        // No worker answered in time: one may still hold the job, so the hold stays (it settles
+        // or expires and the sweeper releases it).
+        this.account(null);
+        throw e;
+      }
+      if (e.code === 'no_worker_available') this.deps.metrics?.noResponders();
+      if (this.hasNext && !this.s.aborted && (e.code === 'no_worker_available' || e.code === 'overloaded')) {
+        // nothing reached a vendor: the next model keeps the hold
+        return this.retryNext(e.code);
+      }
+      this.accounted = true;
+      await this.deps.admission.release(this.s.requestId);
+      if (e.code === 'worker_refused') {
+        // Most likely the catalog entry changed between our copy and the worker's: reload ours.
+        log.warn('worker refused the job', { request_id: this.s.requestId, reason: e.message });
+        void this.deps.catalog.fetch(this.model.id).catch(() => {});
+        throw errors.modelChanged(this.model.id);
+      }
+      throw e;
+    }
+  }
+
+  private onFrame(frame: RawFrame): void {
+    if (this.finished) {
+      // the client is gone; the worker's terminal frame still says what the request cost
+      if (frame.type === FRAME.done || frame.type === FRAME.error) this.accountFrame(frame);
+      return;
+    }
+    switch (frame.type) {
+      case FRAME.keepalive:
+        // not while another model may still answer: the stream opens with the model that does
+        if (this.streaming && !this.hasNext) this.send(this.encoder.keepalive());
+        return;
+      case FRAME.text:
+        // the hot path: the worker's JSON string literal goes into the chunk as bytes
+        if (this.firstByteAt === null) this.firstByteAt = Date.now();
+        if (this.streaming) this.send(this.encoder.text(frame.payload));
+        else this.collected.text(JSON.parse(payloadText(frame.payload)) as string);
+        return;
+      case FRAME.extended: {
+        const d = parsePayload(ExtendedDeltaSchema, frame.payload);
+        if (!d) return this.badFrame();
+        if (this.firstByteAt === null) this.firstByteAt = Date.now();
+        if (!this.streaming) return this.collected.delta(d);
+        const chunk = this.encoder.delta(d);
+        if (chunk) this.send(chunk);
+        return;
+      }
+      case FRAME.body:
+        if (this.firstByteAt === null) this.firstByteAt = Date.now();
+        this.collected.bodyPiece(payloadText(frame.payload));
+        return;
+      case FRAME.done: {
+        const d = parsePayload(DoneSchema, frame.payload);
+        if (!d) return this.badFrame();
+        this.upstreamDone = true;
+        this.deps.router.unregister(this.s.requestId);
+        const cost = this.cost(d.usage, d.prices, d.extra_cost);
+        this.account(cost);
+        this.complete({ finishReason: d.finish_reason, stopSequence: d.stop_sequence, usage: d.usage, estimated: d.estimated, costMicros: cost });
+        return;
+      }
+      case FRAME.error: {
+        const e = parsePayload(FrameErrorSchema, frame.payload);
+        if (!e) return this.badFrame();
+        this.upstreamDone = true;
+        this.deps.router.unregister(this.s.requestId);
+        if (e.retryable && this.hasNext) return this.retryNext(e.code, e.extra_cost);
+        this.account(e.usage ? this.cost(e.usage, e.prices, e.extra_cost) : null);
+        const headers: Record<string, string> = e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {};
+        this.fail(new CatracaError(e.status, errorTypeFor(e.status), e.code, e.message, null, headers));
+        return;
+      }
+    }
+  }
+
+  /** What the tenant is debited for this usage (metering computes the same from the usage message). */
+  private cost(usage: UsageCount, prices?: PriceStrings, extra?: string): bigint {
+    if (this.protocol.free) return 0n;
+    return usageCostMicros(usage, prices ? pricesOfStrings(prices) : this.prices) + BigInt(extra ?? '0');
+  }
+
+  /** A terminal frame after the response ended: only its cost matters now. */
+  private accountFrame(frame: RawFrame): void {
+    this.upstreamDone = true;
+    this.deps.router.unregister(this.s.requestId);
+    const end = frame.type === FRAME.done ? parsePayload(DoneSchema, frame.payload) : parsePayload(FrameErrorSchema, frame.payload);
+    if (end && 'retryable' in end && end.retryable) {
+      // a failed candidate publishes no usage: its hold goes back here (what it may cost is not charged)
+      if (end.extra_cost) log.warn('client left during a fallback: the failed attempt is not charged', { request_id: this.s.requestId, cost: end.extra_cost });
+      this.accounted = true;
+      void this.deps.admission.release(this.s.requestId).catch((err) => log.warn('hold release failed', { request_id: this.s.requestId, err }));
+      return;
+    }
+    this.account(end?.usage ? this.cost(end.usage, end.prices, end.extra_cost) : null);
+  }
+
+  /** Tells admission how the request ended: what it will be debited, or null when unknown. */
+  private account(cost: bigint | null): void {
+    if (this.accounted || !this.hold) return;
+    this.accounted = true;
+    this.deps.admission.finish(this.s.requestId, cost);
+  }
+
+  private badFrame(): void {
+    this.deps.router.failRoute(this.s.requestId, errors.upstream(502, 'invalid_frame', 'The worker sent a malformed frame.'));
+  }
+
+  /** Sends streamed bytes; the first go out with the status, the headers and the stream's opening in one write. */
+  private send(chunk: string | Uint8Array): void {
+    if (this.started) this.sse?.write(chunk);
+    else this.startStream(chunk);
+  }
+
+  private startStream(first?: string | Uint8Array): void {
+    if (this.started || this.s.aborted) return;
+    this.started = true;
+    const res = this.s.res;
+    this.sse = new SseWriter(res, this.deps.config.MAX_CLIENT_BUFFER_BYTES, () => {
+      log.warn('client too slow; cancelling', { request_id: this.s.requestId });
+      this.cancelUpstream();
+      this.finish(200);
+      this.s.done = true;
+      res.close();
+    });
+    const open = this.encoder.open();
+    const body = first === undefined ? open : typeof first === 'string' ? open + first : Buffer.concat([Buffer.from(open), first]);
+    this.sse.write(body, () => {
+      res.writeStatus('200 OK');
+      res.writeHeader('content-type', 'text/event-stream; charset=utf-8');
+      res.writeHeader('cache-control', 'no-cache');
+      res.writeHeader('x-request-id', this.s.requestId);
+      res.writeHeader('x-accel-buffering', 'no');
+      res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
+      for (const k in this.headers) res.writeHeader(k, this.headers[k]);
+    });
+  }
+
+  private complete(end: Ending): void {
+    this.deps.router.unregister(this.s.requestId);
+    const pending = this.encoder.beforeEnd?.(this.collected, end);
+    if (pending) void pending.finally(() => this.writeEnd(end));
+    else this.writeEnd(end);
+  }
+
+  private writeEnd(end: Ending): void {
+    if (this.finished) return; // the client left while the end waited
+    if (this.streaming) {
+      this.startStream();
+      this.sse?.end(this.encoder.close(end));
+      this.s.done = true;
+    } else {
+      let body: unknown;
+      try {
+        body = this.encoder.body(this.collected, end); // a whole body (embeddings) is checked there
+      } catch (err) {
+        return this.fail(err);
+      }
+      sendJson(this.s, 200, body, this.headers);
+    }
+    this.finish(200);
+  }
+
+  private fail(err: unknown): void {
+    if (this.finished) return;
+    const e = publicError(err);
+    if (e.status === 500) log.error('request failed', { request_id: this.s.requestId, err: err as Error });
+    else if (!(err instanceof CatracaError)) log.warn('request refused: database', { request_id: this.s.requestId, code: e.code, err: err as Error });
+    let status = 200;
+    if (this.started) {
+      this.deps.metrics?.midStreamError();
+      this.sse?.end(this.encoder.fail(e));
+      this.s.done = true;
+    } else {
+      const answer = this.protocol.errorBody(e);
+      status = answer.status ?? e.status;
+      sendJson(this.s, status, answer.body, { ...this.headers, ...e.headers, ...answer.headers });
+    }
+    this.finish(status);
+  }
+
+  private finish(status: number): void {
+    if (this.finished) return;
+    this.finished = true;
+    // A worker that took the job still owes its terminal frame (the request's cost, for the lease
+    // accounting): the route stays until it arrives or the idle timeout gives up on it.
+    if (!this.workerId || this.upstreamDone) this.deps.router.unregister(this.s.requestId);
+    this.deps.onFinish?.(status, this.firstByteAt === null ? null : this.firstByteAt - this.startedAt, this.startedAt, this.protocol.name);
+    if (this.span) {
+      this.span.setAttribute('http.response.status_code', status);
+      if (status >= 500) this.span.setStatus('error');
+      this.span.end();
+    }
+  }
+
+  /** Tells the worker to stop generating (it still publishes usage for what it generated). */
+  private cancelUpstream(): void {
+    if (this.workerId && !this.upstreamDone && !this.cancelSent) {
+      this.cancelSent = true;
+      if (this.workerId === this.deps.local?.id) this.deps.local.cancel(this.s.requestId);
+      else this.deps.nc.publish(subjects.cancel(this.workerId, this.s.requestId));
+    }
+  }
+}
+
+/**
+ * Tokens a request counts against its key's tokens-per-minute limit, as OpenAI counts them at
+ * admission: its prompt estimate (a quarter of the prompt bound's bytes) plus its output cap.
+ */
+function rateTokens(candidates: Candidate[]): number {
+  let most = 0;
+  for (const c of candidates) most = Math.max(most, Math.ceil(c.inputTokens / 4) + (c.requested ?? c.wanted));
+  return most;
+}
+
+/** Whether any of the model's deployments is one the request's provider preferences allow. */
+function routable(model: CatalogEntry, routing: ParsedRequest['routing']): boolean {
+  if (!routing) return true;
+  const named = (d: { id: string; name: string }, names?: string[]) => names?.includes(d.name) || names?.includes(d.id);
+  // with allow_fallbacks false only the ordered deployments may serve it
+  const ordered = routing.allow_fallbacks === false && routing.order?.length ? routing.order : undefined;
+  return model.deployments.some((d) => (routing.only?.length ? named(d, routing.only) : true) && !named(d, routing.ignore) && (!ordered || named(d, ordered)));
+}
+
+function errorTypeFor(status: number) {
+  if (status === 504) return 'timeout_error' as const;
+  if (status === 429) return 'rate_limit_error' as const;
+  if (status === 400) return 'invalid_request_error' as const;
+  if (status === 503) return 'service_unavailable' as const;
+  return 'upstream_error' as const;
+}
