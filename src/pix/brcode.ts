@@ -47,3 +47,8 @@ export async function qrSvg(brCode: string): Promise<string> {
 export async function qrDataUrl(brCode: string): Promise<string> {
   return QRCode.toDataURL(brCode, { errorCorrectionLevel: 'M', margin: 2, width: 280 });
 }
+
+/** QR image of a BR Code as PNG bytes (inline in an e-mail, `cid:`). */
+export async function qrPng(brCode: string): Promise<Buffer> {
+  return QRCode.toBuffer(brCode, { type: 'png', errorCorrectionLevel: 'M', margin: 2, width: 280 });
+}

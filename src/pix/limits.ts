@@ -1,4 +1,4 @@
-// Top-up limits, in one place (documented in the README and shown on the top-up page).
+// Top-up limits, in one place (documented in docs/api.md and shown on the top-up page).
 /** Minimum top-up: R$ 5,00. */
 export const TOPUP_MIN_MICROS = 5_000_000n;
 /** Maximum top-up: R$ 5.000,00. */

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
-import { credit } from '../billing/ledger.ts';
 import { withTransaction, type DbClient } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
 import { DEFAULT_CHARGE_EXPIRY_S, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS, CENTAVO_MICROS } from './limits.ts';
 import type { ChargeStatus, PixCharge, PixPayment, PixRefund, PspAdapter, WebhookRequest } from './types.ts';
+import { type NotifyEvent, topUpEvent } from '../notify/events.ts';
 
 /** Every txid we create (BCB API Pix: 26–35 alphanumerics); anything else cannot be a charge of ours. */
 const OUR_TXID = /^[a-zA-Z0-9]{26,35}$/;
@@ -57,6 +57,9 @@ export class TopUpError extends Error {
   }
 }
 
+/** What applying a payment came to, in its transaction. */
+type Applied = { outcome: PaymentOutcome; detail?: string; tenant?: string; balance?: bigint; events?: NotifyEvent[] };
+
 /** Advisory lock namespace of a tenant's top-ups (second key: hashtext(tenant id)). */
 const LOCK_TOPUP_TENANT = 7261104;
 
@@ -67,7 +70,8 @@ export function newTxid(): string {
 
 /**
  * Pix top-ups: charges at the PSP, webhook intake, reconciliation, refunds. Every credit goes
- * through catraca_credit with external_id = endToEndId (exactly once, same ledger as debits).
+ * through catraca_pix_credit (catraca_credit with external_id = endToEndId: exactly once, same
+ * ledger as debits).
  */
 export class PixService {
   private timer: NodeJS.Timeout | null = null;
@@ -76,7 +80,12 @@ export class PixService {
   constructor(
     private readonly db: pg.Pool,
     readonly psp: PspAdapter,
-    private readonly opts: { expiresInS?: number; maxOpenCharges?: number } = {},
+    private readonly opts: {
+      expiresInS?: number;
+      maxOpenCharges?: number;
+      /** After a credit or refund committed: the tenant and the events made with it (topup.credited); src/notify publishes them and checks the balance. */
+      notify?: (tenantId: string, events: NotifyEvent[]) => Promise<unknown>;
+    } = {},
   ) {}
 
   async createTopUp(tenantId: string, amountMicros: bigint): Promise<ChargeRow> {
@@ -130,16 +139,19 @@ export class PixService {
   }
 
   /**
-   * Webhook intake. 401 for a bad secret, 400 for a malformed body, 503 when the PSP could not be
+   * Webhook intake. 401 for a bad secret (not audited: see the route), 400 for a malformed body, 503 when the PSP could not be
    * asked (the PSP delivers again; reconciliation also finds the payment), otherwise 200 (each
    * item's outcome audited and logged). A callback is only a notice: see confirmNotice().
    */
-  async handleWebhook(req: WebhookRequest & { remoteAddr?: string }): Promise<{ status: number; body: unknown }> {
+  async handleWebhook(req: WebhookRequest & { remoteAddr?: string }): Promise<{ status: number; body: unknown; rejected?: 'bad_secret' }> {
     const v = this.psp.verifyWebhook(req);
+    // A wrong secret is anyone at all: never stored (the caller counts, limits and logs it). A bad
+    // body came with the secret: the PSP, or whoever has its secret, and is audited.
+    if (!v.ok && v.reason === 'bad_secret') return { status: 401, body: { error: 'unauthorized' }, rejected: 'bad_secret' };
     if (!v.ok) {
       log.warn('pix webhook rejected', { reason: v.reason, detail: v.detail, remote: req.remoteAddr });
       await this.audit(this.db, { outcome: `rejected_${v.reason}`, detail: v.detail ?? null, remote: req.remoteAddr });
-      return v.reason === 'bad_secret' ? { status: 401, body: { error: 'unauthorized' } } : { status: 400, body: { error: 'bad request' } };
+      return { status: 400, body: { error: 'bad request' } };
     }
     const results = [];
     for (const p of v.payments) {
@@ -194,7 +206,7 @@ export class PixService {
 
   /** Applies one received Pix (from a webhook or from reconciliation), then its devoluções. */
   async applyPayment(p: PixPayment, via: 'webhook' | 'reconcile', remote?: string): Promise<PaymentOutcome> {
-    const outcome = await withTransaction(this.db, async (c): Promise<{ outcome: PaymentOutcome; detail?: string; tenant?: string; balance?: bigint }> => {
+    const outcome = await withTransaction(this.db, async (c): Promise<Applied> => {
       if (!p.txid) return { outcome: 'no_txid' };
       const { rows } = await c.query('select * from pix_charges where txid = $1 for update', [p.txid]);
       const ch = rows[0] as ChargeRow | undefined;
@@ -206,15 +218,19 @@ export class PixService {
       }
       if (ch.status !== 'ATIVA' && ch.status !== 'EXPIRADA') return { outcome: 'charge_removed', detail: ch.status, tenant: ch.tenant_id };
       const paidAt = Number.isNaN(Date.parse(p.horario)) ? new Date() : new Date(p.horario);
-      await c.query(`update pix_charges set status = 'CONCLUIDA', end_to_end_id = $2, paid_at = $3 where txid = $1`, [p.txid, p.endToEndId, paidAt]);
-      const r = await credit(c, { tenantId: ch.tenant_id, amountMicros: ch.amount_micros, source: 'pix', externalId: p.endToEndId, note: p.txid });
+      // marks the charge paid and credits its amount to its tenant, once (the portal's role may not call catraca_credit)
+      const { rows: paid } = await c.query('select * from catraca_pix_credit($1, $2, $3)', [p.txid, p.endToEndId, paidAt]);
+      const r = paid[0] as { status: string; balance: bigint };
       return {
         outcome: r.status === 'credited' ? 'credited' : 'duplicate',
         tenant: ch.tenant_id,
         balance: r.balance,
         detail: ch.status === 'EXPIRADA' ? 'paid after local expiry' : undefined,
+        // topup.credited, in the credit's transaction: the event exists exactly when the credit does
+        events: r.status === 'credited' ? await topUpEvent(c, p.txid) : [],
       };
     });
+    if (outcome.outcome === 'credited' && outcome.tenant) await this.opts.notify?.(outcome.tenant, outcome.events ?? []);
     const fields = { via, txid: p.txid, e2e: p.endToEndId, tenant: outcome.tenant, detail: outcome.detail, remote };
     if (outcome.outcome === 'credited') log.info('pix credited', { ...fields, balance_micros: String(outcome.balance) });
     else if (outcome.outcome === 'duplicate') log.info('pix duplicate ignored', fields);
@@ -264,6 +280,7 @@ export class PixService {
       amount_micros: String(d.amountMicros),
       debited_micros: r.debited === undefined ? undefined : String(r.debited),
     };
+    if ((r.outcome === 'refunded' || r.outcome === 'shortfall') && r.tenant) await this.opts.notify?.(r.tenant, []);
     if (r.outcome === 'shortfall') log.error('pix refund exceeded the available balance: debited only what was available', fields);
     else if (r.outcome === 'unknown_payment' || r.outcome === 'exceeds_payment') log.warn('pix refund ignored', { ...fields, outcome: r.outcome });
     else log.info('pix refund', { ...fields, outcome: r.outcome });
@@ -312,6 +329,12 @@ export class PixService {
         log.warn('pix reconcile failed', { txid: r.txid, err });
       }
     }
+    // when it last ran and what it found, for the operator's console
+    await this.db.query(
+      `insert into pix_reconciler_status (name, last_run_at, checked, failed) values ('reconciler', now(), $1, $2)
+       on conflict (name) do update set last_run_at = excluded.last_run_at, checked = excluded.checked, failed = excluded.failed`,
+      [rows.length, failed],
+    );
     return { checked: rows.length, failed };
   }
 

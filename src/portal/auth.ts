@@ -1,9 +1,11 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { hash, verify } from '@node-rs/argon2';
 import { createId } from '@paralleldrive/cuid2';
 import type pg from 'pg';
 import { createTenant } from '../db/tenants.ts';
 import { withTransaction, type DbClient } from '../db/pool.ts';
+import { sessionStore, sha256 } from '../web/sessions.ts';
+import type { Role } from './roles.ts';
 
 // argon2id with OWASP's second recommended profile (19 MiB, t=2, p=1).
 const ARGON2 = { algorithm: 2 as never, memoryCost: 19456, timeCost: 2, parallelism: 1 };
@@ -16,10 +18,19 @@ export const SESSION_TOUCH_MS = 60 * 1000;
 export const MIN_PASSWORD = 10;
 const EMAIL_RE = /^[^\s@]{1,64}@[^\s@]{1,255}\.[^\s@]{2,}$/;
 
-/** Login throttle: per e-mail and per client address, failed (or in-flight) attempts within the window. */
+/**
+ * Login throttle, failed (or in-flight) attempts within LOGIN_WINDOW_MIN: 5 per (e-mail, client
+ * address) pair and 30 per address lock that pair or address for the window. The e-mail as a
+ * whole (attempts from many addresses) has 10 free, then each further attempt must wait twice as
+ * long after the last failure as the one before (1 s, 2 s, 4 s … at most LOGIN_EMAIL_MAX_DELAY_S):
+ * wrong passwords from anywhere no longer lock the owner out, and guessing from many addresses
+ * stays slow.
+ */
 export const LOGIN_WINDOW_MIN = 15;
-export const LOGIN_MAX_PER_EMAIL = 5;
+export const LOGIN_MAX_PER_PAIR = 5;
 export const LOGIN_MAX_PER_IP = 30;
+export const LOGIN_EMAIL_FREE = 10;
+export const LOGIN_EMAIL_MAX_DELAY_S = 900;
 /** Sign-up throttle: attempts per client address per hour (PORTAL_SIGNUP_LIMIT_PER_HOUR). */
 export const SIGNUP_WINDOW_MIN = 60;
 export const SIGNUP_MAX_PER_IP = 10;
@@ -35,6 +46,10 @@ export interface User {
   tenant_id: string;
   email: string;
   created_at: Date;
+  /** null until the address is verified by the link e-mailed at sign-up (needed for a top-up) */
+  email_verified_at: Date | null;
+  /** what the user may do in its tenant (src/portal/roles.ts); who signs up owns the new tenant */
+  role: Role;
 }
 export interface Session {
   user: User;
@@ -72,10 +87,14 @@ export async function reserveSignupAttempt(db: pg.Pool, ip: string, max = SIGNUP
   });
 }
 
-export async function signUp(
-  db: pg.Pool,
-  a: { email: string; password: string; orgName?: string; ip: string; maxPerIp?: number },
-): Promise<{ ok: true; user: User } | { ok: false; error: 'bad_email' | 'weak_password' | 'email_taken' | 'rate_limited' }> {
+export type SignUpResult = { ok: true; user: User; created: boolean } | { ok: false; error: 'bad_email' | 'weak_password' | 'rate_limited' };
+
+/**
+ * A sign-up. The answer does not tell whether the e-mail had an account: `created` is for the
+ * caller's e-mail (a verification link, or a notice to the existing account), never for the page.
+ * Both paths hash the password and write, so their timing is alike.
+ */
+export async function signUp(db: pg.Pool, a: { email: string; password: string; orgName?: string; ip: string; maxPerIp?: number }): Promise<SignUpResult> {
   const email = normalizeEmail(a.email);
   if (!validEmail(email)) return { ok: false, error: 'bad_email' };
   if (String(a.password ?? '').length < MIN_PASSWORD || a.password.length > 1024) return { ok: false, error: 'weak_password' };
@@ -86,78 +105,92 @@ export async function signUp(
     const user = await withTransaction(db, async (c) => {
       const tenant = await createTenant(c, (a.orgName ?? '').trim().slice(0, 100) || email);
       const { rows } = await c.query(
-        'insert into portal_users (id, tenant_id, email, password_hash) values ($1, $2, $3, $4) returning id, tenant_id, email, created_at',
+        `insert into portal_users (id, tenant_id, email, password_hash) values ($1, $2, $3, $4)
+         returning id, tenant_id, email, created_at, email_verified_at, role`,
         [`usr_${createId()}`, tenant.id, email, passwordHash],
       );
       return rows[0] as User;
     });
-    return { ok: true, user };
+    return { ok: true, user, created: true };
   } catch (err) {
-    if ((err as { code?: string }).code === '23505') return { ok: false, error: 'email_taken' };
-    throw err;
+    if ((err as { code?: string }).code !== '23505') throw err;
+    const { rows } = await db.query('select id, tenant_id, email, created_at, email_verified_at, role from portal_users where email = $1', [email]);
+    if (!rows[0]) throw err;
+    return { ok: true, user: rows[0] as User, created: false };
   }
 }
 
+export type LoginReservation = { ok: true } | { ok: false; minutes: number } | { ok: false; seconds: number };
+
 /**
  * Login throttle, atomic: under advisory locks on the e-mail and on the address (always in that
- * order), counts the failed or in-flight attempts of the window and, when under both limits,
- * records this attempt BEFORE the password is checked. Parallel attempts therefore see each
- * other: of 50 simultaneous wrong passwords for one e-mail, exactly LOGIN_MAX_PER_EMAIL are
- * checked. A successful sign-in deletes the e-mail's rows (this one included).
+ * order), counts the failed or in-flight attempts of the window and, when under every limit
+ * (LOGIN_MAX_PER_PAIR, LOGIN_MAX_PER_IP, the e-mail's backoff), records this attempt BEFORE the
+ * password is checked. Parallel attempts therefore see each other: of 50 simultaneous wrong
+ * passwords for one e-mail from one address, exactly LOGIN_MAX_PER_PAIR are checked. A successful
+ * sign-in deletes the rows of its own (e-mail, address) pair, and no one else's.
  */
-export async function reserveLoginAttempt(db: pg.Pool, email: string, ip: string): Promise<boolean> {
+export async function reserveLoginAttempt(db: pg.Pool, email: string, ip: string): Promise<LoginReservation> {
   return withTransaction(db, async (c) => {
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_LOGIN_EMAIL, email]);
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_LOGIN_IP, ip]);
     const { rows } = await c.query(
-      `select count(*) filter (where email = $1)::int as by_email, count(*) filter (where ip = $2)::int as by_ip
+      `select count(*) filter (where email = $1 and ip = $2)::int as by_pair, count(*) filter (where ip = $2)::int as by_ip,
+              count(*) filter (where email = $1)::int as by_email,
+              extract(epoch from now() - max(created_at) filter (where email = $1))::float8 as since_last_s
          from portal_login_failures where created_at > now() - make_interval(mins => $3) and (email = $1 or ip = $2)`,
       [email, ip, LOGIN_WINDOW_MIN],
     );
-    if (rows[0].by_email >= LOGIN_MAX_PER_EMAIL || rows[0].by_ip >= LOGIN_MAX_PER_IP) return false;
+    const r = rows[0];
+    if (r.by_pair >= LOGIN_MAX_PER_PAIR || r.by_ip >= LOGIN_MAX_PER_IP) return { ok: false, minutes: LOGIN_WINDOW_MIN };
+    if (r.by_email >= LOGIN_EMAIL_FREE) {
+      const delay = Math.min(2 ** (r.by_email - LOGIN_EMAIL_FREE), LOGIN_EMAIL_MAX_DELAY_S);
+      if (r.since_last_s < delay) return { ok: false, seconds: Math.max(1, Math.ceil(delay - r.since_last_s)) };
+    }
     await c.query('insert into portal_login_failures (email, ip) values ($1, $2)', [email, ip]);
-    return true;
+    return { ok: true };
   });
 }
 
 export async function logIn(
   db: pg.Pool,
   a: { email: string; password: string; ip: string },
-): Promise<{ ok: true; user: User } | { ok: false; error: 'rate_limited' | 'bad_credentials' }> {
+): Promise<{ ok: true; user: User } | { ok: false; error: 'rate_limited'; minutes?: number; seconds?: number } | { ok: false; error: 'bad_credentials' }> {
   const email = normalizeEmail(a.email).slice(0, 254);
-  if (!(await reserveLoginAttempt(db, email, a.ip))) return { ok: false, error: 'rate_limited' };
-  const { rows } = await db.query('select id, tenant_id, email, created_at, password_hash from portal_users where email = $1', [email]);
+  const reserved = await reserveLoginAttempt(db, email, a.ip);
+  if (!reserved.ok) return { error: 'rate_limited', ...reserved };
+  const { rows } = await db.query('select id, tenant_id, email, created_at, email_verified_at, role, password_hash from portal_users where email = $1', [
+    email,
+  ]);
   const row = rows[0];
   const pw = String(a.password ?? '').slice(0, 1024);
   dummyHash ??= hashPassword(randomBytes(16).toString('hex'));
   const ok = row ? await verify(row.password_hash, pw).catch(() => false) : (await verify(await dummyHash, pw).catch(() => false)) && false;
   // A failure keeps the row recorded above; it counts for LOGIN_WINDOW_MIN.
   if (!ok) return { ok: false, error: 'bad_credentials' };
-  await db.query('delete from portal_login_failures where email = $1', [email]);
+  await db.query('delete from portal_login_failures where email = $1 and ip = $2', [email, a.ip]);
   const { password_hash: _h, ...user } = row;
   return { ok: true, user };
 }
 
-const sha256 = (s: string) => createHash('sha256').update(s).digest();
+/** The portal's sessions (src/web/sessions.ts); loadSession below reads the member in the same query. */
+const sessions = sessionStore({
+  table: 'portal_sessions',
+  subject: 'user_id',
+  ttlMs: SESSION_TTL_MS,
+  idleMs: SESSION_IDLE_MS,
+  touchMs: SESSION_TOUCH_MS,
+  recordsIp: false,
+});
 
 /** Creates a session; returns the cookie token (only its SHA-256 is stored). */
-export async function createSession(db: DbClient, userId: string): Promise<{ token: string; csrf: string }> {
-  const token = randomBytes(32).toString('base64url');
-  const csrf = randomBytes(32).toString('base64url');
-  await db.query('insert into portal_sessions (id, user_id, csrf_secret, expires_at) values ($1, $2, $3, $4)', [
-    sha256(token),
-    userId,
-    csrf,
-    new Date(Date.now() + SESSION_TTL_MS),
-  ]);
-  return { token, csrf };
-}
+export const createSession = (db: DbClient, userId: string): Promise<{ token: string; csrf: string }> => sessions.create(db, userId);
 
 export async function loadSession(db: DbClient, token: string | undefined, idleMs = SESSION_IDLE_MS): Promise<Session | null> {
   if (!token || token.length > 100) return null;
   const idHash = sha256(token);
   const { rows } = await db.query(
-    `select s.csrf_secret, s.last_seen_at < now() - make_interval(secs => $3) as stale, u.id, u.tenant_id, u.email, u.created_at
+    `select s.csrf_secret, s.last_seen_at < now() - make_interval(secs => $3) as stale, u.id, u.tenant_id, u.email, u.created_at, u.email_verified_at, u.role
        from portal_sessions s join portal_users u on u.id = s.user_id
       where s.id = $1 and s.expires_at > now() and s.last_seen_at > now() - make_interval(secs => $2)`,
     [idHash, idleMs / 1000, SESSION_TOUCH_MS / 1000],
@@ -168,20 +201,10 @@ export async function loadSession(db: DbClient, token: string | undefined, idleM
   return { user, csrf: csrf_secret, idHash };
 }
 
-export async function destroySession(db: DbClient, idHash: Buffer): Promise<void> {
-  await db.query('delete from portal_sessions where id = $1', [idHash]);
-}
+export const destroySession = (db: DbClient, idHash: Buffer): Promise<void> => sessions.destroy(db, idHash);
 
 /** Deletes the session a cookie token names, whoever it belongs to (sign-in rotates the id). */
-export async function destroySessionToken(db: DbClient, token: string | undefined): Promise<void> {
-  if (token && token.length <= 100) await destroySession(db, sha256(token));
-}
-
-export async function purgeExpired(db: DbClient): Promise<void> {
-  await db.query('delete from portal_sessions where expires_at < now() or last_seen_at < now() - make_interval(secs => $1)', [SESSION_IDLE_MS / 1000]);
-  await db.query(`delete from portal_login_failures where created_at < now() - interval '1 day'`);
-  await db.query(`delete from portal_signup_attempts where created_at < now() - interval '1 day'`);
-}
+export const destroySessionToken = (db: DbClient, token: string | undefined): Promise<void> => sessions.destroyToken(db, token);
 
 export function tokensEqual(a: string | undefined | null, b: string | undefined | null): boolean {
   if (!a || !b) return false;

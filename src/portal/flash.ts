@@ -37,7 +37,3 @@ export async function takeFlash<T>(db: DbClient, a: { sessionToken: string; sess
     return null;
   }
 }
-
-export async function purgeFlash(db: DbClient): Promise<void> {
-  await db.query('delete from portal_flash where created_at < now() - make_interval(secs => $1)', [FLASH_TTL_S]);
-}

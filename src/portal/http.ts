@@ -1,88 +1,96 @@
-import type http from 'node:http';
+import type { HttpBindings } from '@hono/node-server';
+import type { Context } from 'hono';
+import { deleteCookie, setCookie } from 'hono/cookie';
+import type { secureHeaders } from 'hono/secure-headers';
+import type { ContentfulStatusCode } from 'hono/utils/http-status';
 import type { Session } from './auth.ts';
 import type { Lang, T } from './i18n/index.ts';
 
-// The portal's HTTP plumbing: one request's context, cookies, forms, and the response helpers
-// every page goes through (security headers, no-store, pending cookies).
+// The portal's HTTP plumbing: what a request carries through the Hono app (AppEnv), cookies,
+// forms, and the response helpers every page goes through (content type, no-store).
 
 export const SESSION_COOKIE = 'catraca_session';
 export const PRE_CSRF_COOKIE = 'catraca_csrf';
 export const LANG_COOKIE = 'catraca_lang';
 export const MAX_FORM_BYTES = 64 * 1024;
+export const MAX_WEBHOOK_BYTES = 256 * 1024;
 
 export type Form = Record<string, string | string[]>;
 /** The one-time flash of a key created in the portal. */
 export type CreatedKeyFlash = { key: string; id: string; label: string };
 
-export interface Ctx {
-  req: http.IncomingMessage;
-  res: http.ServerResponse;
-  url: URL;
-  lang: Lang;
-  t: T;
-  session: Session | null;
-  cookies: Record<string, string>;
-  secure: boolean;
-  ip: string;
-  preCsrf: string;
+export interface AppEnv {
+  Bindings: HttpBindings;
+  Variables: {
+    /** The request's URL, its path as sent (see requestUrl). */
+    url: URL;
+    lang: Lang;
+    t: T;
+    session: Session | null;
+    /** Cookies get `Secure` (an https public URL, TLS, https at a trusted proxy, or forced by configuration). */
+    secure: boolean;
+    /** The client address: the socket's peer, or behind a trusted proxy the address it forwarded (src/portal/proxy.ts). */
+    ip: string;
+    /** Before sign-in: the double-submit CSRF token of this browser. */
+    preCsrf: string;
+    /** A POST's parsed form (set once it passed the size limit, NUL and CSRF checks). */
+    form: Form;
+  };
 }
+export type Ctx = Context<AppEnv>;
 
-export function parseCookies(h: string | undefined): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const part of (h ?? '').split(';')) {
-    const i = part.indexOf('=');
-    if (i < 0) continue;
-    const k = part.slice(0, i).trim();
-    if (k && !(k in out)) {
-      try {
-        out[k] = decodeURIComponent(part.slice(i + 1).trim());
-      } catch {
-        /* ignore malformed */
-      }
-    }
-  }
-  return out;
-}
+/** hono/secure-headers, set to the portal's headers and nothing more (HSTS: see secureHeadersFor). */
+export const SECURE_HEADERS: Parameters<typeof secureHeaders>[0] = {
+  contentSecurityPolicy: {
+    defaultSrc: ["'self'"],
+    imgSrc: ["'self'", 'data:'],
+    scriptSrc: ["'self'"],
+    styleSrc: ["'self'"],
+    connectSrc: ["'self'"],
+    formAction: ["'self'"],
+    frameAncestors: ["'none'"],
+    baseUri: ["'none'"],
+  },
+  xContentTypeOptions: true,
+  xFrameOptions: 'DENY',
+  referrerPolicy: 'same-origin',
+  crossOriginResourcePolicy: false,
+  crossOriginOpenerPolicy: false,
+  originAgentCluster: false,
+  strictTransportSecurity: false,
+  xDnsPrefetchControl: false,
+  xDownloadOptions: false,
+  xPermittedCrossDomainPolicies: false,
+  xXssProtection: false,
+};
 
-export function readBody(req: http.IncomingMessage, limit: number): Promise<Buffer | null> {
-  return new Promise((resolve, reject) => {
-    let size = 0;
-    let over = false;
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > limit) over = true;
-      else chunks.push(c);
-    });
-    req.on('end', () => resolve(over ? null : Buffer.concat(chunks)));
-    req.on('error', reject);
-  });
-}
-
-/** The right-most X-Forwarded-For entry (repeated headers are joined with ", " by node). */
-export function lastForwardedFor(h: string | string[] | undefined): string {
-  const parts = (Array.isArray(h) ? h.join(',') : (h ?? ''))
-    .split(',')
-    .map((p) => p.trim())
-    .filter(Boolean);
-  return (parts[parts.length - 1] ?? '').slice(0, 100);
-}
-
-/** decodeURIComponent, or null for a malformed escape (`%zz`, a lone `%`, a cut UTF-8 sequence). */
-export function safeDecode(s: string): string | null {
-  try {
-    return decodeURIComponent(s);
-  } catch {
-    return null;
-  }
-}
+/** HSTS is sent whenever the portal's public URL is https (a year; subdomains are the operator's to decide). */
+export const HSTS = 'max-age=31536000';
+export const secureHeadersFor = (publicHttps: boolean): Parameters<typeof secureHeaders>[0] => ({
+  ...SECURE_HEADERS,
+  strictTransportSecurity: publicHttps ? HSTS : false,
+});
 
 /**
  * The request's URL, its path exactly as sent: `//x` stays a path (the URL parser would take `x` for
- * a host, and throw for `//`, `//%zz` or `//[::1`, which crashed the process: the parse ran outside
- * the handler's try). An absolute-form target (`http://host/p`) keeps its path and query. Null when
- * nothing usable is there (answered 400).
+ * a host, and throw for `//`, `//%zz` or `//[::1`). An absolute-form target (`http://host/p`) keeps
+ * its path and query. Null when nothing usable is there (answered 400).
  */
+/**
+ * The link to this page in the other language: the request's own path, which may be anything a
+ * client sent (`//`, `//other.host/x`), parsed as a path of ours (never a host) and written with one
+ * leading slash, so that the link can never be protocol-relative (`//other.host/…`).
+ */
+export function otherLangHref(path: string, other: string): string {
+  try {
+    const u = new URL(`http://self/${path.replace(/^\/+/, '')}`);
+    u.searchParams.set('lang', other);
+    return u.pathname + u.search;
+  } catch {
+    return `/?lang=${other}`;
+  }
+}
+
 export function requestUrl(target: string | undefined): URL | null {
   const raw = target || '/';
   try {
@@ -94,46 +102,43 @@ export function requestUrl(target: string | undefined): URL | null {
   }
 }
 
+/** Fields that never reach PostgreSQL (only a hash of them does): any character but NUL is the user's choice. */
+const SECRET_FIELDS = new Set(['password']);
+
 /**
- * A posted form; null when a name or value holds NUL (`%00`): PostgreSQL text cannot store it, so
- * such a form would fail at its first query (a 500) — it is refused with a 400 before anything runs.
+ * A posted form, or the name of its first field that PostgreSQL cannot store or that holds a
+ * control character (U+0000–U+001F, U+007F–U+009F): NUL (`%00`) in any field, other control
+ * characters in any field but a password. Such a form is refused with a 400 naming the field
+ * before anything runs (a NUL reaching PostgreSQL text would be a 500).
  */
-export function parseForm(body: Buffer): Form | null {
+export function parseForm(body: Buffer): { form: Form } | { badField: string } {
   const out: Form = {};
   for (const [k, v] of new URLSearchParams(body.toString('utf8'))) {
-    if (k.includes('\u0000') || v.includes('\u0000')) return null;
+    if (/\p{Cc}/u.test(k) || v.includes('\u0000') || (!SECRET_FIELDS.has(k) && /\p{Cc}/u.test(v)))
+      return { badField: k.replace(/\p{Cc}/gu, '\uFFFD').slice(0, 40) };
     const prev = out[k];
     out[k] = prev === undefined ? v : Array.isArray(prev) ? [...prev, v] : [prev, v];
   }
-  return out;
+  return { form: out };
 }
 export const one = (f: Form, k: string) => {
   const v = f[k];
   return Array.isArray(v) ? (v[0] ?? '') : (v ?? '');
 };
 
-export const securityHeaders = {
-  'content-security-policy':
-    "default-src 'self'; img-src 'self' data:; script-src 'self'; style-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
-  'x-content-type-options': 'nosniff',
-  'x-frame-options': 'DENY',
-  'referrer-policy': 'same-origin',
-};
-export const cookie = (ctx: Ctx, name: string, value: string, maxAgeS: number, httpOnly = true) =>
-  `${name}=${encodeURIComponent(value)}; Path=/; Max-Age=${maxAgeS}; SameSite=Lax${httpOnly ? '; HttpOnly' : ''}${ctx.secure ? '; Secure' : ''}`;
-const pendingCookies = new WeakMap<http.ServerResponse, string[]>();
-export const addCookie = (ctx: Ctx, c: string) => pendingCookies.set(ctx.res, [...(pendingCookies.get(ctx.res) ?? []), c]);
+const cookieOptions = (c: Ctx) => ({ path: '/', sameSite: 'Lax', httpOnly: true, secure: c.var.secure }) as const;
+export const setPortalCookie = (c: Ctx, name: string, value: string, maxAgeS: number) => setCookie(c, name, value, { ...cookieOptions(c), maxAge: maxAgeS });
+export const clearPortalCookie = (c: Ctx, name: string) => deleteCookie(c, name, cookieOptions(c));
 
-export const send = (ctx: Ctx, status: number, type: string, body: string | Buffer, extra: Record<string, string> = {}) => {
-  const cookies = pendingCookies.get(ctx.res);
-  ctx.res.writeHead(status, {
-    ...securityHeaders,
-    'content-type': type,
-    'cache-control': 'no-store',
-    ...(cookies ? { 'set-cookie': cookies } : {}),
-    ...extra,
-  });
-  ctx.res.end(body);
-};
-export const redirect = (ctx: Ctx, to: string) => send(ctx, 303, 'text/plain; charset=utf-8', '', { location: to });
-export const json = (ctx: Ctx, status: number, body: unknown) => send(ctx, status, 'application/json; charset=utf-8', JSON.stringify(body));
+export const TEXT = 'text/plain; charset=utf-8';
+export const send = (c: Context, status: number, type: string, body: string | Uint8Array<ArrayBuffer>, extra: Record<string, string> = {}): Response =>
+  c.body(body, status as ContentfulStatusCode, { 'content-type': type, 'cache-control': 'no-store', ...extra });
+export const redirect = (c: Context, to: string): Response => send(c, 303, TEXT, '', { location: to });
+export const json = (c: Context, status: number, body: unknown, extra: Record<string, string> = {}): Response =>
+  send(c, status, 'application/json; charset=utf-8', JSON.stringify(body), extra);
+
+/** The signed-in tenant (routes behind requireSession only). */
+export function tenantOf(c: Ctx): string {
+  if (!c.var.session) throw new Error('no session: route registered before requireSession');
+  return c.var.session.user.tenant_id;
+}

@@ -2,7 +2,7 @@ import { loadConfig } from '../config.ts';
 import { connectBus } from '../bus/connect.ts';
 import { createPool } from '../db/pool.ts';
 import { configureLogging, createLogger, logCrashes } from '../log.ts';
-import { onShutdown, quietly } from '../stack/shutdown.ts';
+import { onShutdown, quietly } from '../process/shutdown.ts';
 import { startPortal } from './server.ts';
 import { defaultPortalHost, resolvePortalSetup } from './config.ts';
 import { registerMonitoring, sanitizeInstanceId } from '../bus/monitoring.ts';
@@ -10,7 +10,7 @@ import { createMetrics, type Counter } from '../metrics/registry.ts';
 import { serveMetrics } from '../metrics/http.ts';
 import { VERSION } from '../version.ts';
 
-// Portal process: web UI for tenants (sign-up, Pix top-ups, keys, usage) and the Pix webhook.
+// Portal process: web UI for tenants (sign-up, Pix top-ups, keys, usage, notifications), the Pix webhook and the notifier.
 const log = createLogger('portal');
 logCrashes(log);
 const config = loadConfig();
@@ -34,7 +34,8 @@ const responses = (status: number) => {
   if (!c) byStatus.set(status, (c = metrics.counter('catraca_http_responses_total', 'Portal responses by HTTP status', { status: String(status) })));
   return c;
 };
-const portal = await startPortal({ db, nc, host, port: config.PORTAL_PORT, config, onResponse: (status) => responses(status).inc() });
+// notifier: webhook and e-mail deliveries of the notification events (src/portal/notifier/dispatcher.ts)
+const portal = await startPortal({ db, nc, host, port: config.PORTAL_PORT, config, metrics, onResponse: (status) => responses(status).inc(), notifier: true });
 // Presence and process figures in `catraca status` / $SRV.STATS and on /metrics (METRICS_PORT).
 const instance = sanitizeInstanceId(config.CATRACA_INSTANCE ?? `portal-${process.pid}`);
 const monitoring = await registerMonitoring(nc, { name: 'catraca-portal', version: VERSION, instanceId: instance, metrics });

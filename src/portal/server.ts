@@ -1,35 +1,29 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { randomBytes } from 'node:crypto';
+import { getRequestListener, RequestError } from '@hono/node-server';
+import { Hono } from 'hono';
+import { secureHeaders } from 'hono/secure-headers';
 import type pg from 'pg';
 import type { NatsConnection } from 'nats';
-import { classifyDbError } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
 import { PixService } from '../pix/service.ts';
 import type { PixSimulator } from '../pix/simulator/server.ts';
 import type { PspAdapter } from '../pix/types.ts';
-import { loadSession, purgeExpired } from './auth.ts';
+import { createPortalApp } from './app.ts';
+import { cleanUp, CLEANUP_INTERVAL_MS } from './cleanup.ts';
 import { loadPortalEnv, resolvePortalSetup, type PortalEnv } from './config.ts';
-import { purgeFlash } from './flash.ts';
-import { parseLang, translator, type Lang } from './i18n/index.ts';
-
+import { type AppEnv, requestUrl, SECURE_HEADERS, send, TEXT } from './http.ts';
 import { connectPsp } from './psp.ts';
-import { createRoutes } from './routes.ts';
-import {
-  addCookie,
-  cookie,
-  type Ctx,
-  LANG_COOKIE,
-  lastForwardedFor,
-  parseCookies,
-  PRE_CSRF_COOKIE,
-  requestUrl,
-  securityHeaders,
-  send,
-  SESSION_COOKIE,
-} from './http.ts';
+import type { ExportLimits } from './routes/exports.ts';
+import { compileTrust, LOOPBACK_PROXIES, trustedProxies } from './proxy.ts';
+import { createMailer, type Mailer } from '../mail/index.ts';
+import { createMetrics, type Metrics } from '../metrics/registry.ts';
+import { afterBalanceChange } from '../notify/bus.ts';
+import { type NotifierOptions, startNotifier } from './notifier/dispatcher.ts';
+import { parseSchedule } from '../config.ts';
+import type { Resolver } from '../notify/ssrf.ts';
 
-export { lastForwardedFor, requestUrl };
+export { requestUrl };
 
 const log = createLogger('portal');
 
@@ -48,20 +42,38 @@ export interface StartPortalOptions {
   secureCookies?: 'auto' | boolean;
   /** Called once per answered request with its HTTP status (metrics). */
   onResponse?: (status: number) => void;
-  trustProxy?: boolean;
+  /** Reverse proxies whose X-Forwarded-For / -Proto count (default PORTAL_TRUSTED_PROXIES); `true`: loopback (the deprecated PORTAL_TRUST_PROXY=1). */
+  trustedProxies?: string[] | true;
+  /** The process's metrics (main.ts); default a registry of its own. */
+  metrics?: Metrics;
+  /** Sends the portal's e-mail (default: SMTP_URL). */
+  mailer?: Mailer;
+  /** How often the cleanup of src/portal/cleanup.ts runs (default 60 s; 0: never). */
+  cleanupIntervalMs?: number;
   /** Sign-up attempts per client address per hour (default PORTAL_SIGNUP_LIMIT_PER_HOUR, 10). */
   signupLimitPerHour?: number;
   reconcileIntervalMs?: number;
   chargeExpiryS?: number;
   /** PUT /webhook/{chave} at start (default true). */
   registerWebhook?: boolean;
+  /**
+   * Runs the notifier (src/portal/notifier/dispatcher.ts: webhook and e-mail deliveries) in this process;
+   * needs `nc`. main.ts: always; tests: when they ask, with settings over the configuration's.
+   */
+  notifier?: boolean | NotifierSettings;
+  /** The resolver of webhook hosts (SSRF checks at save time and at delivery; tests); default the system's. */
+  notifyResolve?: Resolver;
   /** The process's parsed settings (src/config.ts), from main.ts; tests may give a raw `env` instead. */
   config?: PortalEnv;
   env?: Record<string, string | undefined>;
+  /** How many CSV exports may run at once, and when a stalled one ends (default EXPORT_LIMITS, src/portal/routes/exports.ts). */
+  exportLimits?: ExportLimits;
 }
 
 export interface Portal {
   url: string;
+  /** The Hono app (its `routes`: what test/portal/route-roles.test.ts checks every role against). */
+  app: Hono<AppEnv>;
   pix: PixService;
   simulator: PixSimulator | null;
   close(): Promise<void>;
@@ -71,71 +83,96 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const env: PortalEnv = options.config ?? loadPortalEnv(options.env ?? process.env);
   const db = options.db;
   const gatewayUrl = options.gatewayUrl ?? env.GATEWAY_PUBLIC_URL;
-  const trustProxy = options.trustProxy ?? env.PORTAL_TRUST_PROXY;
+  const proxies = options.trustedProxies === true ? LOOPBACK_PROXIES : (options.trustedProxies ?? trustedProxies(env));
+  if (env.PORTAL_TRUST_PROXY) log.warn('PORTAL_TRUST_PROXY is deprecated: it trusts a proxy on this host only (127.0.0.0/8, ::1); set PORTAL_TRUSTED_PROXIES');
   const signupLimit = options.signupLimitPerHour ?? env.PORTAL_SIGNUP_LIMIT_PER_HOUR;
   const secureMode = options.secureCookies ?? (env.PORTAL_SECURE_COOKIES === 'auto' ? 'auto' : env.PORTAL_SECURE_COOKIES === 'true');
+  const publicUrl = options.publicUrl ?? env.PORTAL_PUBLIC_URL;
+  const publicHttps = publicUrl?.startsWith('https:') ?? false;
+  const mailer = options.mailer ?? createMailer({ url: env.SMTP_URL, from: env.SMTP_FROM });
+  const site = { url: publicUrl ?? '' };
   const listenHost = options.host ?? '127.0.0.1';
   // Refuses to start (PortalConfigError) without PIX_PROVIDER, with an incomplete bcb setup, or
   // with the simulator / dev mode on anything but a loopback address (src/portal/config.ts).
   const setup = resolvePortalSetup(env, { host: listenHost, adapterGiven: !!options.pixAdapter, devMode: options.devMode });
   const devMode = setup.devMode;
   const { psp, simulator, webhookSecret } = await connectPsp(db, env, setup, options);
-  const pix = new PixService(db, psp, { expiresInS: options.chargeExpiryS ?? env.PIX_CHARGE_EXPIRY_S });
+  const nc = options.nc ?? null;
+  const pix = new PixService(db, psp, {
+    expiresInS: options.chargeExpiryS ?? env.PIX_CHARGE_EXPIRY_S,
+    // topup.credited and the balance crossings of a credit or refund (src/notify)
+    notify: (tenantId, events) => afterBalanceChange(db, nc, tenantId, events, log),
+  });
 
-  const { route } = createRoutes({ db, nc: options.nc ?? null, pix, simulator, devMode, gatewayUrl, signupLimit });
+  const app = createPortalApp({
+    db,
+    nc: options.nc ?? null,
+    pix,
+    simulator,
+    devMode,
+    gatewayUrl,
+    signupLimit,
+    trust: compileTrust(proxies),
+    secureMode,
+    publicHttps,
+    metrics: options.metrics ?? createMetrics(),
+    mailer,
+    site,
+    devMailDir: env.DEV_MAIL_DIR,
+    ...(options.exportLimits ? { exportLimits: options.exportLimits } : {}),
+    notifyResolve: options.notifyResolve,
+  });
+  const { server, url } = await listen(app, listenHost, options);
 
+  site.url ||= url;
+  if (options.registerWebhook !== false) await registerPixWebhook(psp, (env.PIX_WEBHOOK_BASE_URL ?? publicUrl ?? url).replace(/\/+$/, ''), webhookSecret);
+  pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
+  const purge = periodicCleanup(db, env.PIX_WEBHOOK_RETENTION_DAYS, options.cleanupIntervalMs ?? CLEANUP_INTERVAL_MS);
+  if (!mailer.configured) log.error('SMTP_URL is not set: the portal cannot send e-mail, so sign-up is closed (existing accounts keep working)');
+  const notifier =
+    options.notifier && nc
+      ? await startNotifier({
+          ...notifierSettings(env, devMode),
+          ...(options.notifier === true ? {} : options.notifier),
+          allowPrivate: (options.notifier === true ? undefined : options.notifier.allowPrivate) ?? devMode,
+          db,
+          nc,
+          mailer,
+          pix,
+          site,
+          resolve: options.notifyResolve,
+        })
+      : null;
+  log.info('portal listening', { url, provider: psp.name, dev_mode: devMode, trusted_proxies: proxies.join(',') || null });
+
+  return {
+    url,
+    app,
+    pix,
+    simulator,
+    close: async () => {
+      clearInterval(purge);
+      await notifier?.stop();
+      await pix.stop();
+      if (!options.mailer) mailer.close();
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeIdleConnections();
+        setTimeout(() => server.closeAllConnections(), 2000).unref();
+      });
+      if (simulator) await simulator.close();
+    },
+  };
+}
+
+/** The HTTP server of the app, listening; its URL as the portal reaches itself. */
+async function listen(app: Hono<AppEnv>, listenHost: string, options: StartPortalOptions): Promise<{ server: http.Server; url: string }> {
+  // (overrideGlobalObjects, the default, swaps in node-server's Request and Response: bodyLimit
+  // re-wraps a chunked body in a Request, which the global one cannot do with node-server's.)
+  const listener = getRequestListener(app.fetch, { errorHandler: (err) => failedRequest(err) });
   const server = http.createServer((req, res) => {
     if (options.onResponse) res.once('finish', () => options.onResponse!(res.statusCode));
-    void (async () => {
-      const url = requestUrl(req.url);
-      if (!url) {
-        res.writeHead(400, { ...securityHeaders, 'content-type': 'text/plain; charset=utf-8', 'cache-control': 'no-store' });
-        res.end('Bad Request');
-        return;
-      }
-      const cookies = parseCookies(req.headers.cookie);
-      const forwardedProto = trustProxy
-        ? String(req.headers['x-forwarded-proto'] ?? '')
-            .split(',')[0]
-            .trim()
-        : '';
-      const secure = secureMode === 'auto' ? (req.socket as { encrypted?: boolean }).encrypted === true || forwardedProto === 'https' : secureMode;
-      // Behind our proxy, the client is the RIGHT-most X-Forwarded-For entry: the one our proxy
-      // appended. Entries to its left come from the client and can say anything.
-      const ip = (trustProxy ? lastForwardedFor(req.headers['x-forwarded-for']) : '') || req.socket.remoteAddress || 'unknown';
-      const queryLang = parseLang(url.searchParams.get('lang'));
-      const lang: Lang = queryLang ?? parseLang(cookies[LANG_COOKIE]) ?? 'pt-BR';
-      const ctx: Ctx = { req, res, url, lang, t: translator(lang), session: null, cookies, secure, ip, preCsrf: cookies[PRE_CSRF_COOKIE] ?? '' };
-      try {
-        if (queryLang) addCookie(ctx, cookie(ctx, LANG_COOKIE, queryLang, 365 * 86400));
-        if (!url.pathname.startsWith('/webhooks/') && !url.pathname.startsWith('/static/')) {
-          ctx.session = await loadSession(db, cookies[SESSION_COOKIE]);
-          if (!ctx.session && !/^[A-Za-z0-9_-]{43}$/.test(ctx.preCsrf)) {
-            ctx.preCsrf = req.method === 'GET' ? randomBytes(32).toString('base64url') : '';
-            if (ctx.preCsrf) addCookie(ctx, cookie(ctx, PRE_CSRF_COOKIE, ctx.preCsrf, 86400));
-          }
-        }
-        await route(ctx);
-      } catch (err) {
-        const path = url.pathname.startsWith('/webhooks/') ? '/webhooks/pix/…' : url.pathname;
-        if (classifyDbError(err)) {
-          // PostgreSQL away or too slow: a 503 to come back later (a PSP delivers its webhook again)
-          log.warn('portal request refused: database unavailable', { method: req.method, path, code: (err as { code?: string }).code });
-          if (!res.headersSent) send(ctx, 503, 'text/plain; charset=utf-8', ctx.t('error.unavailable'), { 'retry-after': '5' });
-          else res.end();
-          return;
-        }
-        log.error('portal request failed', { err, method: req.method, path });
-        if (!res.headersSent) send(ctx, 500, 'text/plain; charset=utf-8', ctx.t('error.internal'));
-        else res.end();
-      }
-    })().catch((err) => {
-      // a throw outside the handler's own try (in its setup) must not become an unhandled rejection,
-      // which ends the process
-      log.error('portal request failed before routing', { err, method: req.method });
-      if (!res.headersSent) res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' });
-      res.end();
-    });
+    void listener(req, res);
   });
   server.headersTimeout = 20000;
   server.requestTimeout = 30000;
@@ -148,34 +185,59 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const host = addr.address === '0.0.0.0' || addr.address === '::' ? '127.0.0.1' : addr.address.includes(':') ? `[${addr.address}]` : addr.address;
   const url = `http://${host}:${addr.port}`;
 
-  const webhookBase = (env.PIX_WEBHOOK_BASE_URL ?? options.publicUrl ?? env.PORTAL_PUBLIC_URL ?? url).replace(/\/+$/, '');
-  if (options.registerWebhook !== false) {
-    try {
-      await psp.registerWebhook(`${webhookBase}/webhooks/pix/${webhookSecret}`);
-      log.info('pix webhook registered', { provider: psp.name, base: webhookBase });
-    } catch (err) {
-      // Not fatal: reconciliation still finds payments; log loudly.
-      log.error('pix webhook registration failed; payments will be found by reconciliation only', { err, provider: psp.name });
-    }
-  }
-  pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
-  const purge = setInterval(() => void Promise.all([purgeExpired(db), purgeFlash(db)]).catch(() => {}), 600_000);
-  purge.unref();
-  log.info('portal listening', { url, provider: psp.name, dev_mode: devMode });
+  return { server, url };
+}
 
-  return {
-    url,
-    pix,
-    simulator,
-    close: async () => {
-      clearInterval(purge);
-      await pix.stop();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-        setTimeout(() => server.closeAllConnections(), 2000).unref();
-      });
-      if (simulator) await simulator.close();
+/** Tells the PSP where to notify payments; not fatal when it fails (reconciliation still finds them). */
+async function registerPixWebhook(psp: PixService['psp'], webhookBase: string, webhookSecret: string): Promise<void> {
+  try {
+    await psp.registerWebhook(`${webhookBase}/webhooks/pix/${webhookSecret}`);
+    log.info('pix webhook registered', { provider: psp.name, base: webhookBase });
+  } catch (err) {
+    log.error('pix webhook registration failed; payments will be found by reconciliation only', { err, provider: psp.name });
+  }
+}
+
+/** Every table a request can add rows to is emptied of what no longer counts (src/portal/cleanup.ts), one pass at a time. */
+function periodicCleanup(db: StartPortalOptions['db'], webhookRetentionDays: number, cleanupMs: number): NodeJS.Timeout {
+  let cleaning = false;
+  const purge = setInterval(
+    () => {
+      if (cleaning) return;
+      cleaning = true;
+      cleanUp(db, { webhookRetentionDays })
+        .then((n) => Object.values(n).some((x) => x > 0) && log.info('portal cleanup', { ...n }))
+        .catch((err) => log.warn('portal cleanup failed', { err }))
+        .finally(() => (cleaning = false));
     },
+    cleanupMs || 2 ** 31 - 1,
+  );
+  purge.unref();
+  return purge;
+}
+
+/** What a test may set on the notifier (the rest is the portal's). */
+export type NotifierSettings = Partial<Omit<NotifierOptions, 'db' | 'nc' | 'mailer' | 'pix' | 'site' | 'resolve'>>;
+
+/** The notifier's settings from the configuration: private addresses only in dev mode. */
+function notifierSettings(env: PortalEnv, devMode: boolean): NotifierSettings & { allowPrivate: boolean } {
+  return {
+    allowPrivate: devMode,
+    timeoutMs: env.NOTIFY_WEBHOOK_TIMEOUT_MS,
+    maxResponseBytes: env.NOTIFY_WEBHOOK_MAX_RESPONSE_BYTES,
+    schedule: parseSchedule(env.NOTIFY_RETRY_SCHEDULE) ?? undefined,
+    retentionDays: env.NOTIFY_RETENTION_DAYS,
   };
+}
+
+// What @hono/node-server could not make a Request of (a request target or Host header that is no
+// URL) is a 400; anything else that escaped the app's own error handler a 500.
+const fallback = new Hono()
+  .use(secureHeaders(SECURE_HEADERS))
+  .all('/400', (c) => send(c, 400, TEXT, 'Bad Request'))
+  .all('/500', (c) => send(c, 500, TEXT, 'Internal Server Error'));
+function failedRequest(err: unknown): Response | Promise<Response> {
+  if (err instanceof RequestError) return fallback.request('/400');
+  log.error('portal request failed outside the app', { err });
+  return fallback.request('/500');
 }

@@ -1,44 +1,104 @@
 import type { DbClient } from '../db/pool.ts';
+import { DEFAULT_PERIOD_DAYS, lastDays, type Period, periodFilter, saoPauloDay, TENANT_TIME_ZONE } from './period.ts';
 
 // Read models of the portal's usage pages. Every query is scoped by tenant.
 
-export async function dailySpend(db: DbClient, tenantId: string, days = 30): Promise<Array<{ day: string; micros: bigint; requests: number }>> {
+/** Spend of one São Paulo day. */
+export interface DaySpend {
+  day: string;
+  micros: bigint;
+  requests: number;
+}
+
+// Spend is what requests cost: debits of source 'request' (a Pix refund is a debit, not spend).
+const SPEND = `l.tenant_id = $1 and l.kind = 'debit' and l.source = 'request' and ${periodFilter('l', 2, 3, 4)}`;
+const periodArgs = (tenantId: string, p: Period) => [tenantId, TENANT_TIME_ZONE, p.from, p.to];
+
+/** Every day of the period (São Paulo days), with what requests cost that day; days without any are zero. */
+export async function dailySpend(db: DbClient, tenantId: string, period: Period = lastDays(DEFAULT_PERIOD_DAYS)): Promise<DaySpend[]> {
   const { rows } = await db.query(
-    `with d as (
-       select generate_series((now() at time zone 'UTC')::date - ($2::int - 1), (now() at time zone 'UTC')::date, interval '1 day')::date as day)
-     select to_char(d.day, 'YYYY-MM-DD') as day,
-            coalesce(sum(l.amount_micros), 0)::bigint as micros,
-            count(l.id)::int as requests
-       from d left join ledger l
-         on l.tenant_id = $1 and l.kind = 'debit' and l.source = 'request'
-        and (l.created_at at time zone 'UTC')::date = d.day
-      group by d.day order by d.day`,
-    [tenantId, days],
+    `with spend as (
+       select ${saoPauloDay('l', 2)} as day, sum(l.amount_micros)::bigint as micros, count(*)::int as requests
+         from ledger l where ${SPEND} group by 1)
+     select to_char(d.day, 'YYYY-MM-DD') as day, coalesce(s.micros, 0)::bigint as micros, coalesce(s.requests, 0)::int as requests
+       from generate_series($3::date, $4::date, interval '1 day') as d(day) left join spend s on s.day = d.day::date
+      order by d.day`,
+    periodArgs(tenantId, period),
   );
   return rows;
 }
 
-export async function spendByModel(db: DbClient, tenantId: string, days = 30) {
-  const { rows } = await db.query(
-    `select model, count(*)::int as requests, coalesce(sum(input_tokens), 0)::bigint as input_tokens,
-            coalesce(sum(output_tokens), 0)::bigint as output_tokens, sum(amount_micros)::bigint as micros
-       from ledger where tenant_id = $1 and kind = 'debit' and source = 'request' and created_at > now() - make_interval(days => $2)
-      group by model order by micros desc, model`,
-    [tenantId, days],
-  );
-  return rows as Array<{ model: string; requests: number; input_tokens: bigint; output_tokens: bigint; micros: bigint }>;
+export interface ModelSpend {
+  model: string;
+  requests: number;
+  input_tokens: bigint;
+  output_tokens: bigint;
+  micros: bigint;
 }
 
-export async function spendByKey(db: DbClient, tenantId: string, days = 30) {
+export async function spendByModel(db: DbClient, tenantId: string, period: Period = lastDays(DEFAULT_PERIOD_DAYS)): Promise<ModelSpend[]> {
   const { rows } = await db.query(
-    `select l.key_id, k.label, k.key_hint, count(*)::int as requests, sum(l.amount_micros)::bigint as micros
-       from ledger l left join api_keys k on k.id = l.key_id and k.tenant_id = l.tenant_id
-      where l.tenant_id = $1 and l.kind = 'debit' and l.source = 'request' and l.created_at > now() - make_interval(days => $2)
-      group by l.key_id, k.label, k.key_hint order by micros desc, l.key_id`,
-    [tenantId, days],
+    `select l.model, count(*)::int as requests, coalesce(sum(l.input_tokens), 0)::bigint as input_tokens,
+            coalesce(sum(l.output_tokens), 0)::bigint as output_tokens, sum(l.amount_micros)::bigint as micros
+       from ledger l where ${SPEND}
+      group by l.model order by micros desc, l.model`,
+    periodArgs(tenantId, period),
   );
-  return rows as Array<{ key_id: string; label: string | null; key_hint: string | null; requests: number; micros: bigint }>;
+  return rows;
 }
+
+export interface KeySpend {
+  key_id: string | null;
+  label: string | null;
+  key_hint: string | null;
+  requests: number;
+  micros: bigint;
+}
+
+export async function spendByKey(db: DbClient, tenantId: string, period: Period = lastDays(DEFAULT_PERIOD_DAYS)): Promise<KeySpend[]> {
+  const { rows } = await db.query(
+    `select s.key_id, k.label, k.key_hint, s.requests, s.micros
+       from (select l.key_id, count(*)::int as requests, sum(l.amount_micros)::bigint as micros
+               from ledger l where ${SPEND} group by l.key_id) s
+       left join api_keys k on k.id = s.key_id and k.tenant_id = $1
+      order by s.micros desc, s.key_id`,
+    periodArgs(tenantId, period),
+  );
+  return rows;
+}
+
+export interface EndUserSpend {
+  /** The client's own end user (OpenAI's `user`); null: requests that named none. */
+  end_user: string | null;
+  requests: number;
+  micros: bigint;
+}
+
+export interface EndUsersSpend {
+  /** The end users that spent most, at most `limit` of them. */
+  rows: EndUserSpend[];
+  /** How many end users spent in the period (requests naming none count as one). */
+  groups: number;
+}
+
+/** The end users that spent most in the period, and how many there were (the usage export has them all). */
+export async function spendByEndUser(
+  db: DbClient,
+  tenantId: string,
+  period: Period = lastDays(DEFAULT_PERIOD_DAYS),
+  limit = END_USERS_SHOWN,
+): Promise<EndUsersSpend> {
+  const { rows } = await db.query(
+    `select l.end_user, count(*)::int as requests, sum(l.amount_micros)::bigint as micros, count(*) over ()::int as groups
+       from ledger l where ${SPEND}
+      group by l.end_user order by micros desc, l.end_user nulls first limit $5`,
+    [...periodArgs(tenantId, period), limit],
+  );
+  return { rows: rows.map(({ groups: _, ...r }) => r), groups: rows[0]?.groups ?? 0 };
+}
+
+/** How many end users the dashboard lists (the rest are summed in one row). */
+export const END_USERS_SHOWN = 20;
 
 export interface LedgerRow {
   id: bigint;

@@ -3,9 +3,11 @@ import type { ModelRecord } from '../db/models.ts';
 import { TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
 import type { ChargeRow } from '../pix/service.ts';
 import { html, raw, type SafeHtml } from './html.ts';
+import { otherLangHref } from './http.ts';
 import type { Lang, T } from './i18n/index.ts';
 import { amount, dateTime, int, money, price, time } from './format.ts';
 import type { LedgerRow } from './usage.ts';
+import { may, type Role } from './roles.ts';
 
 export interface ViewCtx {
   t: T;
@@ -14,34 +16,31 @@ export interface ViewCtx {
   csrf: string;
   email?: string;
   balance?: bigint;
+  /** the signed-in member's role: the nav shows what it may open (the server checks every route anyway) */
+  role?: Role;
 }
 
-const csrfField = (c: ViewCtx) => html`<input type="hidden" name="_csrf" value="${c.csrf}">`;
+/** Whether the signed-in member's role may do this (for links and buttons; routes check on the server). */
+export const allows = (c: ViewCtx, action: Parameters<typeof may>[1]) => c.role !== undefined && may(c.role, action);
+
+export const csrfField = (c: ViewCtx) => html`<input type="hidden" name="_csrf" value="${c.csrf}">`;
 
 function langLinks(c: ViewCtx): SafeHtml {
   const other: Lang = c.lang === 'en' ? 'pt-BR' : 'en';
-  // the request's own path, which may be anything a client sent (`//`, `//other.host/x`): parsed as a
-  // path of ours (never a host: `new URL('//', base)` threw, a 500), and written with one leading
-  // slash so that the link can never be protocol-relative (`//other.host/…`)
-  let href = `/?lang=${other}`;
-  try {
-    const u = new URL(`http://portal/${c.path.replace(/^\/+/, '')}`);
-    u.searchParams.set('lang', other);
-    href = u.pathname + u.search;
-  } catch {
-    // keep the root
-  }
-  return html`<a class="lang" data-testid="lang-switch" href="${href}">${other === 'en' ? 'English' : 'Português'}</a>`;
+  return html`<a class="lang" data-testid="lang-switch" href="${otherLangHref(c.path, other)}">${other === 'en' ? 'English' : 'Português'}</a>`;
 }
 
 export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?: string | null; error?: string | null } = {}): string {
   const nav = c.email
     ? html`<nav>
         <a href="/dashboard">${c.t('nav.dashboard')}</a>
-        <a href="/topup">${c.t('nav.topup')}</a>
-        <a href="/keys">${c.t('nav.keys')}</a>
-        <a href="/ledger">${c.t('nav.ledger')}</a>
+        ${allows(c, 'topup') ? html`<a href="/topup">${c.t('nav.topup')}</a>` : ''}
+        ${allows(c, 'keys') ? html`<a href="/keys">${c.t('nav.keys')}</a>` : ''}
+        ${allows(c, 'statement') ? html`<a href="/ledger">${c.t('nav.ledger')}</a>` : ''}
         <a href="/models">${c.t('nav.models')}</a>
+        ${allows(c, 'members') ? html`<a href="/members">${c.t('nav.members')}</a>` : ''}
+        <a href="/account">${c.t('nav.account')}</a>
+        ${allows(c, 'notifications') ? html`<a href="/notifications">${c.t('nav.notifications')}</a>` : ''}
       </nav>
       <div class="who">
         <span class="balance" data-testid="header-balance">${c.t('common.balance')}: <strong>${money(c.lang, c.balance ?? 0n)}</strong></span>
@@ -97,67 +96,6 @@ ${csrfField(c)}
 </form>
 <p><a href="/login">${c.t('auth.have_account')}</a></p>
 </section>`;
-}
-
-function spendChart(c: ViewCtx, days: Array<{ day: string; micros: bigint; requests: number }>): SafeHtml {
-  const W = 720,
-    H = 180,
-    pad = 24;
-  const max = days.reduce((m, d) => (d.micros > m ? d.micros : m), 0n);
-  const bw = (W - pad * 2) / Math.max(days.length, 1);
-  const bars = days.map((d, i) => {
-    const h = max === 0n ? 0 : (Number((d.micros * 1000n) / max) / 1000) * (H - pad * 2);
-    const x = pad + i * bw;
-    return html`<rect x="${(x + 1).toFixed(1)}" y="${(H - pad - h).toFixed(1)}" width="${Math.max(bw - 2, 1).toFixed(1)}" height="${h.toFixed(1)}" data-day="${d.day}" data-micros="${d.micros.toString()}"><title>${d.day}: ${amount(c.lang, d.micros)} · ${d.requests} req</title></rect>`;
-  });
-  return html`<svg class="chart" data-testid="spend-chart" viewBox="0 0 ${W} ${H}" role="img" aria-label="${c.t('dash.spend_30d')}">
-<line x1="${pad}" y1="${H - pad}" x2="${W - pad}" y2="${H - pad}" class="axis"/>
-${bars}
-<text x="${pad}" y="14" class="lbl">${amount(c.lang, max)}</text>
-<text x="${pad}" y="${H - 6}" class="lbl">${days[0]?.day ?? ''}</text>
-<text x="${W - pad}" y="${H - 6}" class="lbl" text-anchor="end">${days[days.length - 1]?.day ?? ''}</text>
-</svg>`;
-}
-
-export function dashboardPage(
-  c: ViewCtx,
-  d: {
-    balance: bigint;
-    held: bigint;
-    days: Array<{ day: string; micros: bigint; requests: number }>;
-    byModel: Array<{ model: string; requests: number; input_tokens: bigint; output_tokens: bigint; micros: bigint }>;
-    byKey: Array<{ key_id: string; label: string | null; key_hint: string | null; requests: number; micros: bigint }>;
-    gatewayUrl: string;
-  },
-): SafeHtml {
-  return html`<h1>${c.t('dash.title')}</h1>
-<section class="card stat">
-<div><span class="muted">${c.t('common.balance')}</span><div class="big" data-testid="balance">${money(c.lang, d.balance)}</div>
-<span class="muted">${money(c.lang, d.balance - d.held)} ${c.t('dash.balance_available')}</span></div>
-<div><span class="muted">${c.t('dash.base_url')}</span><div><code data-testid="gateway-url">${d.gatewayUrl}</code></div>
-<a class="button" href="/topup">${c.t('nav.topup')}</a></div>
-</section>
-<section class="card"><h2>${c.t('dash.spend_30d')}</h2>${spendChart(c, d.days)}</section>
-<div class="grid2">
-<section class="card"><h2>${c.t('dash.by_model')}</h2>
-${
-  d.byModel.length === 0
-    ? html`<p class="muted">${c.t('common.none')}</p>`
-    : html`<table data-testid="by-model"><thead><tr><th>${c.t('dash.model')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.tokens_in')}</th><th class="num">${c.t('dash.tokens_out')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
-${d.byModel.map((m) => html`<tr><td><code>${m.model}</code></td><td class="num">${int(c.lang, m.requests)}</td><td class="num">${int(c.lang, m.input_tokens)}</td><td class="num">${int(c.lang, m.output_tokens)}</td><td class="num">${amount(c.lang, m.micros)}</td></tr>`)}
-</tbody></table>`
-}
-</section>
-<section class="card"><h2>${c.t('dash.by_key')}</h2>
-${
-  d.byKey.length === 0
-    ? html`<p class="muted">${c.t('common.none')}</p>`
-    : html`<table data-testid="by-key"><thead><tr><th>${c.t('dash.key')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
-${d.byKey.map((k) => html`<tr><td>${k.label || k.key_hint || k.key_id}</td><td class="num">${int(c.lang, k.requests)}</td><td class="num">${amount(c.lang, k.micros)}</td></tr>`)}
-</tbody></table>`
-}
-</section>
-</div>`;
 }
 
 export function topupPage(c: ViewCtx, charges: ChargeRow[], v: { amount?: string } = {}): SafeHtml {
@@ -244,9 +182,14 @@ export function keysPage(
     models: ModelRecord[];
     created?: { key: string; label: string } | null;
     form?: Record<string, string | string[]>;
+    /** owner and admin see who created each key: portal user id → e-mail of the tenant's members */
+    creators?: Map<string, string> | null;
   },
 ): SafeHtml {
   const f = d.form ?? {};
+  const creators = d.creators;
+  const creatorCell = (k: ApiKeyRecord) =>
+    creators ? html`<td data-testid="key-creator">${k.created_by === null ? '—' : (creators.get(k.created_by) ?? c.t('members.former'))}</td>` : '';
   const picked = new Set(Array.isArray(f.models) ? f.models : f.models ? [f.models] : []);
   return html`<h1>${c.t('keys.title')}</h1>
 ${
@@ -260,8 +203,8 @@ ${
     : ''
 }
 <section class="card">
-<table data-testid="keys-table"><thead><tr><th>${c.t('keys.label')}</th><th>${c.t('keys.prefix')}</th><th>${c.t('keys.allowlist')}</th><th>${c.t('keys.limit_col')}</th><th>${c.t('keys.rate_col')}</th><th>${c.t('keys.expires_col')}</th><th class="num">${c.t('keys.usage')}</th><th>${c.t('keys.last_used')}</th><th>${c.t('keys.status')}</th><th></th></tr></thead><tbody>
-${d.keys.length === 0 ? html`<tr><td colspan="10" class="muted">${c.t('common.none')}</td></tr>` : ''}
+<table data-testid="keys-table"><thead><tr><th>${c.t('keys.label')}</th><th>${c.t('keys.prefix')}</th><th>${c.t('keys.allowlist')}</th><th>${c.t('keys.limit_col')}</th><th>${c.t('keys.rate_col')}</th><th>${c.t('keys.expires_col')}</th><th class="num">${c.t('keys.usage')}</th><th>${c.t('keys.last_used')}</th><th>${c.t('keys.status')}</th>${creators ? html`<th>${c.t('keys.created_by')}</th>` : ''}<th></th></tr></thead><tbody>
+${d.keys.length === 0 ? html`<tr><td colspan="${creators ? 11 : 10}" class="muted">${c.t('common.none')}</td></tr>` : ''}
 ${d.keys.map(
   (k) => html`<tr data-key-id="${k.id}" data-testid="key-row">
 <td>${k.label}</td><td><code>${k.key_hint}</code></td><td>${allowlist(c, k)}</td><td>${limitText(c, k)}</td>
@@ -269,6 +212,7 @@ ${d.keys.map(
 <td class="num">${amount(c.lang, k.usage_micros)}${k.limit_reset ? html`<br><small>${amount(c.lang, k.windowUsage)} ${c.t(`keys.window_${k.limit_reset}` as never)}</small>` : ''}</td>
 <td>${k.last_used_at ? dateTime(c.lang, k.last_used_at) : c.t('common.never')}</td>
 <td>${k.revoked_at ? html`<span class="badge s-EXPIRADA">${c.t('keys.revoked')}</span>` : expired(k) ? html`<span class="badge s-EXPIRADA">${c.t('keys.expired')}</span>` : html`<span class="badge s-CONCLUIDA">${c.t('keys.active')}</span>`}</td>
+${creatorCell(k)}
 <td>${k.revoked_at ? '' : html`<a class="button danger small" href="/keys/${k.id}/revoke" data-testid="revoke-link">${c.t('keys.revoke')}</a>`}</td>
 </tr>`,
 )}
@@ -323,11 +267,13 @@ function ledgerWhat(c: ViewCtx, r: LedgerRow): SafeHtml {
   if (r.source === 'pix') return html`${c.t('ledger.pix')}`;
   if (r.source === 'pix_refund') return html`${c.t('ledger.pix_refund')}`;
   if (r.source === 'grant') return html`${c.t('ledger.grant')}${r.note ? html` · ${r.note}` : ''}`;
+  if (r.source === 'adjustment') return html`${c.t('ledger.adjustment')}${r.note ? html` · ${r.note}` : ''}`;
   return html`${r.source}`;
 }
 
 export function ledgerPage(c: ViewCtx, rows: LedgerRow[], page: number, hasMore: boolean): SafeHtml {
   return html`<h1>${c.t('ledger.title')}</h1>
+<p class="actions"><a class="button" href="/exports/statement.csv" download data-testid="ledger-export">${c.t('exports.statement_30d')}</a> <a href="/dashboard#exports">${c.t('exports.other_periods')}</a></p>
 <section class="card">
 <table data-testid="ledger"><thead><tr><th>${c.t('ledger.when')}</th><th>${c.t('ledger.what')}</th><th class="num">${c.t('ledger.amount')}</th><th class="num">${c.t('ledger.balance_after')}</th></tr></thead><tbody>
 ${rows.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
@@ -350,6 +296,57 @@ ${models.map((m) => html`<tr><td><code>${m.id}</code>${m.name ? html`<br><small>
 </section>`;
 }
 
-export function messagePage(c: ViewCtx, title: string, text: string): SafeHtml {
-  return html`<section class="card narrow"><h1>${title}</h1><p>${text}</p><p><a href="/">catraca</a></p></section>`;
+export function messagePage(c: ViewCtx, title: string, text: string, link: { href: string; label: string } = { href: '/', label: 'catraca' }): SafeHtml {
+  return html`<section class="card narrow"><h1>${title}</h1><p data-testid="message">${text}</p><p><a href="${link.href}">${link.label}</a></p></section>`;
+}
+
+/** After a sign-up, whether or not the address had an account: the same page. */
+export function checkEmailPage(c: ViewCtx, v: { email: string; devMail: boolean }): SafeHtml {
+  return html`<section class="card narrow" data-testid="check-email">
+<h1>${c.t('auth.check_email_title')}</h1>
+<p>${c.t('auth.check_email', { email: v.email })}</p>
+${v.devMail ? html`<p class="muted">${c.t('auth.dev_mail')} <a href="/dev/mail">/dev/mail</a>.</p>` : ''}
+<p><a class="button" href="/login">${c.t('auth.login_button')}</a></p>
+</section>`;
+}
+
+/** What a top-up shows until the address is verified: why, and a button to send the link again. */
+export function verifyFirstPage(c: ViewCtx, v: { email: string; mailConfigured: boolean }): SafeHtml {
+  return html`<h1>${c.t('topup.title')}</h1>
+<section class="card narrow" data-testid="verify-first">
+<h2>${c.t('topup.verify_first_title')}</h2>
+<p>${c.t('topup.verify_first', { email: v.email })}</p>
+${
+  v.mailConfigured
+    ? html`<form method="post" action="/verify/resend">${csrfField(c)}<button type="submit" data-testid="resend">${c.t('topup.resend')}</button></form>`
+    : html`<p class="muted">${c.t('topup.mail_off')}</p>`
+}
+</section>`;
+}
+
+export function resetPage(c: ViewCtx, token: string): SafeHtml {
+  return html`<section class="card narrow">
+<h1>${c.t('auth.reset_title')}</h1>
+<form method="post" action="/reset">
+${csrfField(c)}
+<input type="hidden" name="token" value="${token}">
+<label>${c.t('auth.password')}<input type="password" name="password" autocomplete="new-password" minlength="10" required><small>${c.t('auth.password_hint')}</small></label>
+<button type="submit">${c.t('auth.reset_button')}</button>
+</form>
+</section>`;
+}
+
+/** Development only: the e-mails the embedded SMTP sink received (links clickable). */
+export function devMailPage(c: ViewCtx, messages: Array<{ id: string; date: string; to: string[]; subject: string; text: string }>): SafeHtml {
+  const linked = (text: string) => text.split(/(https?:\/\/[^\s<>"]+)/g).map((part, i) => (i % 2 === 1 ? html`<a href="${part}">${part}</a>` : html`${part}`));
+  return html`<h1>${c.t('dev.mail_title')}</h1>
+<p class="muted">${c.t('dev.mail_note')}</p>
+${messages.length === 0 ? html`<p class="muted">${c.t('common.none')}</p>` : ''}
+${messages.map(
+  (m) => html`<article class="card" data-testid="mail" data-to="${m.to.join(',')}">
+<h2>${m.subject}</h2>
+<p class="muted">${m.to.join(', ')} · ${m.date}</p>
+<pre class="mail">${linked(m.text)}</pre>
+</article>`,
+)}`;
 }

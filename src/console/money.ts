@@ -1,0 +1,158 @@
+import type { DbClient } from '../db/pool.ts';
+import { TZ } from './tenants.ts';
+
+// Revenue against vendor cost, per São Paulo day × model × tenant.
+//   revenue      what tenants were debited for their requests (ledger debits of source 'request')
+//   vendor cost  the request's tokens at the vendor prices in force when it was made
+//                (model_vendor_costs): input not read from or written to the cache at the input
+//                price, cache reads at the cached-input price, cache writes at their write prices
+//                (each at the input price where none is set), output (reasoning included) at the
+//                output price; in USD × the exchange rate recorded with the prices, or in BRL.
+//   margin       revenue − vendor cost
+// Exact: per request Σ tokens × price (micro-units per 1M tokens) × F, where F is the rate in
+// micro-BRL per USD (or 1 000 000 for BRL), summed over the group as an integer, then rounded
+// half up once to the micro-real: cost = ⌊(Σ + 5·10¹¹) / 10¹²⌋. Requests of a model without a
+// vendor cost count as `uncosted` and add nothing to the cost.
+
+export interface MarginRow {
+  day: string;
+  model: string;
+  tenant_id: string;
+  tenant_name: string;
+  requests: number;
+  input_tokens: bigint;
+  cached_tokens: bigint;
+  cache_write_tokens: bigint;
+  output_tokens: bigint;
+  reasoning_tokens: bigint;
+  revenue_micros: bigint;
+  vendor_cost_micros: bigint;
+  uncosted: number;
+}
+
+export interface MarginFilter {
+  /** São Paulo days, inclusive, YYYY-MM-DD */
+  from: string;
+  to: string;
+  tenantId?: string;
+  model?: string;
+}
+
+const PICO_TERM = `(greatest(coalesce(l.input_tokens, 0) - coalesce(l.cached_tokens, 0) - coalesce(l.cache_write_tokens, 0) - coalesce(l.cache_write_1h_tokens, 0), 0)::numeric * c.input_price
+     + coalesce(l.cached_tokens, 0)::numeric * coalesce(c.cached_input_price, c.input_price)
+     + coalesce(l.cache_write_tokens, 0)::numeric * coalesce(c.cache_write_price, c.input_price)
+     + coalesce(l.cache_write_1h_tokens, 0)::numeric * coalesce(c.cache_write_1h_price, c.input_price)
+     + coalesce(l.output_tokens, 0)::numeric * c.output_price)
+   * (case when c.currency = 'USD' then c.usd_brl_micros else 1000000 end)`;
+
+export async function marginRows(db: DbClient, f: MarginFilter): Promise<MarginRow[]> {
+  const { rows } = await db.query(
+    `with r as (
+       select to_char((l.created_at at time zone '${TZ}')::date, 'YYYY-MM-DD') as day, l.model, l.tenant_id, l.amount_micros,
+              l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.cache_write_1h_tokens, l.output_tokens, l.reasoning_tokens,
+              c.currency, case when c.currency is null then 0 else ${PICO_TERM} end as cost_units
+         from ledger l
+         left join lateral (select * from model_vendor_costs c where c.model_id = l.model and c.valid_from <= l.created_at
+                             order by c.valid_from desc, c.id desc limit 1) c on true
+        where l.kind = 'debit' and l.source = 'request'
+          and l.created_at >= ($1::date::timestamp at time zone '${TZ}') and l.created_at < (($2::date + 1)::timestamp at time zone '${TZ}')
+          and ($3::text is null or l.tenant_id = $3) and ($4::text is null or l.model = $4))
+     select r.day, coalesce(r.model, '') as model, r.tenant_id, t.name as tenant_name, count(*)::int as requests,
+            coalesce(sum(r.input_tokens), 0)::bigint as input_tokens, coalesce(sum(r.cached_tokens), 0)::bigint as cached_tokens,
+            coalesce(sum(coalesce(r.cache_write_tokens, 0) + coalesce(r.cache_write_1h_tokens, 0)), 0)::bigint as cache_write_tokens,
+            coalesce(sum(r.output_tokens), 0)::bigint as output_tokens, coalesce(sum(r.reasoning_tokens), 0)::bigint as reasoning_tokens,
+            sum(r.amount_micros)::bigint as revenue_micros,
+            div(sum(r.cost_units) + 500000000000, 1000000000000)::bigint as vendor_cost_micros,
+            count(*) filter (where r.currency is null)::int as uncosted
+       from r join tenants t on t.id = r.tenant_id
+      group by r.day, r.model, r.tenant_id, t.name
+      order by r.day desc, revenue_micros desc, r.model, r.tenant_id`,
+    [f.from, f.to, f.tenantId ?? null, f.model ?? null],
+  );
+  return rows;
+}
+
+export interface DayTotal {
+  day: string;
+  revenue_micros: bigint;
+  vendor_cost_micros: bigint;
+}
+
+/** Per day of the range (every day, oldest first): the sums of its rows. */
+export function dayTotals(rows: MarginRow[], from: string, to: string): DayTotal[] {
+  const byDay = new Map<string, DayTotal>();
+  for (let d = new Date(`${from}T00:00:00Z`); d <= new Date(`${to}T00:00:00Z`); d = new Date(d.getTime() + 86400000)) {
+    const day = d.toISOString().slice(0, 10);
+    byDay.set(day, { day, revenue_micros: 0n, vendor_cost_micros: 0n });
+  }
+  for (const r of rows) {
+    const t = byDay.get(r.day);
+    if (!t) continue;
+    t.revenue_micros += r.revenue_micros;
+    t.vendor_cost_micros += r.vendor_cost_micros;
+  }
+  return [...byDay.values()];
+}
+
+export function totals(rows: MarginRow[]): { requests: number; revenue_micros: bigint; vendor_cost_micros: bigint; uncosted: number } {
+  return rows.reduce(
+    (a, r) => ({
+      requests: a.requests + r.requests,
+      revenue_micros: a.revenue_micros + r.revenue_micros,
+      vendor_cost_micros: a.vendor_cost_micros + r.vendor_cost_micros,
+      uncosted: a.uncosted + r.uncosted,
+    }),
+    { requests: 0, revenue_micros: 0n, vendor_cost_micros: 0n, uncosted: 0 },
+  );
+}
+
+export interface ShortfallRow {
+  id: string;
+  created_at: Date;
+  tenant_id: string;
+  tenant_name: string;
+  suspended_at: Date | null;
+  request_id: string;
+  model: string | null;
+  key_id: string | null;
+  cost_micros: bigint;
+  debited_micros: bigint;
+  /** debited later by adjustments that name the request */
+  recovered_micros: bigint;
+}
+
+/** Settlements that could not debit in full (cost above what was debited), newest first. */
+export async function shortfalls(db: DbClient, limit = 200): Promise<ShortfallRow[]> {
+  const { rows } = await db.query(
+    `select l.id::text as id, l.created_at, l.tenant_id, t.name as tenant_name, t.suspended_at, l.request_id, l.model, l.key_id,
+            l.cost_micros, l.amount_micros as debited_micros,
+            coalesce((select sum(a.amount_micros) from ledger a where a.ref_request_id = l.request_id and a.tenant_id = l.tenant_id
+                       and a.kind = 'debit' and a.source = 'adjustment'), 0)::bigint as recovered_micros
+       from ledger l join tenants t on t.id = l.tenant_id
+      where l.kind = 'debit' and l.source = 'request' and l.cost_micros > l.amount_micros
+      order by l.created_at desc, l.id desc limit $1`,
+    [limit],
+  );
+  return rows;
+}
+
+/** Today and 29 days before it, in São Paulo. */
+export function defaultRange(now = new Date()): { from: string; to: string } {
+  const to = new Intl.DateTimeFormat('en-CA', { timeZone: TZ, year: 'numeric', month: '2-digit', day: '2-digit' }).format(now);
+  const from = new Date(Date.parse(`${to}T00:00:00Z`) - 29 * 86400000).toISOString().slice(0, 10);
+  return { from, to };
+}
+
+const DAY = /^\d{4}-\d{2}-\d{2}$/;
+/** A range from query parameters: valid days, from ≤ to, at most 366 days; else null. */
+export function parseRange(from: string | null, to: string | null): { from: string; to: string } | null {
+  const d = defaultRange();
+  const f = from || d.from;
+  const t = to || d.to;
+  if (!DAY.test(f) || !DAY.test(t)) return null;
+  const a = Date.parse(`${f}T00:00:00Z`);
+  const b = Date.parse(`${t}T00:00:00Z`);
+  if (Number.isNaN(a) || Number.isNaN(b) || new Date(a).toISOString().slice(0, 10) !== f || new Date(b).toISOString().slice(0, 10) !== t) return null;
+  if (b < a || b - a > 365 * 86400000) return null;
+  return { from: f, to: t };
+}

@@ -1,0 +1,27 @@
+import type { SafeHtml } from '../portal/html.ts';
+import { send } from '../portal/http.ts';
+import type { CCtx } from './http.ts';
+import { layout, messagePage, type ViewCtx } from './views/layout.ts';
+
+// Pages in the console's frame (views/layout.ts); never cached (`no-store`, as every answer of send()).
+
+export type PageOptions = { flash?: string | null; error?: string | null };
+
+export interface ConsoleRenderer {
+  page(c: CCtx, status: number, title: string, body: (vc: ViewCtx) => SafeHtml, o?: PageOptions): Promise<Response>;
+  notFound(c: CCtx): Promise<Response>;
+}
+
+export function viewCtx(c: CCtx): ViewCtx {
+  const { t, lang, url, operator } = c.var;
+  return { t, lang, path: url.pathname + url.search, csrf: operator?.csrf ?? c.var.preCsrf, operator: operator?.operator.email };
+}
+
+export function renderer(): ConsoleRenderer {
+  const page = async (c: CCtx, status: number, title: string, body: (vc: ViewCtx) => SafeHtml, o: PageOptions = {}) => {
+    const vc = viewCtx(c);
+    return send(c, status, 'text/html; charset=utf-8', layout(vc, title, body(vc), o));
+  };
+  const notFound = (c: CCtx) => page(c, 404, c.var.t('error.not_found'), (vc) => messagePage(vc, '404', c.var.t('error.not_found')));
+  return { page, notFound };
+}

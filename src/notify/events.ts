@@ -1,0 +1,79 @@
+import { z } from 'zod';
+import type { DbClient } from '../db/pool.ts';
+
+// The notification events (docs/notifications.md). Each is made once, by a catraca_notify_* SQL
+// function in the transaction that decided it, as a row of notify_events (the outbox); its body is
+// Standard Webhooks' {type, timestamp, data}, amounts as exact BRL decimal strings with 6 decimals
+// (the ledger's unit), ids of the tenant, key and charge.
+
+export const EVENT_TYPES = ['balance.low', 'balance.depleted', 'topup.credited', 'key.limit_reached', 'key.revoked', 'key.expiring'] as const;
+export type EventType = (typeof EVENT_TYPES)[number];
+export const EventTypeSchema = z.enum(EVENT_TYPES);
+
+/** Below this balance (R$ 0,01) a tenant is depleted; below this much left of its limit a key has reached it (the SQL functions' v_dust). */
+export const DUST_MICROS = 10_000n;
+
+/** A row of notify_events. */
+export interface NotifyEvent {
+  /** msg_…: the webhook-id, the same for every attempt and replay */
+  id: string;
+  tenant_id: string;
+  type: EventType;
+  data: Record<string, unknown>;
+  created_at: Date;
+  published_at: Date | null;
+}
+
+/** The body every endpoint gets, byte for byte the same at every attempt (the row never changes). */
+export function eventBody(e: Pick<NotifyEvent, 'type' | 'data' | 'created_at'>): string {
+  return JSON.stringify({ type: e.type, timestamp: e.created_at.toISOString(), data: e.data });
+}
+
+/** What goes on the JetStream stream NOTIFY (subject catraca.notify.<type>, msgID = id). */
+export const WireEventSchema = z.object({
+  v: z.literal(1),
+  id: z.string().regex(/^msg_[A-Za-z0-9]{8,64}$/),
+  tenant_id: z.string().min(1),
+  type: EventTypeSchema,
+  timestamp: z.string(),
+  data: z.record(z.string(), z.unknown()),
+});
+export type WireEvent = z.infer<typeof WireEventSchema>;
+
+export const toWire = (e: NotifyEvent): WireEvent => ({
+  v: 1,
+  id: e.id,
+  tenant_id: e.tenant_id,
+  type: e.type,
+  timestamp: e.created_at.toISOString(),
+  data: e.data,
+});
+
+// The functions that make events (src/db/functions/catraca_notify_*.sql); each returns what it made.
+
+/** Balance crossings of these tenants (balance.low, balance.depleted), made or re-armed. */
+export async function checkBalances(db: DbClient, tenantIds: string[]): Promise<NotifyEvent[]> {
+  if (tenantIds.length === 0) return [];
+  return (await db.query('select * from catraca_notify_balance($1::text[])', [tenantIds])).rows;
+}
+
+/** key.limit_reached of these keys (once per key and window). */
+export async function checkKeyLimits(db: DbClient, keyIds: string[]): Promise<NotifyEvent[]> {
+  if (keyIds.length === 0) return [];
+  return (await db.query('select * from catraca_notify_keys($1::text[])', [keyIds])).rows;
+}
+
+/** key.revoked of a key just revoked (once per key). */
+export async function keyRevokedEvent(db: DbClient, keyId: string): Promise<NotifyEvent[]> {
+  return (await db.query('select * from catraca_notify_key_revoked($1)', [keyId])).rows;
+}
+
+/** topup.credited of a credited charge (once per charge): in the credit's transaction. */
+export async function topUpEvent(db: DbClient, txid: string): Promise<NotifyEvent[]> {
+  return (await db.query('select * from catraca_notify_topup($1)', [txid])).rows;
+}
+
+/** key.expiring of keys within 7 days of their expiry (once per key), at most `limit`. */
+export async function scanExpiringKeys(db: DbClient, limit = 500): Promise<NotifyEvent[]> {
+  return (await db.query('select * from catraca_notify_expiring($1)', [limit])).rows;
+}
