@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // `npm run build`: compiles src/ and workers/ to dist/ with tsc (tsconfig.build.json: type-checked,
 // `.ts` import specifiers rewritten to `.js`), then copies the files the compiled code reads at run
-// time next to it: the portal's static files and the SQL migrations. dist/ is rebuilt from scratch
-// so a deleted source never lingers there. `npm start` runs this first (prestart).
+// time next to it: the portal's and the console's static files, the SQL migrations and the SQL function files
+// (src/db/migrate.ts reads both folders). dist/ is rebuilt from scratch so a deleted source never
+// lingers there. `npm start` runs this first (prestart).
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -16,7 +17,9 @@ const require = createRequire(join(root, 'package.json'));
 /** Files read at run time relative to the module that reads them (src/… → dist/src/…). */
 const ASSETS = [
   { from: 'src/portal/static', filter: (f) => /\.(css|js|svg|png|ico)$/.test(f) },
+  { from: 'src/console/static', filter: (f) => /\.(css|js|svg|png|ico)$/.test(f) },
   { from: 'src/db/migrations', filter: (f) => /^\d+_.*\.sql$/.test(f) },
+  { from: 'src/db/functions', filter: (f) => /\.sql$/.test(f) },
 ];
 
 let tsc;

@@ -1,12 +1,9 @@
 // Flags of one command, parsed with node:util parseArgs: `--name value` or `--name=value`; boolean
-// flags take no value. Unknown flags, missing values, repeated flags and stray positionals are
-// usage errors (exit code 2) with a message naming the flag.
+// flags take no value. Unknown flags, missing values, repeated flags, stray positionals and values
+// with control characters (NUL, line breaks, escapes) are usage errors (exit code 2) naming the flag.
 import { parseArgs } from 'node:util';
 import { AMOUNT_RULE, parseAmountInput } from '../billing/amount-input.ts';
-import { parseExpiry } from '../auth/key-options.ts';
 import { UsageError } from './context.ts';
-
-export { parseRateLimit } from '../auth/key-options.ts';
 
 export interface FlagSpec {
   /** Flags that take a value. */
@@ -40,6 +37,8 @@ export function parseFlags(args: string[], spec: FlagSpec, command: string): Fla
       if (value === undefined || (!token.inlineValue && value.startsWith('--') && value.length > 2))
         throw new UsageError(`${command}: --${name} needs a value`);
       if (flags[name] !== undefined) throw new UsageError(`${command}: --${name} given twice`);
+      // Every value may reach PostgreSQL (which cannot store NUL) or NATS, or be shown later: no control characters.
+      if (/\p{Cc}/u.test(value)) throw new UsageError(`${command}: --${name} must not contain control characters (NUL, line breaks, escapes)`);
       flags[name] = value;
     } else {
       throw new UsageError(`${command}: unknown option ${token.rawName}`);
@@ -77,15 +76,6 @@ export function intFlag(flags: Flags, name: string, command: string, min = 1): n
     throw new UsageError(`${command}: --${name} must be an integer ≥ ${min}, got ${JSON.stringify(v)}`);
   }
   return Number(v);
-}
-
-/** `--expires 30d` / `--expires 2026-12-31`: when the key stops working (see parseExpiry). */
-export function expiryFlag(flags: Flags, name: string, command: string, now = new Date()): Date | undefined {
-  const v = str(flags, name);
-  if (v === undefined) return undefined;
-  const r = parseExpiry(v, now);
-  if (!r.ok) throw new UsageError(`${command}: --${name} must be a duration like 30d, 12h, 2w or an ISO date like 2026-12-31: ${r.message}`);
-  return r.at;
 }
 
 /** Micro-BRL as a decimal string, exact, with trailing zeros trimmed to at least 2 decimals: "112.34", "0.000001". */

@@ -3,7 +3,13 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { VERSION } from '../version.ts';
-import { creditsGrant, keyCreate, keyList, keyRevoke, ledgerCheckCommand, modelList, modelSet, tenantCreate, tenantList } from './commands.ts';
+import { creditsGrant } from './commands/credits.ts';
+import { keyCreate, keyList, keyRevoke } from './commands/key.ts';
+import { ledgerCheckCommand } from './commands/ledger.ts';
+import { operatorCreate, operatorDisable, operatorList, operatorReset } from './commands/operator.ts';
+import { deploymentAdd, deploymentList, deploymentRemove } from './commands/deployment.ts';
+import { aliasAdd, aliasList, aliasRemove, modelList, modelSet } from './commands/model.ts';
+import { tenantCreate, tenantList, tenantMembers, tenantReactivate, tenantSuspend } from './commands/tenant.ts';
 import { CliError, createContext, UsageError, type CliContext } from './context.ts';
 
 const AMOUNTS = `Amounts (--amount, --limit, prices) are BRL with at most 6 decimals and ONE decimal separator,
@@ -37,19 +43,44 @@ const COMMANDS: Record<string, CommandDef> = {
     synopsis: `tenant list                                                → {tenants: [{id, name, balance, held, active_keys, created_at}]}`,
     help: `Lists every tenant with its balance, the part of it held by requests in flight, and its number of live keys.`,
   },
+  'tenant suspend': {
+    run: tenantSuspend,
+    synopsis: `tenant suspend --id ID --reason TEXT                       → {id, suspended: true}`,
+    help: `Stops admitting requests of every key of the tenant on every front door (403 tenant_suspended);
+its balance, keys and portal stay. Metering suspends a tenant by itself after a shortfall (a
+settlement that could not debit in full): look at it, then reactivate.`,
+  },
+  'tenant reactivate': {
+    run: tenantReactivate,
+    synopsis: `tenant reactivate --id ID                                  → {id, reactivated: true, was}`,
+    help: `Lifts a suspension; prints the reason it had.`,
+  },
+  'tenant members': {
+    run: tenantMembers,
+    synopsis: `tenant members --id ID                                     → {tenant, members: [{id, email, role, verified, created_at}]}`,
+    help: `Lists the portal logins of a tenant and their roles (owner, admin, billing, developer). Members
+are invited and removed in the portal (Members page); a tenant always keeps an owner.`,
+  },
   'key create': {
     run: keyCreate,
-    synopsis: `key create --tenant ID [--label L] [--models '*'|a/b,c/d]
+    synopsis: `key create --tenant ID --label L [--models '*'|a/b,c/d]
            [--limit BRL] [--limit-reset daily|weekly|monthly]
            [--rate-limit N/INTERVAL  e.g. 60/60s, 100/1m]
            [--expires 30d|12h|2w|2026-12-31|2026-12-31T23:59:59Z]
+           [--max-concurrent N] [--tpm N] [--end-user-limit BRL]
                                                            → {id, key, label, models, expires_at}`,
-    help: `Creates an API key for a tenant and prints it once; only its SHA-256 is stored.
+    help: `Creates an API key for a tenant and prints it once; only its SHA-256 is stored. The same
+rules as the portal's form (src/billing/key-rules.ts):
+  --label       1 to 100 characters, what the key is for
   --models      allowlist of model ids (default '*': every model in the catalog)
-  --limit       BRL the key may spend (in total, or per --limit-reset window, UTC)
+  --limit       BRL in whole centavos the key may spend (in total, or per --limit-reset window, UTC)
   --rate-limit  requests per interval, counted across every front door (s, m, h, d)
   --expires     the key stops working after this: a duration from now (m, h, d, w) or an ISO
                 date (00:00 UTC that day) or date-time with its zone; at most 10 years away
+  --max-concurrent  requests in flight at once, across every front door (429 beyond)
+  --tpm             tokens per minute, counted at admission as OpenAI does: the prompt estimate plus
+                    max_tokens (429 with retry-after beyond)
+  --end-user-limit  BRL each end user (the request's user field) may spend per UTC day (402 beyond)
 
 ${AMOUNTS}`,
   },
@@ -74,14 +105,28 @@ ${AMOUNTS}`,
   },
   'model set': {
     run: modelSet,
-    synopsis: `model set --id vendor/name --pool POOL [--protocol sim|openai|anthropic] [--upstream-model M]
-          [--base-url URL] [--api-key-env VAR]
+    synopsis: `model set --id vendor/name --pool POOL [--protocol sim|openai|anthropic] [--kind chat|embedding]
+          [--upstream-model M] [--base-url URL] [--api-key-env VAR]
           --input-price BRL_PER_1M_TOKENS --output-price BRL_PER_1M_TOKENS
-          [--max-output-tokens N] [--context-length N]
+          [--cached-input-price BRL|none] [--cache-write-price BRL|none] [--cache-write-1h-price BRL|none]
+          [--max-output-tokens N] --context-length N (required for a new model)
           [--modalities text,image,audio,file] [--image-tokens N|none]
-          [--extra-params top_k,min_p]                    → {id, pool, protocol, upstream_model, …}`,
+          [--extra-params top_k,min_p] [--legacy-completions true|false] [--reasoning true|false] [--weight N]
+                                                           → {id, pool, protocol, kind, upstream_model, …}`,
     help: `Creates or updates a catalog entry (options not given keep their values) and tells front doors
 and workers to reload the catalog.
+--kind                 chat (default: chat completions, messages, responses, legacy completions) or
+                       embedding (/v1/embeddings only)
+--cached-input-price   BRL per 1M input tokens read from the vendor's prompt cache (OpenAI cached_tokens,
+                       Anthropic cache_read_input_tokens); none: the input price
+--cache-write-price    BRL per 1M input tokens written to the prompt cache (Anthropic's 5-minute writes)
+--cache-write-1h-price BRL per 1M input tokens written to the prompt cache for one hour (Anthropic)
+                       A request is held at the dearest of the input prices: a cache write costs more.
+--reasoning            true for a model that reasons: OpenRouter's \`reasoning\` maps to its reasoning effort
+                       (OpenAI-compatible) or thinking budget (Anthropic)
+--weight               1 to 1000: this (primary) deployment's share among the model's deployments
+--legacy-completions   true when the vendor has its own /completions endpoint (legacy completions are
+                       forwarded to it; otherwise translated into one user message)
 --api-key-env takes the NAME of an environment variable that holds the upstream key, never the key.
 
 ${AMOUNTS}`,
@@ -91,11 +136,80 @@ ${AMOUNTS}`,
     synopsis: `model list                                                 → {models: [{id, pool, protocol, input_price, …}]}`,
     help: `Lists the catalog: pool, protocol, upstream model, BRL prices per 1M tokens, limits.`,
   },
+  'model alias add': {
+    run: aliasAdd,
+    synopsis: `model alias add --alias NAME --model vendor/name            → {alias, model}`,
+    help: `Lets clients name a catalog model by another name on every route (e.g. the model names agents
+send by default, such as Claude Code's claude-sonnet-…). The key's allowlist applies to the model
+it names. An alias cannot be the id of a catalog model.`,
+  },
+  'model alias list': {
+    run: aliasList,
+    synopsis: `model alias list                                           → {aliases: [{alias, model}]}`,
+    help: `Lists the aliases and the models they name.`,
+  },
+  'model alias remove': {
+    run: aliasRemove,
+    synopsis: `model alias remove --alias NAME                            → {alias, removed: true}`,
+    help: `Removes an alias; requests naming it get 404 model_not_found from then on.`,
+  },
+  'model deployment add': {
+    run: deploymentAdd,
+    synopsis: `model deployment add --model ID --base-url URL [--api-key-env VAR] [--upstream-model M]
+          [--protocol sim|openai|anthropic] [--weight N] [--name SLUG]
+          [--input-price BRL] [--output-price BRL]         → {id, model, name, base_url, …}`,
+    help: `Adds a place the model is served from besides its own row (the "primary" deployment that
+\`model set\` defines): another organisation's key, or another host of the same weights. Workers
+choose among healthy deployments by weight; one that answers 429 or 5xx, times out or cannot be
+reached cools down (honouring retry-after) and the request moves to the next before its first
+byte; after 5 failures in a row its circuit opens for 30 s. Requests may prefer deployments by
+name (OpenRouter's provider.order, only, ignore, sort). Prices default to the model's; a request
+is held at the dearest deployment's prices and debited at the one that answered.
+  --name        slug for provider preferences (default: the base URL's host)
+  --weight      1 to 1000 (default 1)
+Warns when the workers of the model's pool cannot read --api-key-env.
+
+${AMOUNTS}`,
+  },
+  'model deployment list': {
+    run: deploymentList,
+    synopsis: `model deployment list --model ID                           → {model, deployments: [{id, name, …}]}`,
+    help: `Lists a model's deployments, its own (primary) first.`,
+  },
+  'model deployment remove': {
+    run: deploymentRemove,
+    synopsis: `model deployment remove --id DEPLOYMENT_ID                  → {id, model, removed: true}`,
+    help: `Removes a deployment (not the primary one: that is the model's own row).`,
+  },
   'ledger check': {
     run: ledgerCheckCommand,
     synopsis: `ledger check [--tenant ID]                                 → {ok, tenants_checked, mismatches}`,
     help: `Proves every balance equals credits − debits, held equals the open holds, and no request is
 debited twice. Exit 1 when anything does not match.`,
+  },
+  'operator create': {
+    run: operatorCreate,
+    synopsis: `operator create --email E [--password-stdin]               → {id, email, password, totp_secret, otpauth_url, recovery_codes}`,
+    help: `Creates an account of the operator's console (src/console/; the first one can only be made here)
+and prints, once, what it needs to sign in: a generated password (or the one read from stdin with
+--password-stdin), the TOTP secret as an otpauth URL and a QR code for an authenticator app, and
+ten recovery codes. Only hashes of the password and the codes are stored.`,
+  },
+  'operator list': {
+    run: operatorList,
+    synopsis: `operator list                                              → {operators: [{id, email, created_at, created_by, disabled}]}`,
+    help: `Lists the console's operators.`,
+  },
+  'operator disable': {
+    run: operatorDisable,
+    synopsis: `operator disable --email E                                 → {id, email, disabled: true}`,
+    help: `Disables an operator: they can no longer sign in, and their sessions end.`,
+  },
+  'operator reset': {
+    run: operatorReset,
+    synopsis: `operator reset --email E [--password-stdin]                → (as operator create)`,
+    help: `Gives an operator who lost their password, authenticator or recovery codes new ones (printed
+once, as by operator create), enables them again and ends their sessions.`,
   },
   status: {
     run: runStatusCommand,
@@ -118,14 +232,17 @@ calls the portal's webhook like a real PSP.`,
   },
 };
 
+/** Every command's synopsis, as `catraca --help` lists them (and docs/operations.md, checked by src/docs.test.ts). */
+export const SYNOPSES = Object.values(COMMANDS)
+  .map((c) => '  ' + c.synopsis.split('\n').join('\n  '))
+  .join('\n');
+
 export const USAGE = `catraca ${VERSION} — admin CLI of the catraca gateway
 
 Usage: catraca <command> [options] [--json]
        catraca <command> --help      catraca --version
 
-${Object.values(COMMANDS)
-  .map((c) => '  ' + c.synopsis.split('\n').join('\n  '))
-  .join('\n')}
+${SYNOPSES}
 
 ${AMOUNTS}
 --api-key-env takes the NAME of an environment variable that holds the upstream key, never the key.
@@ -177,7 +294,8 @@ export async function run(argv: string[], opts: RunOptions = {}): Promise<number
     stdout(json ? JSON.stringify({ version: VERSION }) + '\n' : `${VERSION}\n`);
     return 0;
   }
-  const name = positionals.length >= 2 && COMMANDS[`${positionals[0]} ${positionals[1]}`] ? `${positionals[0]} ${positionals[1]}` : positionals[0];
+  // the longest command the first words name: `model alias add`, `model set`, `status`
+  const name = [3, 2, 1].map((n) => positionals.slice(0, n).join(' ')).find((n) => n && COMMANDS[n]) ?? positionals[0];
   const command = name ? COMMANDS[name] : undefined;
   if (!command) {
     stderr(`catraca: unknown command ${JSON.stringify(positionals.slice(0, 2).join(' ') || argv[0])}\n\n${USAGE}`);

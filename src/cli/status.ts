@@ -1,10 +1,13 @@
-import { connect, RequestStrategy, type NatsConnection, type ServiceStats } from 'nats';
+import { connect, type NatsConnection } from 'nats';
 import pg from 'pg';
-import { HEADLINE, type InstanceStatsData } from '../bus/monitoring.ts';
+import { collectInstances, deploymentRows, type DeploymentRow, type InstanceRow, type PoolRow, poolRows } from '../bus/instances.ts';
 import { natsOptions, redactNatsUrl } from '../bus/connect.ts';
 import { usageBacklog, type UsageBacklog } from '../bus/usage-stream.ts';
 import { openHolds } from '../billing/ledger.ts';
 import { formatBrl } from '../billing/money.ts';
+import { redactUrl } from '../log.ts';
+import { textTable } from './table.ts';
+import { type Flags, parseFlags, str } from './args.ts';
 
 // `catraca status [--json] [--watch] [--service gateway|worker|metering|portal] [--wait-ms MS]`
 // Discovers every catraca instance through `$SRV.STATS` (nats.js micro services, see
@@ -17,93 +20,6 @@ import { formatBrl } from '../billing/money.ts';
 // screen only when stdout is a terminal (never an escape code in a pipe or a file).
 // Exit code 0; 1 when NATS cannot be reached, no catraca instance answers, or PostgreSQL (when
 // known) does not answer; 2 on a bad argument.
-
-export interface InstanceRow {
-  service: string;
-  instance: string;
-  id: string;
-  version: string;
-  host: string;
-  pid: number | null;
-  started: string;
-  uptime_s: number;
-  inflight: number | null;
-  jobs_total: number | null;
-  jobs_per_s: number | null;
-  errors_total: number | null;
-  latency_p50_ms: number | null;
-  latency_p99_ms: number | null;
-  rss_mib: number | null;
-  event_loop_p99_ms: number | null;
-  counters: Record<string, number>;
-  rates: Record<string, number>;
-  gauges: Record<string, number>;
-  histograms: InstanceStatsData['histograms'];
-  extra: Record<string, unknown>;
-}
-
-const CATRACA = /^catraca-/;
-/** seconds (the histograms' unit) → ms to the µs */
-const ms = (seconds: number) => Math.round(seconds * 1e6) / 1000;
-
-/** Sum of every series of a metric (`name` and `name{…}`). */
-function sumSeries(rec: Record<string, number> | undefined, name: string): number | null {
-  if (!rec) return null;
-  let found = false;
-  let s = 0;
-  for (const [k, v] of Object.entries(rec)) {
-    if (k === name || k.startsWith(name + '{')) {
-      found = true;
-      s += v;
-    }
-  }
-  return found ? Math.round(s * 1000) / 1000 : null;
-}
-
-export function toRow(s: ServiceStats, now = Date.now()): InstanceRow {
-  const d = (s.endpoints?.find((e) => e.name === 'metrics')?.data ?? null) as InstanceStatsData | null;
-  const lat = d?.histograms?.[HEADLINE.latency];
-  return {
-    service: s.name,
-    instance: d?.instance ?? s.metadata?.instance ?? s.id,
-    id: s.id,
-    version: s.version,
-    host: d?.host ?? s.metadata?.host ?? '',
-    pid: d?.pid ?? (s.metadata?.pid ? Number(s.metadata.pid) : null),
-    started: s.started,
-    uptime_s: Math.max(0, Math.round((now - Date.parse(s.started)) / 1000)),
-    inflight: sumSeries(d?.gauges, HEADLINE.inflight),
-    jobs_total: sumSeries(d?.counters, HEADLINE.jobs),
-    jobs_per_s: sumSeries(d?.rates, HEADLINE.jobs),
-    errors_total: sumSeries(d?.counters, HEADLINE.errors),
-    latency_p50_ms: lat ? ms(lat.p50) : null,
-    latency_p99_ms: lat ? ms(lat.p99) : null,
-    rss_mib: d?.process ? Math.round((d.process.rss_bytes / 2 ** 20) * 10) / 10 : null,
-    event_loop_p99_ms: d?.process ? d.process.event_loop_p99_ms : null,
-    counters: d?.counters ?? {},
-    rates: d?.rates ?? {},
-    gauges: d?.gauges ?? {},
-    histograms: d?.histograms ?? {},
-    extra: d?.extra ?? {},
-  };
-}
-
-export async function collectInstances(nc: NatsConnection, opts: { service?: string; waitMs?: number } = {}): Promise<InstanceRow[]> {
-  const client = nc.services.client({ strategy: RequestStrategy.JitterTimer, maxWait: opts.waitMs ?? 1000 });
-  const rows: InstanceRow[] = [];
-  const now = Date.now();
-  try {
-    for await (const s of await client.stats(opts.service ?? '')) {
-      if (!CATRACA.test(s.name)) continue;
-      rows.push(toRow(s, now));
-    }
-  } catch (err) {
-    // nobody subscribes to $SRV.STATS at all: the server answers "no responders" (503)
-    if ((err as { code?: string }).code !== '503') throw err;
-  }
-  rows.sort((a, b) => a.service.localeCompare(b.service) || a.instance.localeCompare(b.instance));
-  return rows;
-}
 
 function uptime(s: number): string {
   if (s < 60) return `${s}s`;
@@ -131,58 +47,9 @@ export function formatTable(rows: InstanceRow[]): string {
     dash(r.rss_mib),
     dash(r.event_loop_p99_ms),
   ]);
-  const all = [head, ...body];
-  const numeric = new Set([3, 5, 6, 7, 8, 9, 10, 11, 12]);
-  const w = head.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  const lines = all.map((r) =>
-    r
-      .map((c, i) => (numeric.has(i) ? c.padStart(w[i]!) : c.padEnd(w[i]!)))
-      .join('  ')
-      .trimEnd(),
-  );
+  const lines = textTable(head, body, [3, 5, 6, 7, 8, 9, 10, 11, 12]);
   if (!rows.length) lines.push('(no catraca instance answered on $SRV.STATS)');
   return lines.join('\n');
-}
-
-export interface PoolRow {
-  pool: string;
-  /** worker instances serving the pool */
-  workers: number;
-  /** jobs running on those workers for this pool */
-  inflight: number;
-  /** the sum of the workers' concurrency limits (a worker's limit is shared by its pools) */
-  capacity: number;
-  /** jobs waiting in front doors for a worker slot of this pool */
-  waiting: number;
-}
-
-/** Per pool: workers, in flight, capacity (from the workers' $SRV.STATS) and waiting jobs (from the front doors'). */
-export function poolRows(rows: InstanceRow[]): PoolRow[] {
-  const pools = new Map<string, PoolRow>();
-  const get = (pool: string) => {
-    let p = pools.get(pool);
-    if (!p) pools.set(pool, (p = { pool, workers: 0, inflight: 0, capacity: 0, waiting: 0 }));
-    return p;
-  };
-  for (const r of rows) {
-    if (r.service === 'catraca-worker') {
-      const names = Array.isArray(r.extra.pools) ? (r.extra.pools as string[]) : [];
-      const byPool = (r.extra.inflight_by_pool ?? {}) as Record<string, number>;
-      const capacity = typeof r.extra.capacity === 'number' ? r.extra.capacity : (r.gauges.catraca_worker_capacity ?? 0);
-      for (const name of names) {
-        const p = get(name);
-        p.workers++;
-        p.inflight += byPool[name] ?? 0;
-        p.capacity += capacity;
-      }
-    } else if (r.service === 'catraca-gateway') {
-      for (const [k, v] of Object.entries(r.gauges)) {
-        const m = /^catraca_dispatch_waiting\{pool="([^"]*)"\}$/.exec(k);
-        if (m) get(m[1]!).waiting += v;
-      }
-    }
-  }
-  return [...pools.values()].sort((a, b) => a.pool.localeCompare(b.pool));
 }
 
 export interface StatusReport {
@@ -195,7 +62,12 @@ export interface StatusReport {
     | { error: string }
     | null;
   holds: { holds: number; held: string; leases: number; leased: string } | null;
+  /** catalog models whose context length was never given: their prompt bounds are not capped (null: no PostgreSQL) */
+  models_without_context_length: string[] | null;
+  /** tenants whose admission is suspended (a shortfall, or an operator), with why (null: no PostgreSQL) */
+  suspended_tenants: Array<{ id: string; reason: string | null }> | null;
   pools: PoolRow[];
+  deployments: DeploymentRow[];
   instances: InstanceRow[];
 }
 
@@ -218,34 +90,37 @@ export async function collectStatus(
   const [instances, usage, pgPart] = await Promise.all([
     collectInstances(nc, { service: opts.service, waitMs: opts.waitMs }),
     usageBacklog(nc).then(usageOut, (err: Error) => ({ error: /not found/i.test(err.message) ? 'the USAGE stream does not exist yet' : err.message })),
-    (async (): Promise<{ postgres: StatusReport['postgres']; holds: StatusReport['holds'] }> => {
-      if (!opts.db) return { postgres: null, holds: null };
+    (async (): Promise<Pick<StatusReport, 'postgres' | 'holds' | 'models_without_context_length' | 'suspended_tenants'>> => {
+      if (!opts.db) return { postgres: null, holds: null, models_without_context_length: null, suspended_tenants: null };
       const url = redactUrl(opts.databaseUrl ?? '');
       const p0 = performance.now();
       try {
         const open = await openHolds(opts.db);
+        const rtt_ms = Math.round((performance.now() - p0) * 100) / 100;
+        const [unset, suspended] = await Promise.all([
+          opts.db.query<{ id: string }>('select id from models where not context_length_set order by id'),
+          opts.db.query<{ id: string; reason: string | null }>(
+            'select id, suspended_reason as reason from tenants where suspended_at is not null order by suspended_at',
+          ),
+        ]);
         return {
-          postgres: { ok: true, url, rtt_ms: Math.round((performance.now() - p0) * 100) / 100 },
+          postgres: { ok: true, url, rtt_ms },
           holds: { holds: open.holds.count, held: formatBrl(open.holds.micros), leases: open.leases.count, leased: formatBrl(open.leases.micros) },
+          models_without_context_length: unset.rows.map((r) => r.id),
+          suspended_tenants: suspended.rows,
         };
       } catch (err) {
-        return { postgres: { ok: false, url, error: (err as Error).message || String((err as { code?: string }).code ?? err) }, holds: null };
+        return {
+          postgres: { ok: false, url, error: (err as Error).message || String((err as { code?: string }).code ?? err) },
+          holds: null,
+          models_without_context_length: null,
+          suspended_tenants: null,
+        };
       }
     })(),
   ]);
   const ok = nats.ok && instances.length > 0 && (pgPart.postgres === null || pgPart.postgres.ok);
-  return { ok, nats, postgres: pgPart.postgres, usage, holds: pgPart.holds, pools: poolRows(instances), instances };
-}
-
-function table(head: string[], body: string[][], numeric: Set<number>): string[] {
-  const all = [head, ...body];
-  const w = head.map((_, i) => Math.max(...all.map((r) => r[i]!.length)));
-  return all.map((r) =>
-    r
-      .map((c, i) => (numeric.has(i) ? c.padStart(w[i]!) : c.padEnd(w[i]!)))
-      .join('  ')
-      .trimEnd(),
-  );
+  return { ok, nats, ...pgPart, usage, pools: poolRows(instances), deployments: deploymentRows(instances), instances };
 }
 
 /** The human report: health, usage backlog, holds, pools, then the instance table. Plain text, no escape codes. */
@@ -267,13 +142,37 @@ export function formatReport(r: StatusReport): string {
     );
   }
   if (r.holds) out.push(`Holds       ${r.holds.holds} open, R$ ${r.holds.held}; leases ${r.holds.leases} open, R$ ${r.holds.leased}`);
+  if (r.models_without_context_length?.length)
+    out.push(
+      `Catalog     ${r.models_without_context_length.length} model(s) without a context length (their prompt bounds are not capped; set it with model set --context-length): ${r.models_without_context_length.join(', ')}`,
+    );
+  if (r.suspended_tenants?.length)
+    out.push(`Suspended   ${r.suspended_tenants.map((t) => `${t.id} (${t.reason ?? 'no reason given'})`).join('; ')} — catraca tenant reactivate --id ID`);
   if (r.pools.length) {
     out.push('');
     out.push(
-      ...table(
+      ...textTable(
         ['POOL', 'WORKERS', 'IN-FLIGHT', 'CAPACITY', 'WAITING'],
         r.pools.map((p) => [p.pool, String(p.workers), String(p.inflight), String(p.capacity), String(p.waiting)]),
         new Set([1, 2, 3, 4]),
+      ),
+    );
+  }
+  if (r.deployments.length) {
+    out.push('');
+    out.push(
+      ...textTable(
+        ['MODEL', 'DEPLOYMENT', 'HEALTHY', 'CIRCUIT OPEN', 'SERVED', 'FAILED', 'LAST ERROR'],
+        r.deployments.map((d) => [
+          d.model,
+          d.deployment,
+          `${d.healthy}/${d.runners}`,
+          String(d.circuits_open),
+          String(d.served),
+          String(d.failed),
+          d.last_error ?? '-',
+        ]),
+        new Set([2, 3, 4, 5]),
       ),
     );
   }
@@ -282,48 +181,60 @@ export function formatReport(r: StatusReport): string {
   return out.join('\n');
 }
 
-/** postgres://user:secret@host/db → postgres://user:***@host/db */
-function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url.replace(/:\/\/([^:/@]+):[^@]*@/, '://$1:***@');
-  }
-}
-
 const USAGE = `usage: catraca status [--json] [--watch] [--service gateway|worker|metering|portal] [--wait-ms MS]`;
 
-export async function runStatus(ctx: { natsUrl: string; databaseUrl?: string | null; json: boolean; args: string[]; isTTY?: boolean }): Promise<number> {
-  let watch = false;
-  let service: string | undefined;
-  let waitMs = 1000;
-  let json = ctx.json;
-  for (let i = 0; i < ctx.args.length; i++) {
-    const a = ctx.args[i]!;
-    if (a === '--watch' || a === '-w') watch = true;
-    else if (a === '--json') json = true;
-    else if (a === '--service') {
-      const s = ctx.args[++i];
-      if (!s) {
-        process.stderr.write(`--service needs a value\n${USAGE}\n`);
-        return 2;
-      }
-      service = s.startsWith('catraca-') ? s : `catraca-${s}`;
-    } else if (a === '--wait-ms') waitMs = Number(ctx.args[++i]);
-    else if (a === '--help' || a === '-h') {
-      process.stdout.write(USAGE + '\n');
-      return 0;
-    } else {
-      process.stderr.write(`unknown argument ${a}\n${USAGE}\n`);
-      return 2;
-    }
+/** The options of `catraca status`, or the exit code of a usage error (2) or of --help (0). */
+function statusOptions(args: string[], json: boolean): { watch: boolean; service?: string; waitMs: number; json: boolean } | number {
+  let flags: Flags;
+  try {
+    flags = parseFlags(
+      args.map((a) => (a === '-w' ? '--watch' : a)),
+      { values: ['service', 'wait-ms'], booleans: ['watch'] },
+      'status',
+    );
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n${USAGE}\n`);
+    return 2;
   }
+  if (flags.help) {
+    process.stdout.write(USAGE + '\n');
+    return 0;
+  }
+  const waitMs = flags['wait-ms'] === undefined ? 1000 : Number(flags['wait-ms']);
   if (!Number.isFinite(waitMs) || waitMs <= 0) {
     process.stderr.write(`--wait-ms must be a positive number\n`);
     return 2;
   }
+  const s = str(flags, 'service');
+  return { watch: flags.watch === true, service: s && (s.startsWith('catraca-') ? s : `catraca-${s}`), waitMs, json: json || flags.json === true };
+}
+
+/** Runs `once` every second until SIGINT or SIGTERM. */
+async function everySecond(once: () => Promise<void>): Promise<void> {
+  let stop = false;
+  const onSig = () => {
+    stop = true;
+  };
+  process.once('SIGINT', onSig);
+  process.once('SIGTERM', onSig);
+  try {
+    while (!stop) {
+      const t = Date.now();
+      await once();
+      const rest = 1000 - (Date.now() - t);
+      // sleep in small steps so Ctrl-C ends promptly
+      for (let waited = 0; !stop && waited < rest; waited += 50) await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    process.off('SIGINT', onSig);
+    process.off('SIGTERM', onSig);
+  }
+}
+
+export async function runStatus(ctx: { natsUrl: string; databaseUrl?: string | null; json: boolean; args: string[]; isTTY?: boolean }): Promise<number> {
+  const opts = statusOptions(ctx.args, ctx.json);
+  if (typeof opts === 'number') return opts;
+  const { watch, service, waitMs, json } = opts;
   const tty = ctx.isTTY ?? process.stdout.isTTY === true;
   let nc: NatsConnection;
   try {
@@ -356,24 +267,7 @@ export async function runStatus(ctx: { natsUrl: string; databaseUrl?: string | n
       await once();
       return lastOk ? 0 : 1;
     }
-    let stop = false;
-    const onSig = () => {
-      stop = true;
-    };
-    process.once('SIGINT', onSig);
-    process.once('SIGTERM', onSig);
-    try {
-      while (!stop) {
-        const t = Date.now();
-        await once();
-        const rest = 1000 - (Date.now() - t);
-        // sleep in small steps so Ctrl-C ends promptly
-        for (let waited = 0; !stop && waited < rest; waited += 50) await new Promise((r) => setTimeout(r, 50));
-      }
-    } finally {
-      process.off('SIGINT', onSig);
-      process.off('SIGTERM', onSig);
-    }
+    await everySecond(once);
     return lastOk ? 0 : 1;
   } finally {
     await nc.close();

@@ -1,6 +1,7 @@
-// `node dist/src/stack/healthcheck.js [gateway|portal|worker|metering]`: the Docker image's
+// `node dist/src/stack/healthcheck.js [gateway|portal|console|worker|metering]`: the Docker image's
 // HEALTHCHECK. Exit 0 when this container's process serves, 1 when not.
-//   gateway, portal   GET /healthz on 127.0.0.1 (GATEWAY_PORT / PORTAL_PORT; 503 while draining);
+//   gateway, portal,  GET /healthz on 127.0.0.1 (GATEWAY_PORT / PORTAL_PORT / CONSOLE_PORT; 503 while
+//   console           draining);
 //   worker, metering  the process answers on NATS as a micro service (catraca-worker /
 //                     catraca-metering) whose metadata.host is this container's hostname.
 // Without an argument the process is recognised from PID 1's command line (the compose
@@ -11,7 +12,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { connect, RequestStrategy } from 'nats';
 
-export type Checked = 'gateway' | 'portal' | 'worker' | 'metering';
+export type Checked = 'gateway' | 'portal' | 'console' | 'worker' | 'metering';
 
 /** Which catraca process a command line runs (`node dist/workers/main.js` → worker), or null. */
 export function processOf(cmdline: string): Checked | null {
@@ -19,6 +20,7 @@ export function processOf(cmdline: string): Checked | null {
   if (/workers\/main\.[jt]s/.test(cmdline)) return 'worker';
   if (/metering\/main\.[jt]s/.test(cmdline)) return 'metering';
   if (/portal\/main\.[jt]s/.test(cmdline)) return 'portal';
+  if (/console\/main\.[jt]s/.test(cmdline)) return 'console';
   return null;
 }
 
@@ -66,6 +68,8 @@ export async function healthcheck(which: Checked | null, env: Record<string, str
       return checkHttp(Number(env.GATEWAY_PORT || 8080));
     case 'portal':
       return checkHttp(Number(env.PORTAL_PORT || 8081));
+    case 'console':
+      return checkHttp(Number(env.CONSOLE_PORT || 8082));
     case 'worker':
     case 'metering':
       if (!env.NATS_URL) return { ok: false, detail: 'NATS_URL is not set' };
@@ -79,8 +83,8 @@ async function main(): Promise<void> {
   const arg = process.argv[2];
   let which: Checked | null;
   if (arg) {
-    if (!['gateway', 'portal', 'worker', 'metering'].includes(arg)) {
-      process.stderr.write('usage: healthcheck [gateway|portal|worker|metering]\n');
+    if (!['gateway', 'portal', 'console', 'worker', 'metering'].includes(arg)) {
+      process.stderr.write('usage: healthcheck [gateway|portal|console|worker|metering]\n');
       process.exit(2);
     }
     which = arg as Checked;

@@ -4,58 +4,36 @@
 //   2. migrations, seed (demo tenant + R$ 100,00 grant once, sim/* catalog, a fresh demo key);
 //      the children run in development mode (CATRACA_DEV=1: the portal uses the Pix simulator
 //      and listens on 127.0.0.1 unless PIX_PROVIDER / PORTAL_HOST say otherwise);
-//   3. the processes: gateway, one worker (pools sim,openai,anthropic), metering, portal (when present);
+//   3. the processes (src/stack/processes.ts): gateway, one worker (pools sim,openai,anthropic), metering, portal (when present),
+//      the operator's console (on 127.0.0.1:CONSOLE_PORT),
+//      each connecting to PostgreSQL as its own role (src/db/roles.ts);
 //      their output is prefixed and forwarded, a child that dies is restarted with backoff;
 //   4. .catraca/stack.json (mode 0600, no secrets) so `npx catraca …` finds this stack;
 //   5. SIGINT/SIGTERM: children stopped, embedded services stopped, stack.json removed, exit 0.
 import { existsSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { connectBus, ensureUsageStream, redactNatsUrl } from '../bus/connect.ts';
+import { connectBus, redactNatsUrl } from '../bus/connect.ts';
+import { ensureUsageStream } from '../bus/usage-stream.ts';
 import { encode } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
 import { loadConfig } from '../config.ts';
-import { migrate } from '../db/migrate.ts';
+import { migrateDatabase } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
-import { configureLogging, createLogger, logCrashes, prettyLine } from '../log.ts';
+import { configureLogging, createLogger, logCrashes, prettyLine, redactUrl } from '../log.ts';
+import { onShutdown } from '../process/shutdown.ts';
+import { Teardown } from '../process/teardown.ts';
 import { loadPortalEnv, resolvePortalSetup } from '../portal/config.ts';
+import { checkConsolePort } from '../console/config.ts';
+import { configuredRolePasswords, derivedRolePasswords } from '../db/roles.ts';
+import { COMPILED, entryFile, PROCESSES, processDatabaseUrls, startProcess, type ProcessName, type ProcessPlace } from './processes.ts';
 import { seedAll } from './seed.ts';
-import { ensureNats, ensurePostgres, redactUrl, tcpReachable, type ServiceHandle } from './services.ts';
+import { startMailSink } from '../mail/sink.ts';
+import { ensureNats, ensurePostgres, tcpReachable, type ServiceHandle } from './services.ts';
 import { findCheckoutRoot, readStackStateAt, removeStackState, stateDir, writeStackState, type StackState } from './state.ts';
 import { Supervisor, type ChildSpec } from './supervisor.ts';
 
 const log = createLogger('stack');
-
-export type ProcessName = 'gateway' | 'worker' | 'metering' | 'portal';
-
-/** The entry point of each process, as a source path relative to the checkout. */
-export const ENTRY_POINTS: Record<ProcessName, string> = {
-  gateway: 'src/gateway/main.ts',
-  worker: 'workers/main.ts',
-  metering: 'src/metering/main.ts',
-  portal: 'src/portal/main.ts',
-};
-
-/**
- * Whether this module runs compiled (dist/src/stack/main.js, what `npm start` runs) or from its
- * TypeScript source (tests, tsx). The children run the same way: compiled entries with plain
- * `node` next to this file's build, or the sources of the checkout through tsx.
- */
-export const COMPILED = import.meta.url.endsWith('.js');
-const BUILD_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
-
-/** The file a child runs: dist/<entry>.js when compiled, <root>/<entry>.ts otherwise. */
-export function entryFile(root: string, p: ProcessName): string {
-  return COMPILED ? join(BUILD_ROOT, ENTRY_POINTS[p].replace(/\.ts$/, '.js')) : resolve(root, ENTRY_POINTS[p]);
-}
-
-/** The line each process logs once it serves (waited for before the banner). */
-const READY: Record<ProcessName, RegExp> = {
-  gateway: /front door listening/,
-  worker: /worker ready/,
-  metering: /metering consumer running/,
-  portal: /portal ready/,
-};
 
 export interface StackOptions {
   /** Checkout root (default: found upwards from cwd). */
@@ -64,13 +42,14 @@ export interface StackOptions {
   natsUrl?: string;
   /** Default: process.env.DATABASE_URL; embedded when unset or unreachable. */
   databaseUrl?: string;
-  /** Default: GATEWAY_PORT / PORTAL_PORT of the config (8080 / 8081). */
+  /** Default: GATEWAY_PORT / PORTAL_PORT / CONSOLE_PORT of the config (8080 / 8081 / 8082). */
   gatewayPort?: number;
   portalPort?: number;
+  consolePort?: number;
   /**
    * Internal Prometheus /metrics port of each process (its METRICS_PORT, on 127.0.0.1); null = not
    * served, 0 = any free port. Default: GATEWAY_/WORKER_/METERING_/PORTAL_METRICS_PORT from the
-   * environment (`off` = not served), else 9464, 9465, 9466, 9467.
+   * environment (`off` = not served), else 9464, 9465, 9466, 9467, 9468.
    */
   metricsPorts?: Partial<Record<ProcessName, number | null>>;
   /** Which processes to run (default all; the portal only when its entry exists). */
@@ -100,9 +79,10 @@ export interface StackUrls {
   nats_url: string;
   base_url: string;
   portal_url: string | null;
+  console_url: string | null;
 }
 
-export const DEFAULT_METRICS_PORTS: Record<ProcessName, number> = { gateway: 9464, worker: 9465, metering: 9466, portal: 9467 };
+export const DEFAULT_METRICS_PORTS: Record<ProcessName, number> = { gateway: 9464, worker: 9465, metering: 9466, portal: 9467, console: 9468 };
 
 /** Each process's metrics port for `npm start`: <NAME>_METRICS_PORT (a port, or `off`), else the default. */
 export function metricsPortsFromEnv(env: Record<string, string | undefined> = process.env): Record<ProcessName, number | null> {
@@ -131,188 +111,272 @@ export interface RunningStack {
   stop(): Promise<void>;
 }
 
+/** What a start runs and where, settled (and checked) before anything starts. */
+interface StackPlan {
+  root: string;
+  dataDir: string;
+  writeState: boolean;
+  gatewayPort: number;
+  portalPort: number;
+  consolePort: number;
+  processes: ProcessName[];
+  metricsPorts: Partial<Record<ProcessName, number | null>>;
+}
+
+type Seed = Awaited<ReturnType<typeof seedAll>>;
+
 export async function startStack(options: StackOptions = {}): Promise<RunningStack> {
+  const plan = await planStack(options);
+  const teardown = new Teardown((err) => log.error('stop step failed', { error: err }));
+  try {
+    const { nats, pg } = await resolveServices(options, plan.dataDir, teardown);
+    const { seed, databaseUrls } = await migrateAndSeed(pg.url);
+    await announceSeed(nats.url, seed);
+    const urls: StackUrls = {
+      database_url: pg.url,
+      nats_url: nats.url,
+      base_url: `http://127.0.0.1:${plan.gatewayPort}/v1`,
+      portal_url: plan.processes.includes('portal') ? `http://127.0.0.1:${plan.portalPort}` : null,
+      console_url: plan.processes.includes('console') ? `http://127.0.0.1:${plan.consolePort}` : null,
+    };
+    const mail = await startDevMail(plan, options, teardown);
+    const supervisor = createSupervisor(childSpecs(plan, urls, databaseUrls, options, mail), options);
+    teardown.add(() => supervisor.stop());
+    supervisor.start();
+    if (plan.writeState) {
+      writeStackState(plan.root, { ...urls, pid: process.pid, started_at: new Date().toISOString() } satisfies StackState);
+      teardown.add(() => removeStackState(plan.root));
+    }
+    const ready = await waitReady(supervisor, plan, options.readyTimeoutMs ?? 30000);
+    return {
+      urls,
+      demo: { tenantId: seed.tenantId, keyId: seed.demoKey.keyId, key: seed.demoKey.key },
+      embedded: { nats: nats.embedded, postgres: pg.embedded },
+      ready,
+      processes: plan.processes,
+      metricsPorts: plan.metricsPorts,
+      pids: () => supervisor.pids(),
+      stop: () => teardown.run(),
+    };
+  } catch (err) {
+    await teardown.run();
+    throw err;
+  }
+}
+
+/** Settles the checkout, ports and processes, and refuses what cannot work before anything starts. */
+async function planStack(options: StackOptions): Promise<StackPlan> {
   const root = options.root ?? findCheckoutRoot() ?? process.cwd();
   const config = loadConfig();
-  const gatewayPort = options.gatewayPort ?? config.GATEWAY_PORT;
-  const portalPort = options.portalPort ?? config.PORTAL_PORT;
   const writeState = options.writeState ?? true;
-  const dataDir = options.dataDir ?? stateDir(root);
-
   if (writeState) {
     const running = readStackStateAt(root);
     if (running) {
       throw new Error(`a stack from this checkout is already running (pid ${running.pid}, ${running.base_url}); stop it first`);
     }
   }
+  const processes = availableProcesses(root, options.processes ?? ['gateway', 'worker', 'metering', 'portal', 'console']);
+  const fromEnv = metricsPortsFromEnv();
+  const metricsPorts: Partial<Record<ProcessName, number | null>> = {};
+  for (const p of processes) metricsPorts[p] = options.metricsPorts && p in options.metricsPorts ? options.metricsPorts[p]! : fromEnv[p];
+  const plan: StackPlan = {
+    root,
+    dataDir: options.dataDir ?? stateDir(root),
+    writeState,
+    gatewayPort: options.gatewayPort ?? config.GATEWAY_PORT,
+    portalPort: options.portalPort ?? config.PORTAL_PORT,
+    consolePort: options.consolePort ?? config.CONSOLE_PORT,
+    processes,
+    metricsPorts,
+  };
+  await refuseBusyPorts(plan);
+  if (processes.includes('console'))
+    checkConsolePort(plan.consolePort, [
+      { name: 'front door', port: plan.gatewayPort },
+      { name: 'portal', port: plan.portalPort },
+    ]);
+  if (processes.includes('portal')) {
+    // The portal's own startup check, run here so that a refused configuration stops `npm start`
+    // with its message instead of a portal restarting in a loop.
+    const childEnv: Record<string, string | undefined> = { ...process.env, ...devEnv(), ...options.env };
+    resolvePortalSetup(loadPortalEnv(childEnv), { host: childEnv.PORTAL_HOST! });
+  }
+  return plan;
+}
 
-  const wanted = options.processes ?? (['gateway', 'worker', 'metering', 'portal'] as ProcessName[]);
-  const processes = wanted.filter((p) => {
-    if (existsSync(entryFile(root, p))) return true;
-    if (p === 'portal') {
-      log.warn('portal entry point not found; running without the portal', { entry: ENTRY_POINTS.portal });
+/** The wanted processes whose entry exists; a missing portal or console is left out with a warning, any other is an error. */
+function availableProcesses(root: string, wanted: ProcessName[]): ProcessName[] {
+  return wanted.filter((p) => {
+    if (existsSync(entryFile(p, root))) return true;
+    if (p === 'portal' || p === 'console') {
+      log.warn(`${p} entry point not found; running without the ${PROCESSES[p].title}`, { entry: PROCESSES[p].source });
       return false;
     }
-    throw new Error(`entry point ${entryFile(root, p)} of the ${p} is missing${COMPILED ? ' (run `npm run build`)' : ''}`);
+    throw new Error(`entry point ${entryFile(p, root)} of the ${p} is missing${COMPILED ? ' (run `npm run build`)' : ''}`);
   });
+}
+
+async function refuseBusyPorts(plan: StackPlan): Promise<void> {
   for (const [name, port] of [
-    ['gateway', gatewayPort],
-    ['portal', portalPort],
+    ['gateway', plan.gatewayPort],
+    ['portal', plan.portalPort],
+    ['console', plan.consolePort],
   ] as const) {
-    if (processes.includes(name) && (await tcpReachable('127.0.0.1', port, 500))) {
+    if (plan.processes.includes(name) && (await tcpReachable('127.0.0.1', port, 500))) {
       throw new Error(`port ${port} for the ${name} is already in use; stop whatever listens there or set ${name.toUpperCase()}_PORT`);
     }
   }
-  const metricsPorts: Partial<Record<ProcessName, number | null>> = {};
-  const fromEnv = metricsPortsFromEnv();
-  for (const p of processes) metricsPorts[p] = options.metricsPorts && p in options.metricsPorts ? options.metricsPorts[p]! : fromEnv[p];
-  for (const p of processes) {
-    const port = metricsPorts[p];
+  for (const p of plan.processes) {
+    const port = plan.metricsPorts[p];
     if (port && (await tcpReachable('127.0.0.1', port, 500))) {
       throw new Error(
         `metrics port ${port} for the ${p} is already in use; stop whatever listens there or set ${p.toUpperCase()}_METRICS_PORT (a port, or off)`,
       );
     }
   }
+}
 
-  if (processes.includes('portal')) {
-    // The portal's own startup check, run here so that a refused configuration stops `npm start`
-    // with its message instead of a portal restarting in a loop.
-    const childEnv: Record<string, string | undefined> = {
-      ...process.env,
-      CATRACA_DEV: '1',
-      PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1',
-      ...options.env,
-    };
-    resolvePortalSetup(loadPortalEnv(childEnv), { host: childEnv.PORTAL_HOST! });
-  }
+/**
+ * Local development: the portal runs the built-in Pix simulator with its pay button (unless
+ * PIX_PROVIDER says otherwise) and listens on 127.0.0.1 unless PORTAL_HOST says otherwise (the
+ * simulator and dev mode refuse anything but a loopback address).
+ */
+function devEnv(): Record<string, string> {
+  return { CATRACA_DEV: '1', PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1' };
+}
 
-  const cleanups: Array<() => Promise<void>> = [];
-  const cleanup = async () => {
-    for (const fn of cleanups.splice(0).reverse()) await fn().catch((err) => log.error('stop step failed', { error: err }));
-  };
+/** NATS and PostgreSQL: the given (or NATS_URL / DATABASE_URL) when reachable, else embedded ones under dataDir. */
+async function resolveServices(options: StackOptions, dataDir: string, teardown: Teardown): Promise<{ nats: ServiceHandle; pg: ServiceHandle }> {
+  const natsUrl = options.natsUrl ?? process.env.NATS_URL;
+  const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
+  const [nats, pg] = await Promise.all([
+    ensureNats({ url: natsUrl, dataDir: join(dataDir, 'nats') }).then((h) => (teardown.add(h.stop), h)),
+    ensurePostgres({ url: databaseUrl, dataDir: join(dataDir, 'pg') }).then((h) => (teardown.add(h.stop), h)),
+  ]);
+  if (natsUrl && nats.embedded) log.warn('NATS_URL is not reachable; using an embedded nats-server', { nats_url: redactNatsUrl(natsUrl) });
+  if (databaseUrl && pg.embedded) log.warn('DATABASE_URL is not reachable; using an embedded PostgreSQL', { database_url: redactUrl(databaseUrl) });
+  log.info('services ready', {
+    nats_url: redactNatsUrl(nats.url),
+    nats_embedded: nats.embedded,
+    database_url: redactUrl(pg.url),
+    postgres_embedded: pg.embedded,
+  });
+  return { nats, pg };
+}
 
+/**
+ * Migrations, then the demo tenant, its grant, the sim/* catalog and a fresh demo key; and the URL
+ * each process connects with: its own role's, with the password DB_<ROLE>_PASSWORD gives or one
+ * derived from DATABASE_URL's (src/db/roles.ts), once the migration runner could set it.
+ */
+async function migrateAndSeed(databaseUrl: string): Promise<{ seed: Seed; databaseUrls: Record<ProcessName, string> }> {
+  const passwords = { ...derivedRolePasswords(databaseUrl), ...configuredRolePasswords(loadConfig()) };
+  const applied = await migrateDatabase(databaseUrl, { rolePasswords: passwords });
+  if (applied.migrations.length || applied.functions.length) log.info('migrations applied', { applied: applied.migrations, functions: applied.functions });
+  const { urls, shared } = processDatabaseUrls(databaseUrl, passwords, applied.rolePasswords ?? []);
+  if (shared.length)
+    log.warn("these processes connect with DATABASE_URL itself, not their own role: its user may not set the roles' passwords (connect as a superuser)", {
+      processes: shared,
+    });
+  const db = createPool(databaseUrl, 2);
+  let seed: Seed;
   try {
-    const natsUrl = options.natsUrl ?? process.env.NATS_URL;
-    const databaseUrl = options.databaseUrl ?? process.env.DATABASE_URL;
-    const [nats, pg] = await Promise.all([
-      ensureNats({ url: natsUrl, dataDir: join(dataDir, 'nats') }).then((h) => (cleanups.push(h.stop), h)),
-      ensurePostgres({ url: databaseUrl, dataDir: join(dataDir, 'pg') }).then((h) => (cleanups.push(h.stop), h)),
-    ]);
-    if (natsUrl && nats.embedded) log.warn('NATS_URL is not reachable; using an embedded nats-server', { nats_url: redactNatsUrl(natsUrl) });
-    if (databaseUrl && pg.embedded) log.warn('DATABASE_URL is not reachable; using an embedded PostgreSQL', { database_url: redactUrl(databaseUrl) });
-    log.info('services ready', {
-      nats_url: redactNatsUrl(nats.url),
-      nats_embedded: nats.embedded,
-      database_url: redactUrl(pg.url),
-      postgres_embedded: pg.embedded,
-    });
+    seed = await seedAll(db);
+  } finally {
+    await db.end();
+  }
+  log.info('seeded', {
+    tenant: seed.tenantId,
+    granted: seed.granted,
+    models_created: seed.modelsCreated,
+    demo_key_id: seed.demoKey.keyId,
+    revoked_demo_keys: seed.demoKey.revoked.length,
+  });
+  return { seed, databaseUrls: urls };
+}
 
-    const applied = await migrate(pg.url);
-    if (applied.length) log.info('migrations applied', { applied });
-    const db = createPool(pg.url, 2);
-    let seed: Awaited<ReturnType<typeof seedAll>>;
-    try {
-      seed = await seedAll(db);
-    } finally {
-      await db.end();
-    }
-    log.info('seeded', {
-      tenant: seed.tenantId,
-      granted: seed.granted,
-      models_created: seed.modelsCreated,
-      demo_key_id: seed.demoKey.keyId,
-      revoked_demo_keys: seed.demoKey.revoked.length,
-    });
-
-    const nc = await connectBus(nats.url, 'catraca-stack');
-    try {
-      await ensureUsageStream(nc);
-      for (const keyId of seed.demoKey.revoked) nc.publish(subjects.keyInvalidated, encode({ key_id: keyId }));
-      await nc.flush();
-    } finally {
-      await nc.close();
-    }
-
-    const urls: StackUrls = {
-      database_url: pg.url,
-      nats_url: nats.url,
-      base_url: `http://127.0.0.1:${gatewayPort}/v1`,
-      portal_url: processes.includes('portal') ? `http://127.0.0.1:${portalPort}` : null,
-    };
-    const env: Record<string, string> = {
-      // Local development: the portal runs the built-in Pix simulator with its pay button (unless
-      // PIX_PROVIDER says otherwise) and listens on 127.0.0.1 unless PORTAL_HOST says otherwise
-      // (the simulator and dev mode refuse anything but a loopback address).
-      CATRACA_DEV: '1',
-      PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1',
-      NATS_URL: nats.url,
-      DATABASE_URL: pg.url,
-      GATEWAY_PORT: String(gatewayPort),
-      PORTAL_PORT: String(portalPort),
-      // Public URLs the portal shows and gives the Pix provider (see src/portal/config.ts).
-      GATEWAY_PUBLIC_URL: urls.base_url,
-      ...(urls.portal_url ? { PORTAL_PUBLIC_URL: urls.portal_url } : {}),
-      // The children always log JSON; `npm start` shows their lines pretty (see prettyChildren).
-      ...(options.prettyChildren ? { LOG_FORMAT: 'json' } : {}),
-      ...options.env,
-    };
-    const specs: ChildSpec[] = processes.map((p) => ({
-      name: p,
-      entry: entryFile(root, p),
-      cwd: root,
-      ready: READY[p],
-      env: {
-        ...(p === 'worker' ? { WORKER_POOLS: 'sim,openai,anthropic' } : {}),
-        // the front door serves these pools itself (no NATS hop per token); the worker process
-        // takes what the door's lane cannot (README → In-process pools)
-        ...(p === 'gateway' ? { GATEWAY_LOCAL_POOLS: process.env.GATEWAY_LOCAL_POOLS ?? 'sim,openai,anthropic' } : {}),
-        // each process its own internal /metrics port, on loopback (METRICS_HOST's default)
-        ...(metricsPorts[p] == null ? {} : { METRICS_PORT: String(metricsPorts[p]) }),
-        ...env,
-      },
-    }));
-    const output =
-      options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
-    const pretty = options.prettyChildren ? prettyChildLine : (line: string) => line;
-    const supervisor = new Supervisor(specs, {
-      output: (line, stream) => output(pretty(line), stream),
-      event: (msg, fields, level) => log[level](msg, fields),
-    });
-    cleanups.push(() => supervisor.stop());
-    supervisor.start();
-
-    if (writeState) {
-      const state: StackState = { ...urls, pid: process.pid, started_at: new Date().toISOString() };
-      writeStackState(root, state);
-      cleanups.push(async () => removeStackState(root));
-    }
-
-    const readyTimeout = options.readyTimeoutMs ?? 30000;
-    const notReady = await supervisor.waitReady(readyTimeout);
-    let ready = notReady.length === 0;
-    if (ready && processes.includes('gateway')) ready = await tcpReachable('127.0.0.1', gatewayPort, 2000);
-    if (!ready) log.warn('not every process reported ready in time', { not_ready: notReady, timeout_ms: readyTimeout });
-
-    let stopped: Promise<void> | null = null;
-    return {
-      urls,
-      demo: { tenantId: seed.tenantId, keyId: seed.demoKey.keyId, key: seed.demoKey.key },
-      embedded: { nats: nats.embedded, postgres: pg.embedded },
-      ready,
-      processes,
-      metricsPorts,
-      pids: () => supervisor.pids(),
-      stop: () => (stopped ??= cleanup()),
-    };
-  } catch (err) {
-    await cleanup();
-    throw err;
+/** The usage stream exists, and front doors still running from before forget the revoked demo keys. */
+async function announceSeed(natsUrl: string, seed: Seed): Promise<void> {
+  const nc = await connectBus(natsUrl, 'catraca-stack');
+  try {
+    await ensureUsageStream(nc);
+    for (const keyId of seed.demoKey.revoked) nc.publish(subjects.keyInvalidated, encode({ key_id: keyId }));
+    await nc.flush();
+  } finally {
+    await nc.close();
   }
 }
 
+/**
+ * The portal's e-mail in development: an SMTP sink on loopback (src/mail/sink.ts) that keeps what
+ * it receives under dataDir/mail, shown by the portal at /dev/mail. Not when SMTP_URL is given.
+ */
+async function startDevMail(plan: StackPlan, options: StackOptions, teardown: Teardown): Promise<Record<string, string>> {
+  if (!plan.processes.includes('portal') || process.env.SMTP_URL || options.env?.SMTP_URL) return {};
+  const dir = join(plan.dataDir, 'mail');
+  const sink = await startMailSink({ dir });
+  teardown.add(() => sink.close());
+  log.info('development SMTP sink listening; the portal shows what it receives at /dev/mail', { url: sink.url });
+  return { SMTP_URL: sink.url, DEV_MAIL_DIR: dir };
+}
+
+/** Each process as the supervisor (re)starts it: its place in the stack and the environment all share. */
+function childSpecs(
+  plan: StackPlan,
+  urls: StackUrls,
+  databaseUrls: Record<ProcessName, string>,
+  options: StackOptions,
+  mail: Record<string, string>,
+): ChildSpec[] {
+  const env: Record<string, string> = {
+    ...devEnv(),
+    ...mail,
+    GATEWAY_PORT: String(plan.gatewayPort),
+    PORTAL_PORT: String(plan.portalPort),
+    CONSOLE_PORT: String(plan.consolePort),
+    // Public URLs the portal shows and gives the Pix provider (see src/portal/config.ts).
+    GATEWAY_PUBLIC_URL: urls.base_url,
+    ...(urls.portal_url ? { PORTAL_PUBLIC_URL: urls.portal_url } : {}),
+    // The children always log JSON; `npm start` shows their lines pretty (see prettyChildren).
+    ...(options.prettyChildren ? { LOG_FORMAT: 'json' } : {}),
+    ...options.env,
+  };
+  const place = (p: ProcessName): ProcessPlace => ({
+    natsUrl: urls.nats_url,
+    databaseUrl: databaseUrls[p],
+    // the front door serves these pools itself (no NATS hop per token); the worker process takes
+    // what the door's lane cannot (docs/design.md, "In-process pools")
+    pools: p === 'worker' ? 'sim,openai,anthropic' : p === 'gateway' ? (process.env.GATEWAY_LOCAL_POOLS ?? 'sim,openai,anthropic') : undefined,
+    // each process its own internal /metrics port, on loopback (METRICS_HOST's default)
+    metricsPort: plan.metricsPorts[p],
+  });
+  return plan.processes.map((p) => ({
+    name: p,
+    ready: PROCESSES[p].ready,
+    start: (launch) => startProcess(p, { root: plan.root, ...place(p), env, ...launch }),
+  }));
+}
+
+function createSupervisor(specs: ChildSpec[], options: StackOptions): Supervisor {
+  const output = options.output ?? ((line: string, stream: 'stdout' | 'stderr') => (stream === 'stdout' ? process.stdout : process.stderr).write(line + '\n'));
+  const pretty = options.prettyChildren ? prettyChildLine : (line: string) => line;
+  return new Supervisor(specs, {
+    output: (line, stream) => output(pretty(line), stream),
+    event: (msg, fields, level) => log[level](msg, fields),
+  });
+}
+
+/** Whether every child logged its ready line within `timeoutMs` (and the front door's port answers). */
+async function waitReady(supervisor: Supervisor, plan: StackPlan, timeoutMs: number): Promise<boolean> {
+  const notReady = await supervisor.waitReady(timeoutMs);
+  let ready = notReady.length === 0;
+  if (ready && plan.processes.includes('gateway')) ready = await tcpReachable('127.0.0.1', plan.gatewayPort, 2000);
+  if (!ready) log.warn('not every process reported ready in time', { not_ready: notReady, timeout_ms: timeoutMs });
+  return ready;
+}
+
 export function banner(stack: RunningStack): string {
-  const { base_url, portal_url } = stack.urls;
+  const { base_url, portal_url, console_url } = stack.urls;
   const key = stack.demo.key;
   return [
     '',
@@ -320,6 +384,8 @@ export function banner(stack: RunningStack): string {
     '',
     `  Base URL    ${base_url}`,
     `  Portal      ${portal_url ?? '(portal not available in this checkout)'}`,
+    ...(portal_url ? [`  E-mail      ${portal_url}/dev/mail  (what the portal sends, e.g. the sign-up link)`] : []),
+    ...(console_url ? [`  Console     ${console_url}  (operators; first account: npx catraca operator create --email you@example.com)`] : []),
     `  Demo key    ${key}`,
     ...(Object.values(stack.metricsPorts).some((p) => p)
       ? [
@@ -354,33 +420,22 @@ async function main(): Promise<void> {
   configureLogging({ format: pretty ? 'pretty' : 'json' });
   logCrashes(log);
   // Signals are handled from the first moment: a Ctrl-C during start-up stops what already started.
-  let stack: RunningStack | null = null;
-  let stopping: Promise<void> | null = null;
-  let signals = 0;
-  const shutdown = (signal: string) => {
-    if (++signals > 1) {
-      log.warn('second signal: exiting now', { signal });
-      process.exit(1);
-    }
-    log.info('stopping', { signal });
-    if (!stack) return; // startStack is still running; handled when it returns
-    stopping ??= stack.stop().then(() => {
-      log.info('stopped');
-      process.exit(0);
-    });
-  };
-  process.on('SIGINT', () => shutdown('SIGINT'));
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  let starting: Promise<RunningStack> | undefined;
+  onShutdown(
+    log,
+    async () => {
+      const stack = await starting?.catch(() => null);
+      await stack?.stop();
+    },
+    { forceAfterMs: 120_000 },
+  );
+  starting = startStack({ prettyChildren: pretty });
+  let stack: RunningStack;
   try {
-    stack = await startStack({ prettyChildren: pretty });
+    stack = await starting;
   } catch (err) {
     log.error('the stack did not start', { error: err });
     process.exit(1);
-  }
-  if (signals > 0) {
-    signals = 0;
-    shutdown('signal during start-up');
-    return;
   }
   process.stdout.write(banner(stack) + '\n');
 }

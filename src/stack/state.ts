@@ -8,6 +8,8 @@ export interface StackState {
   nats_url: string;
   base_url: string;
   portal_url: string | null;
+  /** The operator's console (loopback; `catraca operator create` makes its first account). Absent in a state written before it. */
+  console_url?: string | null;
   pid: number;
   started_at: string;
 }

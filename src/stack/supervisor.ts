@@ -2,17 +2,14 @@
 // restarts one that dies unexpectedly (exponential backoff, reset after a minute of uptime), and
 // stops them all with SIGTERM (SIGKILL after a timeout).
 import type { ChildProcess } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import { launch } from './launch.ts';
+import type { Launched, LaunchSpec } from '../process/launch.ts';
 
 export interface ChildSpec {
   name: string;
-  /** Absolute path of the entry point: compiled `.js` (run with plain node) or `.ts` (run through tsx). */
-  entry: string;
-  env: Record<string, string>;
-  cwd: string;
   /** A line the process prints once it serves (e.g. /worker ready/); see waitReady(). */
   ready?: RegExp;
+  /** Starts the child (and starts it again after it died) with these launch options, e.g. through startProcess(). */
+  start(launch: Pick<LaunchSpec, 'onLine' | 'detached'>): Launched;
 }
 
 export interface SupervisorOptions {
@@ -23,8 +20,6 @@ export interface SupervisorOptions {
   stopTimeoutMs?: number;
   maxBackoffMs?: number;
 }
-
-export { nodeArgs, tsxArgs } from './launch.ts';
 
 interface Managed {
   spec: ChildSpec;
@@ -53,7 +48,6 @@ export class Supervisor {
     // Children run in their own process groups; if this process dies without stop(), take them along.
     process.once('exit', this.killAll);
     for (const spec of this.specs) {
-      if (!existsSync(spec.entry)) throw new Error(`entry point not found: ${spec.entry}`);
       const m: Managed = { spec, child: null, restarts: 0, startedAt: 0, timer: null, exited: Promise.resolve(), ready: !spec.ready, onReady: [] };
       this.children.set(spec.name, m);
       this.launch(m);
@@ -75,11 +69,7 @@ export class Supervisor {
   private launch(m: Managed): void {
     const { spec } = m;
     const prefix = `${spec.name.padEnd(this.width)} |`;
-    const { child } = launch({
-      name: spec.name,
-      entry: spec.entry,
-      cwd: spec.cwd,
-      env: spec.env,
+    const { child } = spec.start({
       // Own process group: a Ctrl-C in the terminal reaches only the supervisor, which then stops
       // the children in order (instead of every process racing to exit at once).
       detached: true,

@@ -1,0 +1,163 @@
+import { createId } from '@paralleldrive/cuid2';
+import { connect as natsConnect } from 'nats';
+import { natsOptions } from '../../bus/connect.ts';
+import { subjects } from '../../bus/subjects.ts';
+import { checkUpstreamKeyOn, type WorkerKeys, workerUpstreamKeys } from '../../catalog/upstream-keys.ts';
+import { addDeployment, DEPLOYMENT_NAME_RE, type DeploymentRecord, getModel, listDeployments, PROTOCOLS, removeDeployment } from '../../db/models.ts';
+import { brlFlag, brlString, intFlag, parseFlags, str } from '../args.ts';
+import { CliError, type CliContext, UsageError } from '../context.ts';
+import { broadcast, plainTable, withDb } from './shared.ts';
+
+// `catraca model deployment add|list|remove`: the places a catalog model is served from besides its
+// own row (the `primary` deployment `model set` defines), and the check that the workers of its
+// pool can read the key variable a deployment names.
+
+const announce = (ctx: CliContext, model: string) =>
+  broadcast(ctx, subjects.catalogChanged, { model }, 'saved in the catalog', 'front doors and workers reload their catalogs within 5 s');
+
+export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<void> {
+  const cmd = 'model deployment add';
+  const flags = parseFlags(
+    args,
+    {
+      values: ['model', 'name', 'base-url', 'api-key-env', 'upstream-model', 'protocol', 'weight', 'input-price', 'output-price'],
+      required: ['model', 'base-url'],
+    },
+    cmd,
+  );
+  const modelId = str(flags, 'model')!;
+  const protocol = str(flags, 'protocol');
+  if (protocol !== undefined && !(PROTOCOLS as readonly string[]).includes(protocol))
+    throw new UsageError(`${cmd}: --protocol must be one of ${PROTOCOLS.join(', ')}`);
+  const baseUrl = str(flags, 'base-url')!;
+  if (!/^https?:\/\//.test(baseUrl)) throw new UsageError(`${cmd}: --base-url must be an http(s) URL`);
+  const apiKeyEnv = str(flags, 'api-key-env');
+  if (apiKeyEnv !== undefined && !/^[A-Z_][A-Z0-9_]*$/.test(apiKeyEnv)) {
+    throw new UsageError(`${cmd}: --api-key-env is the NAME of an environment variable holding the upstream key (like OPENAI_API_KEY), never the key itself`);
+  }
+  const name = str(flags, 'name') ?? new URL(baseUrl).hostname.toLowerCase();
+  if (!DEPLOYMENT_NAME_RE.test(name) || name === 'primary') throw new UsageError(`${cmd}: --name is lower-case letters, digits, . _ - (not "primary")`);
+  const weight = intFlag(flags, 'weight', cmd);
+  if (weight !== undefined && weight > 1000) throw new UsageError(`${cmd}: --weight is 1 to 1000`);
+  const d = await withDb(ctx, async (db) => {
+    const model = await getModel(db, modelId);
+    if (!model) throw new CliError(`${cmd}: unknown model ${modelId} (add it with catraca model set)`);
+    if ((await listDeployments(db, modelId)).some((x) => x.name === name)) throw new CliError(`${cmd}: ${modelId} already has a deployment named ${name}`);
+    return {
+      record: await addDeployment(db, `dep_${createId()}`, {
+        model_id: modelId,
+        name,
+        protocol: (protocol as DeploymentRecord['protocol'] | undefined) ?? model.protocol,
+        base_url: baseUrl,
+        api_key_env: apiKeyEnv ?? null,
+        upstream_model: str(flags, 'upstream-model') ?? model.upstream_model,
+        weight: weight ?? 1,
+        input_price: brlFlag(flags, 'input-price', cmd) ?? null,
+        output_price: brlFlag(flags, 'output-price', cmd) ?? null,
+      }),
+      pool: model.pool,
+    };
+  });
+  ctx.out(deploymentView(d.record), `deployment ${d.record.id} (${d.record.name}) of ${modelId}: ${d.record.base_url}, weight ${d.record.weight}`);
+  await announce(ctx, modelId);
+  if (d.record.api_key_env) await checkUpstreamKey(ctx, d.pool, d.record.api_key_env);
+}
+
+export function deploymentView(d: DeploymentRecord) {
+  return {
+    id: d.id,
+    model: d.model_id,
+    name: d.name,
+    protocol: d.protocol,
+    base_url: d.base_url,
+    api_key_env: d.api_key_env,
+    upstream_model: d.upstream_model,
+    weight: d.weight,
+    input_price: d.input_price === null ? null : brlString(d.input_price),
+    output_price: d.output_price === null ? null : brlString(d.output_price),
+  };
+}
+
+export async function deploymentList(ctx: CliContext, args: string[]): Promise<void> {
+  const flags = parseFlags(args, { values: ['model'], required: ['model'] }, 'model deployment list');
+  const modelId = str(flags, 'model')!;
+  const rows = await withDb(ctx, async (db) => {
+    const model = await getModel(db, modelId);
+    if (!model) throw new CliError(`model deployment list: unknown model ${modelId}`);
+    const primary = {
+      id: 'primary',
+      model: model.id,
+      name: 'primary',
+      protocol: model.protocol,
+      base_url: model.base_url,
+      api_key_env: model.api_key_env,
+      upstream_model: model.upstream_model,
+      weight: model.weight,
+      input_price: brlString(model.input_price),
+      output_price: brlString(model.output_price),
+    };
+    return [primary, ...(await listDeployments(db, modelId)).map(deploymentView)];
+  });
+  ctx.out(
+    { model: modelId, deployments: rows },
+    plainTable(
+      ['ID', 'NAME', 'PROTOCOL', 'BASE URL', 'KEY VARIABLE', 'UPSTREAM', 'WEIGHT', 'IN BRL/1M', 'OUT BRL/1M'],
+      rows.map((d) => [
+        d.id,
+        d.name,
+        d.protocol,
+        d.base_url ?? '-',
+        d.api_key_env ?? '-',
+        d.upstream_model,
+        String(d.weight),
+        d.input_price ?? 'model',
+        d.output_price ?? 'model',
+      ]),
+      [6],
+      '(no deployments)',
+    ),
+  );
+}
+
+export async function deploymentRemove(ctx: CliContext, args: string[]): Promise<void> {
+  const flags = parseFlags(args, { values: ['id'], required: ['id'] }, 'model deployment remove');
+  const id = str(flags, 'id')!;
+  if (id === 'primary') throw new UsageError("model deployment remove: the primary deployment is the model's own row (catraca model set)");
+  const removed = await withDb(ctx, (db) => removeDeployment(db, id));
+  if (!removed) throw new CliError(`model deployment remove: no deployment ${JSON.stringify(id)}`);
+  ctx.out({ id, model: removed.model_id, removed: true }, `removed deployment ${id} (${removed.name}) of ${removed.model_id}`);
+  await announce(ctx, removed.model_id);
+}
+
+/**
+ * Warns when the workers of `pool` cannot use the key variable a model or deployment names: not in
+ * their WORKER_UPSTREAM_KEYS, or empty there (asked over NATS; workers report names, never values).
+ * Requests to it would otherwise fail with 502 upstream_not_configured, found only in production.
+ */
+export async function checkUpstreamKey(ctx: CliContext, pool: string, variable: string): Promise<void> {
+  const natsUrl = ctx.natsUrl();
+  if (!natsUrl) {
+    ctx.warn(`could not check that the workers of pool ${pool} can read ${variable}: no NATS_URL and no running stack`);
+    return;
+  }
+  let workers: WorkerKeys[];
+  try {
+    const nc = await natsConnect({ ...natsOptions(natsUrl), timeout: 3000, reconnect: false, name: 'catraca-cli' });
+    try {
+      workers = await workerUpstreamKeys(nc);
+    } finally {
+      await nc.close();
+    }
+  } catch (err) {
+    ctx.warn(`could not check that the workers of pool ${pool} can read ${variable}: ${(err as Error).message}`);
+    return;
+  }
+  const { noWorker, unlisted, empty } = checkUpstreamKeyOn(workers, pool, variable);
+  if (noWorker) {
+    ctx.warn(`no worker of pool ${pool} is running: start one that has ${variable} in WORKER_UPSTREAM_KEYS`);
+    return;
+  }
+  if (unlisted.length)
+    ctx.warn(`${variable} is not in WORKER_UPSTREAM_KEYS of ${unlisted.join(', ')} (pool ${pool}): requests they take will fail with upstream_not_configured`);
+  if (empty.length) ctx.warn(`${variable} is empty on ${empty.join(', ')} (pool ${pool}): requests they take will fail with upstream_not_configured`);
+}
