@@ -1,12 +1,9 @@
-import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { migrate } from '../src/db/migrate.ts';
 import { createPool } from '../src/db/pool.ts';
-import { embeddedPgDir, ensurePostgres } from '../src/stack/services.ts';
 import { createTenant } from '../src/db/tenants.ts';
 import { createApiKey } from '../src/db/keys.ts';
 import { upsertModel } from '../src/db/models.ts';
@@ -15,7 +12,6 @@ import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
 import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
 import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
 import {
-  freePort,
   LOG_DIR,
   readCpuSeconds,
   readCpuSecondsByComm,
@@ -23,11 +19,9 @@ import {
   readMachineCpu,
   readVmHWM,
   ROOT,
-  spawnEntry,
   spawnMock,
-  track,
-  waitForLog,
-  waitForPort,
+  startBenchProcesses,
+  startBenchStack,
   type Proc,
 } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
@@ -58,6 +52,9 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
   --local-pools LIST   pools the front door serves in its own process (GATEWAY_LOCAL_POOLS), e.g. openai,sim
   --gateways N         front door processes (default 1); gateway requests rotate over them
   --worker-concurrency N (default: the worker's own, sized from its memory)
+  --route chat|responses|messages|completions  the API of the gateway phase (default chat; the direct phase is
+                       always chat, the mock's own): POST /v1/chat/completions, POST /v1/responses
+                       (store: false) or POST /v1/messages (Anthropic's, translated to the mock's chat)
   --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario
   --cpu-prof           profile the gateway, the first worker and metering (node --cpu-prof); prints their top self-time frames
   --nats-url URL       default: NATS_URL, else a private nats-server
@@ -88,33 +85,6 @@ interface StackHandle {
   stop(): Promise<Record<string, number | null>>;
 }
 
-function spawnNats(port: number, storeDir: string): Proc {
-  mkdirSync(LOG_DIR, { recursive: true });
-  const logFile = join(LOG_DIR, 'nats-server.log');
-  const child = spawn(
-    'nats-server',
-    ['-a', '127.0.0.1', '-p', String(port), '-js', '-sd', storeDir, '-l', logFile, ...(process.env.BENCH_NATS_TRACE ? [process.env.BENCH_NATS_TRACE] : [])],
-    { stdio: 'ignore' },
-  );
-  track(child);
-  const exited = new Promise<number | null>((r) => child.once('exit', (c) => r(c)));
-  return {
-    name: 'nats-server',
-    child,
-    pid: child.pid!,
-    logFile,
-    peakRssKiB: () => readVmHWM(child.pid!),
-    async stop() {
-      if (child.exitCode !== null) return child.exitCode;
-      child.kill('SIGTERM');
-      const t = setTimeout(() => child.kill('SIGKILL'), 5000);
-      const c = await exited;
-      clearTimeout(t);
-      return c;
-    },
-  };
-}
-
 export async function startStack(opts: {
   natsUrl?: string;
   databaseUrl?: string;
@@ -126,56 +96,68 @@ export async function startStack(opts: {
   gatewayPort?: number;
   cpuProfDir?: string;
   tenants?: number;
+  /** more environment for every front door */
+  gatewayEnv?: Record<string, string>;
   mock: Scenario['mock'];
 }): Promise<StackHandle> {
+  const stack = await startBenchStack({ natsUrl: opts.natsUrl, databaseUrl: opts.databaseUrl, database: 'catraca_bench', tmpPrefix: 'catraca-bench-' });
   const procs: Proc[] = [];
-  const tmp: string[] = [];
-  let postmasterPid: number | null = null;
-  let stopPg: (() => Promise<void>) | null = null;
-  const stopAll = async () => {
+  const stop = async () => {
     const peaks: Record<string, number | null> = {};
     for (const p of procs) peaks[p.name] = p.peakRssKiB();
-    // front door first (stops taking requests), then workers, metering, mock, NATS
-    for (const p of [...procs].reverse()) await p.stop('SIGTERM', 15000);
-    for (const d of tmp) rmSync(d, { recursive: true, force: true });
-    await stopPg?.();
+    await stack.stop();
     return peaks;
   };
   try {
-    let natsUrl = opts.natsUrl;
-    if (!natsUrl) {
-      const port = await freePort();
-      const dir = mkdtempSync(join(os.tmpdir(), 'catraca-bench-js-'));
-      tmp.push(dir);
-      const nats = spawnNats(port, dir);
-      procs.push(nats);
-      await waitForPort(port, '127.0.0.1', 10000, nats);
-      natsUrl = `nats://127.0.0.1:${port}`;
+    const { nats } = stack;
+    if (nats?.pid) {
+      const pid = nats.pid;
+      procs.push({ name: 'nats-server', pid, logFile: join(LOG_DIR, 'nats-server.log'), peakRssKiB: () => readVmHWM(pid), stop: async () => null });
     }
-    // A PostgreSQL of the benchmark's own unless one is given: its CPU (postmaster and backends)
-    // is then the stack's alone, not that of whatever else uses a shared server.
-    let databaseUrl = opts.databaseUrl;
-    if (!databaseUrl) {
-      const dir = mkdtempSync(join(os.tmpdir(), 'catraca-bench-pg-'));
-      const pg = await ensurePostgres({ dataDir: join(dir, 'pg'), port: await freePort(), database: 'catraca_bench' });
-      databaseUrl = pg.url;
-      const pidFile = readFileSync(join(embeddedPgDir(join(dir, 'pg')), 'postmaster.pid'), 'utf8');
-      postmasterPid = Number(pidFile.split('\n')[0]);
-      stopPg = async () => {
-        await pg.stop();
-        rmSync(embeddedPgDir(join(dir, 'pg')), { recursive: true, force: true });
-        rmSync(dir, { recursive: true, force: true });
-      };
-    }
-    await migrate(databaseUrl);
-
     const mock = await spawnMock(opts.mock);
     procs.push(mock.proc);
+    // after the catraca processes (stop() stops those first), before NATS and PostgreSQL
+    stack.onStop(() => mock.proc.stop('SIGTERM', 15000));
+    const { keys, tenantIds } = await seedBench(stack.databaseUrl, opts.tenants ?? 1, mock.url);
+    const started = await startBenchProcesses(stack, {
+      workers: opts.workers ?? 1,
+      workerPools: 'openai,sim',
+      workerConcurrency: opts.workerConcurrency,
+      gateways: opts.gateways ?? 1,
+      gatewayPort: opts.gatewayPort,
+      localPools: opts.localPools,
+      upstreamEnv: { MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench', WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
+      cpuProfDir: opts.cpuProfDir,
+      gatewayEnv: opts.gatewayEnv,
+    });
+    procs.push(...started.procs);
+    return {
+      natsUrl: stack.natsUrl,
+      databaseUrl: stack.databaseUrl,
+      mockUrl: mock.url,
+      gatewayUrl: started.gatewayUrls[0]!,
+      gatewayUrls: started.gatewayUrls,
+      key: keys[0]!,
+      tenantId: tenantIds[0]!,
+      keys,
+      tenantIds,
+      procs,
+      postmasterPid: stack.postmasterPid,
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}
 
-    const db = createPool(databaseUrl, 2);
+/** `tenants` tenants with a key each and a balance that never runs out; bench/mock (the mock upstream) and sim/echo. */
+async function seedBench(databaseUrl: string, tenants: number, mockUrl: string): Promise<{ keys: string[]; tenantIds: string[] }> {
+  const db = createPool(databaseUrl, 2);
+  try {
     const keys: string[] = [];
     const tenantIds: string[] = [];
-    for (let i = 0; i < Math.max(1, opts.tenants ?? 1); i++) {
+    for (let i = 0; i < Math.max(1, tenants); i++) {
       const tenant = await createTenant(db, `bench ${i + 1} ${new Date().toISOString()}`);
       await credit(db, { tenantId: tenant.id, amountMicros: 1_000_000_000n * 1_000_000n, source: 'grant', note: 'benchmark balance (1e9 BRL)' });
       const { key } = await createApiKey(db, { tenantId: tenant.id, label: 'bench', models: null });
@@ -186,7 +168,7 @@ export async function startStack(opts: {
       id: 'bench/mock',
       pool: 'openai',
       upstream_model: 'mock-gpt',
-      base_url: mock.url,
+      base_url: mockUrl,
       api_key_env: 'MOCK_UPSTREAM_KEY',
       input_price: 1_000_000n, // 1 BRL per 1M tokens
       output_price: 2_000_000n,
@@ -194,73 +176,9 @@ export async function startStack(opts: {
     });
     // the built-in simulated vendor: the request path with no upstream HTTP at all (bench/rest.ts)
     await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n, name: 'Simulated echo' });
+    return { keys, tenantIds };
+  } finally {
     await db.end();
-
-    const common = { NATS_URL: natsUrl, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' };
-    const mArgs = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'metering')] : [];
-    const metering = spawnEntry('metering', 'src/metering/main.ts', { ...common, LOG_LEVEL: 'info', CATRACA_INSTANCE: 'bench-metering' }, mArgs);
-    procs.push(metering);
-    await waitForLog(metering, /metering consumer running/);
-    const workers = opts.workers ?? 1;
-    for (let i = 0; i < workers; i++) {
-      const wArgs = opts.cpuProfDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'worker')] : [];
-      const w = spawnEntry(
-        `worker-${i + 1}`,
-        'workers/main.ts',
-        {
-          ...common,
-          LOG_LEVEL: 'info',
-          WORKER_POOLS: 'openai,sim',
-          ...(opts.workerConcurrency !== undefined ? { WORKER_CONCURRENCY: String(opts.workerConcurrency) } : {}),
-          MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench',
-          WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY',
-          CATRACA_INSTANCE: `bench-worker-${i + 1}`,
-        },
-        wArgs,
-      );
-      procs.push(w);
-      await waitForLog(w, /worker ready/);
-    }
-    const gatewayUrls: string[] = [];
-    for (let i = 0; i < (opts.gateways ?? 1); i++) {
-      const gatewayPort = i === 0 && opts.gatewayPort ? opts.gatewayPort : await freePort();
-      const nodeArgs = opts.cpuProfDir && i === 0 ? ['--cpu-prof', '--cpu-prof-dir', join(opts.cpuProfDir, 'gateway')] : [];
-      const name = i === 0 ? 'gateway' : `gateway-${i + 1}`;
-      const gw = spawnEntry(
-        name,
-        'src/gateway/main.ts',
-        {
-          ...common,
-          GATEWAY_HOST: '127.0.0.1',
-          GATEWAY_PORT: String(gatewayPort),
-          CATRACA_INSTANCE: `bench-${name}`,
-          ...(opts.localPools
-            ? { GATEWAY_LOCAL_POOLS: opts.localPools, MOCK_UPSTREAM_KEY: 'sk-mock-upstream-bench', WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' }
-            : {}),
-        },
-        nodeArgs,
-      );
-      procs.push(gw);
-      await waitForPort(gatewayPort, '127.0.0.1', 20000, gw);
-      gatewayUrls.push(`http://127.0.0.1:${gatewayPort}/v1`);
-    }
-    return {
-      natsUrl,
-      databaseUrl,
-      mockUrl: mock.url,
-      gatewayUrl: gatewayUrls[0]!,
-      gatewayUrls,
-      key: keys[0]!,
-      tenantId: tenantIds[0]!,
-      keys,
-      tenantIds,
-      procs,
-      postmasterPid,
-      stop: stopAll,
-    };
-  } catch (err) {
-    await stopAll();
-    throw err;
   }
 }
 
@@ -385,6 +303,7 @@ async function main(argv: string[]): Promise<number> {
       concurrency: { type: 'string' },
       stream: { type: 'boolean' },
       'no-stream': { type: 'boolean' },
+      route: { type: 'string' },
       'cpu-prof': { type: 'boolean' },
       'nats-url': { type: 'string' },
       'database-url': { type: 'string' },
@@ -399,6 +318,9 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(HELP);
     return v.help ? 0 : 2;
   }
+  const route = v.route ?? 'chat';
+  if (route !== 'chat' && route !== 'responses' && route !== 'messages' && route !== 'completions')
+    throw new Error(`unknown --route ${route}; known: chat, responses, messages, completions`);
   const sc = v.scenario ? scenarios[v.scenario] : scenarios['stream-500']!;
   if (!sc) throw new Error(`unknown scenario ${v.scenario}; known: ${Object.keys(scenarios).join(', ')}`);
   const log = (s: string) => process.stderr.write(s + '\n');
@@ -522,12 +444,15 @@ async function main(argv: string[]): Promise<number> {
     const pg0 = pgCpu();
     const m0 = readMachineCpu();
     const runner0 = process.cpuUsage();
-    log(`gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s)`);
+    log(
+      `gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s), POST ${{ chat: '/v1/chat/completions', responses: '/v1/responses', messages: '/v1/messages', completions: '/v1/completions' }[route]}`,
+    );
     results.push(
       await runTarget(
         { name: 'gateway', url: stack.gatewayUrl, urls: stack.gatewayUrls, keys: stack.keys, model: 'bench/mock' },
         {
           ...base,
+          route,
           onResult: (r) => {
             if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
           },
@@ -631,6 +556,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const doc = {
     scenario: v.scenario,
+    route,
     started_at: startedAt.toISOString(),
     stack: {
       workers: v.workers !== undefined ? Number(v.workers) : 1,

@@ -1,21 +1,19 @@
 import http from 'node:http';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { NatsConnection } from 'nats';
 import { connectBus } from '../src/bus/connect.ts';
-import { migrate } from '../src/db/migrate.ts';
 import { createPool, type Db } from '../src/db/pool.ts';
 import { createTenant } from '../src/db/tenants.ts';
 import { createApiKey, type CreateKeyInput } from '../src/db/keys.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { credit } from '../src/billing/ledger.ts';
-import { ledgerCheck } from '../src/cli/ledger-check.ts';
-import { collectInstances } from '../src/cli/status.ts';
-import { embeddedPgDir, ensureNats, ensurePostgres, type ServiceHandle } from '../src/stack/services.ts';
-import { freePort, readCpuSeconds, ROOT, spawnEntry, waitForLog, waitForPort, type Proc } from './procs.ts';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
+import { collectInstances } from '../src/bus/instances.ts';
+import type { OwnStack } from '../src/stack/own-stack.ts';
+import { freePort, readCpuSeconds, ROOT, startBenchProcesses, startBenchStack } from './procs.ts';
 import { lineChart } from './svg.ts';
 
 // Soak: a mixed load held for a long time against a whole stack of real processes, sampling what
@@ -226,31 +224,23 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
   const sampleMs = o.sampleMs ?? 5000;
   const seed = o.seed ?? 20260520;
   const random = rng(seed);
-  const tmp: string[] = [];
-  const procs: Proc[] = [];
-  let nats: ServiceHandle | undefined;
-  let pg: ServiceHandle | undefined;
-  let postmasterPid: number | null = null;
+  let stack: OwnStack | undefined;
   let db: Db | undefined;
   let nc: NatsConnection | undefined;
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1024 });
   try {
     // ---- services and processes
-    const natsDir = mkdtempSync(join(os.tmpdir(), 'catraca-soak-nats-'));
-    tmp.push(natsDir);
     const monitorPort = await freePort();
-    nats = await ensureNats({ dataDir: natsDir, port: await freePort(), args: ['-m', String(monitorPort)] });
-    let databaseUrl = o.databaseUrl;
-    if (!databaseUrl) {
-      const dir = mkdtempSync(join(os.tmpdir(), 'catraca-soak-pg-'));
-      tmp.push(dir);
-      pg = await ensurePostgres({ dataDir: join(dir, 'pg'), port: await freePort(), database: 'catraca_soak' });
-      databaseUrl = pg.url;
-      postmasterPid = Number(readFileSync(join(embeddedPgDir(join(dir, 'pg')), 'postmaster.pid'), 'utf8').split('\n')[0]);
-      tmp.push(embeddedPgDir(join(dir, 'pg')));
-    }
-    await migrate(databaseUrl);
-    db = createPool(databaseUrl, 4);
+    stack = await startBenchStack({
+      databaseUrl: o.databaseUrl,
+      database: 'catraca_soak',
+      tmpPrefix: 'catraca-soak-',
+      natsArgs: ['-m', String(monitorPort)],
+      natsLog: 'soak-nats-server',
+    });
+    const { nats, postmasterPid } = stack;
+    db = createPool(stack.databaseUrl, 4);
+    stack.onStop(() => db!.end().catch(() => {}));
     await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n, name: 'Sim Echo' });
     await upsertModel(db, { id: 'sim/lorem', pool: 'sim', upstream_model: 'lorem', input_price: 500_000n, output_price: 1_500_000n, name: 'Sim Lorem' });
     // R$ 100 / R$ 1 000 per 1M tokens: one request of tenant C costs about R$ 0,01
@@ -271,26 +261,21 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     };
     const A = await mk('A', 1_000_000_000n, {});
     const B = await mk('B', 1_000_000_000n, { rateLimitRequests: 1_000_000, rateLimitIntervalS: 1 });
-    const C = await mk('C', 500_000n, {});
+    // R$ 0,50 (about 50 requests) for a run of 30 s or more; less for a shorter run, so it still runs out
+    const C = await mk('C', BigInt(Math.round(500_000 * Math.min(1, o.durationMs / 30_000))), {});
     const tenants = [A.id, B.id, C.id];
 
-    const common = { NATS_URL: nats.url, DATABASE_URL: databaseUrl, LOG_LEVEL: 'warn' };
-    const metering = spawnEntry('soak-metering', 'src/metering/main.ts', { ...common, LOG_LEVEL: 'info', CATRACA_INSTANCE: 'soak-metering' });
-    procs.push(metering);
-    await waitForLog(metering, /metering consumer running/, 45000);
-    const worker = spawnEntry('soak-worker', 'workers/main.ts', { ...common, LOG_LEVEL: 'info', WORKER_POOLS: 'sim', CATRACA_INSTANCE: 'soak-worker' });
-    procs.push(worker);
-    await waitForLog(worker, /worker ready/, 45000);
-    const gatewayPort = await freePort();
-    const gateway = spawnEntry('soak-gateway', 'src/gateway/main.ts', {
-      ...common,
-      GATEWAY_HOST: '127.0.0.1',
-      GATEWAY_PORT: String(gatewayPort),
-      CATRACA_INSTANCE: 'soak-gateway',
+    const { procs, gatewayUrls } = await startBenchProcesses(stack, {
+      namePrefix: 'soak-',
+      instancePrefix: 'soak-',
+      workers: 1,
+      workerPools: 'sim',
+      gateways: 1,
     });
-    procs.push(gateway);
-    await waitForPort(gatewayPort, '127.0.0.1', 45000, gateway);
-    nc = await connectBus(nats.url, 'soak-bench');
+    const [metering, worker, gateway] = procs;
+    const gatewayPort = Number(new URL(gatewayUrls[0]!).port);
+    nc = await connectBus(stack.natsUrl, 'soak-bench');
+    stack.onStop(() => nc!.drain().catch(() => {}));
     const measured: Array<{ name: string; pids: () => number[] }> = [
       { name: 'gateway', pids: () => [gateway.pid] },
       { name: 'worker', pids: () => [worker.pid] },
@@ -648,12 +633,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
     return result;
   } finally {
     agent.destroy();
-    await nc?.drain().catch(() => {});
-    for (const p of [...procs].reverse()) await p.stop('SIGTERM', 15000);
-    await db?.end().catch(() => {});
-    await nats?.stop().catch(() => {});
-    await pg?.stop().catch(() => {});
-    for (const d of tmp) rmSync(d, { recursive: true, force: true });
+    await stack?.stop();
   }
 }
 

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import { parseArgs } from 'node:util';
 import { Agent, type Dispatcher } from 'undici';
-import { SseParser } from '../workers/adapters/shared/sse.ts';
+import { SseParser } from '../src/providers/shared/sse.ts';
 import { spawnMock } from './procs.ts';
 
 // The upstream HTTP client alone: this process streams N chat completions per second from the

@@ -3,7 +3,7 @@ import https from 'node:https';
 import os from 'node:os';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { LatencyHistogram, type HistogramSummary } from './histogram.ts';
-import { classifyChunk, SseParser } from './sse.ts';
+import { type ChunkKind, classifyChunk, classifyCompletionChunk, classifyMessagesEvent, classifyResponsesEvent, type SseEvent, SseParser } from './sse.ts';
 
 // The load engine. One target at a time; the caller runs targets one after the other with the
 // same options so their numbers compare.
@@ -15,6 +15,11 @@ import { classifyChunk, SseParser } from './sse.ts';
 // its due time (its latency still counts from the due time).
 // Closed loop (`concurrency`): N loops, each sends its next request when the previous ends;
 // latency counts from the actual send.
+//
+// Route: chat completions (default), POST /v1/responses (`route: 'responses'`: `input` instead
+// of `messages`, and its events: a text delta is content, response.completed the end) or POST
+// /v1/messages (`route: 'messages'`: Anthropic's body and events, message_stop the end), or POST
+// /v1/completions (`route: 'completions'`: a prompt, legacy text chunks).
 //
 // A request succeeds with HTTP 200 and, streamed, a `[DONE]` after no error event; only
 // successes enter the latency histograms. TTFT = first SSE data event whose delta.content is
@@ -45,6 +50,8 @@ export interface LoadOptions {
   maxInflight: number;
   lateMs: number;
   client: 'http' | 'fetch';
+  /** the public API the requests use (default chat) */
+  route?: Route;
   /** Called when a request ends (warm-up included): end time in epoch ms, the response's x-request-id. */
   onResult?: (r: { ok: boolean; endedAt: number; requestId: string | null }) => void;
   /** Called as the measured phase (after warm-up) starts and once it has ended: CPU sampling. */
@@ -79,6 +86,32 @@ export interface TargetResult {
   /** 1-minute load average of the machine at the start and end of the measured phase (other processes disturb a benchmark) */
   loadavg_1m: { start: number; end: number };
 }
+
+export type Route = 'chat' | 'responses' | 'messages' | 'completions';
+
+/** What a route's requests look like on the wire: path, how an SSE event counts, when a JSON answer failed. */
+const ROUTE: Record<Route, { path: string; classify: (e: SseEvent) => ChunkKind; bodyFailed: (text: string) => boolean }> = {
+  chat: {
+    path: '/chat/completions',
+    classify: (e) => classifyChunk(e.data),
+    bodyFailed: (text) => text.includes('"error"') && !text.includes('"choices"'),
+  },
+  completions: {
+    path: '/completions',
+    classify: (e) => classifyCompletionChunk(e.data),
+    bodyFailed: (text) => !text.includes('"object":"text_completion"'),
+  },
+  responses: {
+    path: '/responses',
+    classify: (e) => classifyResponsesEvent(e.event),
+    bodyFailed: (text) => !text.includes('"object":"response"'),
+  },
+  messages: {
+    path: '/messages',
+    classify: (e) => classifyMessagesEvent(e.event, e.data),
+    bodyFailed: (text) => !text.includes('"type":"message"'),
+  },
+};
 
 class Collector {
   total = new LatencyHistogram();
@@ -116,6 +149,7 @@ class Req {
   finished = false;
   requestId: string | null = null;
   onResult: LoadOptions['onResult'];
+  classify: (e: SseEvent) => ChunkKind = ROUTE.chat.classify;
   constructor(
     readonly c: Collector,
     readonly intended: number,
@@ -133,7 +167,7 @@ class Req {
     if (events.length === 0) return;
     let content = false;
     for (const e of events) {
-      const k = classifyChunk(e.data);
+      const k = this.classify(e);
       if (k === 'content') {
         content = true;
         this.chunks++;
@@ -197,7 +231,8 @@ interface Sender {
 }
 
 function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
-  const u = new URL(target.url.replace(/\/$/, '') + '/chat/completions');
+  const route = ROUTE[opts.route ?? 'chat'];
+  const u = new URL(target.url.replace(/\/$/, '') + route.path);
   const mod = u.protocol === 'https:' ? https : http;
   const agent = new mod.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 65536, scheduling: 'lifo' });
   const headers: Record<string, string | number> = {
@@ -206,7 +241,7 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
     accept: opts.stream ? 'text/event-stream' : 'application/json',
   };
   const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [undefined];
-  const bases = (target.urls?.length ? target.urls : [target.url]).map((b) => new URL(b.replace(/\/$/, '') + '/chat/completions'));
+  const bases = (target.urls?.length ? target.urls : [target.url]).map((b) => new URL(b.replace(/\/$/, '') + route.path));
   // keys × bases, interleaved so that consecutive requests change base URL (and key)
   const reqOptsByKey: http.RequestOptions[] = [];
   for (let i = 0; i < keys.length * bases.length; i++) {
@@ -251,7 +286,7 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
           let text = '';
           res.on('data', (t: string) => (text += t));
           res.on('end', () => {
-            if (text.includes('"error"') && !text.includes('"choices"')) r.streamError = true;
+            if (route.bodyFailed(text)) r.streamError = true;
           });
         }
         res.on('end', () => {
@@ -277,7 +312,8 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
 }
 
 function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
-  const url = target.url.replace(/\/$/, '') + '/chat/completions';
+  const route = ROUTE[opts.route ?? 'chat'];
+  const url = target.url.replace(/\/$/, '') + route.path;
   const headers: Record<string, string> = { 'content-type': 'application/json', accept: opts.stream ? 'text/event-stream' : 'application/json' };
   const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [];
   let next = 0;
@@ -311,7 +347,7 @@ function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
           r.finishOk();
         } else {
           const text = await res.text();
-          if (text.includes('"error"') && !text.includes('"choices"')) r.fail('body_error');
+          if (route.bodyFailed(text)) r.fail('body_error');
           else r.finishOk();
         }
       })()
@@ -322,7 +358,20 @@ function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
   };
 }
 
-export function requestBody(model: string, opts: Pick<LoadOptions, 'stream' | 'maxTokens' | 'prompt'>): string {
+export function requestBody(model: string, opts: Pick<LoadOptions, 'stream' | 'maxTokens' | 'prompt' | 'route'>): string {
+  if (opts.route === 'messages') {
+    return JSON.stringify({ model, messages: [{ role: 'user', content: opts.prompt }], stream: opts.stream, max_tokens: opts.maxTokens || 1024 });
+  }
+  if (opts.route === 'completions') {
+    const b: Record<string, unknown> = { model, prompt: opts.prompt, stream: opts.stream, max_tokens: opts.maxTokens || 256 };
+    if (opts.stream) b.stream_options = { include_usage: true };
+    return JSON.stringify(b);
+  }
+  if (opts.route === 'responses') {
+    const b: Record<string, unknown> = { model, input: opts.prompt, stream: opts.stream, store: false };
+    if (opts.maxTokens) b.max_output_tokens = opts.maxTokens;
+    return JSON.stringify(b);
+  }
   const b: Record<string, unknown> = { model, messages: [{ role: 'user', content: opts.prompt }], stream: opts.stream };
   if (opts.stream) b.stream_options = { include_usage: true };
   if (opts.maxTokens) b.max_tokens = opts.maxTokens;
@@ -345,6 +394,7 @@ async function phase(sender: Sender, c: Collector, opts: LoadOptions, durationS:
     if (c.inflight > c.maxInflight) c.maxInflight = c.inflight;
     const r = new Req(c, intended, stream, onDone);
     r.onResult = opts.onResult;
+    r.classify = ROUTE[opts.route ?? 'chat'].classify;
     sender.send(r);
   };
 
@@ -392,6 +442,7 @@ async function phase(sender: Sender, c: Collector, opts: LoadOptions, durationS:
                 resolve();
               });
               r.onResult = opts.onResult;
+              r.classify = ROUTE[opts.route ?? 'chat'].classify;
               sender.send(r);
             });
           }

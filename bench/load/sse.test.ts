@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classifyChunk, SseParser } from './sse.ts';
+import { classifyChunk, classifyMessagesEvent, classifyResponsesEvent, SseParser } from './sse.ts';
 
 describe('SseParser', () => {
   it('parses data events, comments and [DONE]', () => {
@@ -51,5 +51,29 @@ describe('classifyChunk', () => {
     expect(classifyChunk('{"error":{"message":"upstream failed","code":502},"choices":[{"delta":{"content":""},"finish_reason":"error"}]}')).toBe('error');
     expect(classifyChunk('{"choices":[{"delta":{"content":"the word \\"error\\" is fine"}}]}')).toBe('content');
     expect(classifyChunk('hello')).toBe('invalid');
+  });
+});
+
+describe('classifyResponsesEvent', () => {
+  it('counts POST /v1/responses events by name', () => {
+    expect(classifyResponsesEvent('response.output_text.delta')).toBe('content');
+    expect(classifyResponsesEvent('response.completed')).toBe('done');
+    expect(classifyResponsesEvent('response.incomplete')).toBe('done');
+    expect(classifyResponsesEvent('response.failed')).toBe('error');
+    expect(classifyResponsesEvent('error')).toBe('error');
+    expect(classifyResponsesEvent('response.created')).toBe('empty');
+    expect(classifyResponsesEvent('message')).toBe('invalid');
+  });
+});
+
+describe('classifyMessagesEvent', () => {
+  it('text deltas are content, message_stop the end, error an error', () => {
+    expect(classifyMessagesEvent('content_block_delta', '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}')).toBe('content');
+    expect(classifyMessagesEvent('content_block_delta', '{"delta":{"type":"input_json_delta","partial_json":"{"}}')).toBe('empty');
+    expect(classifyMessagesEvent('message_start', '{}')).toBe('empty');
+    expect(classifyMessagesEvent('ping', '{}')).toBe('empty');
+    expect(classifyMessagesEvent('message_stop', '{}')).toBe('done');
+    expect(classifyMessagesEvent('error', '{}')).toBe('error');
+    expect(classifyMessagesEvent('message', '{}')).toBe('invalid');
   });
 });

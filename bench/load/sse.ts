@@ -1,5 +1,5 @@
 // The SSE parser is the workers' own (one parser for vendors' streams and catraca's).
-export { SseParser, type SseEvent } from '../../workers/adapters/shared/sse.ts';
+export { SseParser, type SseEvent } from '../../src/providers/shared/sse.ts';
 
 export type ChunkKind = 'content' | 'empty' | 'done' | 'error' | 'invalid';
 
@@ -29,4 +29,36 @@ export function classifyChunk(data: string): ChunkKind {
     i = data.indexOf('"content":', j);
   }
   return 'empty';
+}
+
+/** The same for one chunk of POST /v1/completions (legacy): a non-empty `text` is content. */
+export function classifyCompletionChunk(data: string): ChunkKind {
+  const kind = classifyChunk(data);
+  if (kind !== 'empty') return kind;
+  const i = data.indexOf('"text":"');
+  return i !== -1 && data.charCodeAt(i + 8) !== 34 ? 'content' : 'empty';
+}
+
+/**
+ * The same classification of one event of POST /v1/responses, by its `event:` name: text deltas
+ * are content, response.completed / response.incomplete the end, `error` / response.failed errors.
+ */
+export function classifyResponsesEvent(event: string): ChunkKind {
+  if (event === 'response.output_text.delta') return 'content';
+  if (event === 'response.completed' || event === 'response.incomplete') return 'done';
+  if (event === 'error' || event === 'response.failed') return 'error';
+  return event.startsWith('response.') ? 'empty' : 'invalid';
+}
+
+/**
+ * The same for one event of POST /v1/messages (Anthropic's), by its `event:` name: text deltas are
+ * content, message_stop the end, `error` an error.
+ */
+export function classifyMessagesEvent(event: string, data: string): ChunkKind {
+  if (event === 'content_block_delta') return data.includes('"text_delta"') ? 'content' : 'empty';
+  if (event === 'message_stop') return 'done';
+  if (event === 'error') return 'error';
+  return event === 'message_start' || event === 'content_block_start' || event === 'content_block_stop' || event === 'message_delta' || event === 'ping'
+    ? 'empty'
+    : 'invalid';
 }

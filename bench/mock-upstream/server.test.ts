@@ -1,6 +1,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mockText, startMockUpstream, type MockUpstream } from './server.ts';
+import { startMockUpstream, type MockUpstream } from './server.ts';
+import { mockText } from './content.ts';
 
 // The official client is the judge of the mock's wire format.
 let mock: MockUpstream;

@@ -1,7 +1,14 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { promptTokens } from '../../workers/adapters/sim/tokens.ts';
-import { handleAnthropic } from './anthropic.ts';
+import { promptTokens } from '../../src/providers/sim/tokens.ts';
+import { handleAnthropic, type MockUsageEntry } from './anthropic.ts';
+import { handleCompletions } from './openai-completions.ts';
+import { handleEmbeddings } from './openai-embeddings.ts';
+import { MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, mockToken } from './content.ts';
+import type { MockStats } from './stats.ts';
+import { toolLoopCall } from './tool-loop.ts';
+
+export type { MockStats } from './stats.ts';
 
 // An OpenAI-compatible mock vendor for tests and benchmarks. Speaks OpenAI's wire format exactly
 // (chat.completion / chat.completion.chunk, usage chunk with choices [] when
@@ -10,30 +17,37 @@ import { handleAnthropic } from './anthropic.ts';
 //
 // Output: token i is "Hello" for i = 0 and then " world", " foo", … cycling through WORDS;
 // the natural length is `outputTokens` (default 16), cut at max_tokens / max_completion_tokens
-// (finish_reason "length"). prompt_tokens uses the sim's documented count (workers/adapters/sim).
+// (finish_reason "length"). prompt_tokens uses the sim's documented count (src/providers/sim).
 //
 // Behaviour by request model name:
 //   mock-429 → 429 rate_limit_exceeded, retry-after: 1     mock-500 → 500 server_error
 //   mock-401 → 401 invalid_api_key (echoes a masked key)   mock-404 → 404 model_not_found
 //   mock-400 → 400 invalid_request_error (param max_tokens)
+//   mock-context → 400 context_length_exceeded                mock-hang → takes the request, never answers
 //   mock-fail-midstream → 3 content chunks, then the socket is destroyed
 //   mock-no-usage → never sends usage                      mock-slow → 500 ms first token, 20 tokens/s
-//   POST /v1/messages → Anthropic's Messages API (see anthropic.ts)
+//   POST /v1/messages, /v1/messages/count_tokens → Anthropic's Messages API (see anthropic.ts)
+//   POST /v1/embeddings, /v1/completions → OpenAI's embeddings and legacy completions
+//     (openai-embeddings.ts, openai-completions.ts)
 //   mock-reasoning → reasoning pieces (MOCK_REASONING) before the answer
 //   mock-tools → one tool call (MOCK_TOOL_CALL), finish_reason "tool_calls", 12 completion tokens
+//   mock-tool-loop → calls a tool it was offered (see tool-loop.ts) until the last message is a
+//     tool result, then answers normally: an agent's round trip
+//   mock-agent → like mock-tools, unless the last message is a tool result: then the normal answer
 //   mock-split-utf8 → ignores stream: true and answers one chat.completion whose content is
 //     MOCK_SPLIT_TEXT, written in two pieces that split the "ç" (as a vendor's TCP segments may)
 //   mock-400-utf8 → 400 whose message (MOCK_SPLIT_ERROR) is written split inside a character
 // Any other model streams normally. Missing `Authorization: Bearer …` → 401.
 // Billing as OpenAI bills (prompt_tokens is everything the vendor charges as input):
-//   text     the sim's documented count of the messages' text (workers/adapters/sim)
+//   text     the sim's documented count of the messages' text (src/providers/sim)
 //   images   MOCK_IMAGE_TOKENS per image_url part (gpt-4o-mini at high detail, 2 × 2 tiles)
 //   tools    ceil(bytes of the tools JSON / 3) + 20 per request with tools
 //   cache    with a prompt_cache_key, half the prompt is reported as cached_tokens (still part of
 //            prompt_tokens, as OpenAI reports it)
 //   reasoning counted in completion_tokens and in completion_tokens_details.reasoning_tokens
 // A parameter OpenAI does not document → 400 "Unrecognized request argument supplied: …", as
-// OpenAI answers. Per-request override (the mock's own parameter; a gateway must be told to
+// OpenAI answers; reasoning_effort to a model that does not reason (no "reasoning" in its name) →
+// 400 unsupported_parameter, as OpenAI answers for gpt-4o. Per-request override (the mock's own parameter; a gateway must be told to
 // forward it, e.g. the catalog's extra_params):
 //   "mock": { "output_tokens"?: n, "first_token_ms"?: n, "tokens_per_second"?: n }
 
@@ -44,17 +58,6 @@ export interface MockUpstreamOptions {
   /** 0 = write the whole answer at once */
   tokensPerSecond?: number;
   outputTokens?: number;
-}
-
-export interface MockStats {
-  requests: number;
-  completed: number;
-  /** client closed before the response ended */
-  aborted: number;
-  inFlight: number;
-  lastAuthorization: string | null;
-  /** the last request body as parsed JSON (tests check what the worker sent) */
-  lastBody: Record<string, unknown> | null;
 }
 
 export interface MockUpstream {
@@ -131,20 +134,8 @@ function sendSplit(res: http.ServerResponse, status: number, body: string): void
   setTimeout(() => res.end(bytes.subarray(cut)), 30);
 }
 
-export const MOCK_WORDS = ['Hello', 'world', 'foo', 'bar', 'baz', 'qux', 'quux', 'corge', 'grault', 'garply', 'waldo', 'fred', 'plugh', 'xyzzy', 'thud'];
 const SLOW = { firstTokenMs: 500, tokensPerSecond: 20 };
 const MIDSTREAM_TOKENS = 3;
-
-/** The mock's i-th output token. */
-export function mockToken(i: number): string {
-  return (i === 0 ? '' : ' ') + MOCK_WORDS[i % MOCK_WORDS.length];
-}
-/** The mock's first n output tokens, concatenated. */
-export function mockText(n: number): string {
-  let s = '';
-  for (let i = 0; i < n; i++) s += mockToken(i);
-  return s;
-}
 
 const TOKEN_JSON: string[] = [];
 const tokenJson = (i: number) => (TOKEN_JSON[i] ??= JSON.stringify(mockToken(i)));
@@ -167,6 +158,18 @@ const ERRORS: Record<string, { status: number; body: string; headers?: Record<st
     status: 500,
     body: JSON.stringify({
       error: { message: 'The server had an error while processing your request. Sorry about that!', type: 'server_error', param: null, code: null },
+    }),
+  },
+  'mock-context': {
+    status: 400,
+    body: JSON.stringify({
+      error: {
+        message:
+          "This model's maximum context length is 128000 tokens. However, your messages resulted in 130000 tokens. Please reduce the length of the messages.",
+        type: 'invalid_request_error',
+        param: 'messages',
+        code: 'context_length_exceeded',
+      },
     }),
   },
   'mock-400': {
@@ -193,17 +196,18 @@ function maskKey(key: string): string {
 
 let seqId = 0;
 
-/** What `mock-reasoning` streams as reasoning before its answer. */
-export const MOCK_REASONING = ['Let', ' me', ' think'];
-
-/** What `mock-tools` answers: one call of a weather function, streamed in three argument pieces. */
-export const MOCK_TOOL_CALL = { id: 'call_mock_weather_1', name: 'get_weather', arguments: '{"city":"São Paulo","unit":"celsius"}' };
-export const MOCK_TOOL_COMPLETION_TOKENS = 12;
-
-function sendToolCall(res: http.ServerResponse, body: Record<string, unknown>, id: string, created: number, modelJson: string, prompt: number): void {
+function sendToolCall(
+  res: http.ServerResponse,
+  body: Record<string, unknown>,
+  id: string,
+  created: number,
+  modelJson: string,
+  prompt: number,
+  call: { id: string; name: string; arguments: string } = MOCK_TOOL_CALL,
+): void {
   const n = MOCK_TOOL_COMPLETION_TOKENS;
   const usage = `{"prompt_tokens":${prompt},"completion_tokens":${n},"total_tokens":${prompt + n}}`;
-  const { id: callId, name, arguments: args } = MOCK_TOOL_CALL;
+  const { id: callId, name, arguments: args } = call;
   if (body.stream !== true) {
     return sendJson(
       res,
@@ -228,13 +232,25 @@ function sendToolCall(res: http.ServerResponse, body: Record<string, unknown>, i
 
 export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise<MockUpstream> {
   const defaults = { firstTokenMs: opts.firstTokenMs ?? 0, tokensPerSecond: opts.tokensPerSecond ?? 0, outputTokens: opts.outputTokens ?? 16 };
-  const stats: MockStats = { requests: 0, completed: 0, aborted: 0, inFlight: 0, lastAuthorization: null, lastBody: null };
+  const stats: MockStats = {
+    requests: 0,
+    completed: 0,
+    aborted: 0,
+    inFlight: 0,
+    lastAuthorization: null,
+    lastBody: null,
+    lastPath: null,
+    byModel: {},
+    usages: [],
+  };
+  const record = (e: MockUsageEntry) => stats.usages.push(e);
 
   const server = http.createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
-    if (req.method === 'GET' && path === '/stats') return sendJson(res, 200, JSON.stringify({ ...stats, lastBody: undefined }));
+    if (req.method === 'GET' && path === '/stats') return sendJson(res, 200, JSON.stringify({ ...stats, lastBody: undefined, usages: undefined }));
     stats.requests++;
     stats.inFlight++;
+    stats.lastPath = path;
     let ended = false;
     res.once('finish', () => {
       ended = true;
@@ -245,7 +261,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       else stats.aborted++;
     });
 
-    if (req.method === 'POST' && path === '/v1/messages') {
+    if (req.method === 'POST' && (path === '/v1/messages' || path === '/v1/messages/count_tokens')) {
       stats.lastAuthorization = typeof req.headers['x-api-key'] === 'string' ? `x-api-key ${req.headers['x-api-key']}` : null;
       const parts: Buffer[] = [];
       req.on('data', (c: Buffer) => parts.push(c));
@@ -256,7 +272,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
         } catch {
           stats.lastBody = null;
         }
-        handleAnthropic(req, res, raw, defaults.outputTokens);
+        handleAnthropic(req, res, raw, defaults.outputTokens, record);
       });
       return;
     }
@@ -285,6 +301,8 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       const ids = ['mock-gpt', 'mock-slow', 'mock-no-usage', 'mock-fail-midstream', 'mock-429', 'mock-500', 'mock-401', 'mock-404', 'mock-400'];
       return sendJson(res, 200, JSON.stringify({ object: 'list', data: ids.map((id) => ({ id, object: 'model', created: now, owned_by: 'catraca-mock' })) }));
     }
+    if (req.method === 'POST' && path === '/v1/embeddings') return handleEmbeddings(req, res, stats);
+    if (req.method === 'POST' && path === '/v1/completions') return handleCompletions(req, res, stats, defaults.outputTokens);
     if (req.method !== 'POST' || path !== '/v1/chat/completions') {
       req.resume();
       return sendJson(
@@ -321,6 +339,23 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
         );
       }
       const model = typeof body.model === 'string' ? body.model : '';
+      stats.byModel[model] = (stats.byModel[model] ?? 0) + 1;
+      // mock-hang: takes the request and never answers (a vendor that times out)
+      if (model === 'mock-hang') return;
+      if (body.reasoning_effort != null && !model.includes('reasoning')) {
+        return sendJson(
+          res,
+          400,
+          JSON.stringify({
+            error: {
+              message: "Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+              type: 'invalid_request_error',
+              param: 'reasoning_effort',
+              code: 'unsupported_parameter',
+            },
+          }),
+        );
+      }
       const fixed = ERRORS[model];
       if (fixed) return sendJson(res, fixed.status, fixed.body, fixed.headers);
       if (model === 'mock-401') {
@@ -374,7 +409,14 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       const created = Math.floor(Date.now() / 1000);
       const modelJson = JSON.stringify(model);
       const wantUsage = model !== 'mock-no-usage';
-      if (model === 'mock-tools') return sendToolCall(res, body, id, created, modelJson, prompt);
+      const lastRole = (body.messages as Array<{ role?: unknown }>).at(-1)?.role;
+      if (model === 'mock-tools' || (model === 'mock-agent' && lastRole !== 'tool')) {
+        record({ api: 'chat', model, usage: { prompt_tokens: prompt, completion_tokens: MOCK_TOOL_COMPLETION_TOKENS, cached_tokens: 0 } });
+        return sendToolCall(res, body, id, created, modelJson, prompt);
+      }
+      const loopCall = model === 'mock-tool-loop' ? toolLoopCall(body) : null;
+      if (loopCall) return sendToolCall(res, body, id, created, modelJson, prompt, loopCall);
+      if (wantUsage) record({ api: 'chat', model, usage: { prompt_tokens: prompt, completion_tokens: completion, cached_tokens: cached } });
       if (model === 'mock-400-utf8') {
         return sendSplit(res, 400, JSON.stringify({ error: { message: MOCK_SPLIT_ERROR, type: 'invalid_request_error', param: null, code: null } }));
       }
