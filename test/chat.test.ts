@@ -138,6 +138,9 @@ describe('chat completions through the whole path', () => {
       usage_monthly: Number(cost) / 1e6,
       is_free_tier: false,
       allowed_models: ['sim/echo'],
+      max_concurrent: null,
+      tpm: null,
+      end_user_limit: null,
       currency: 'BRL',
     });
     expect(JSON.stringify(key)).not.toContain(t.key);
@@ -147,7 +150,9 @@ describe('chat completions through the whole path', () => {
     const t = await stack.tenant('1.00');
     const other = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
-    const res = await client.chat.completions.create({ model: 'sim/echo', messages: [{ role: 'user', content: 'um dois três' }] }).withResponse();
+    const res = await client.chat.completions
+      .create({ model: 'sim/echo', messages: [{ role: 'user', content: 'um dois três' }], user: 'cliente-42' })
+      .withResponse();
     const id = res.response.headers.get('x-request-id')!;
     await stack.waitSettled([id]);
     const prompt = simPrompt([{ content: 'um dois três' }]);
@@ -162,6 +167,10 @@ describe('chat completions through the whole path', () => {
       usage: cost,
       tokens_prompt: prompt,
       tokens_completion: 3,
+      native_tokens_cached: 0,
+      native_tokens_reasoning: 0,
+      api_type: 'chat',
+      user: 'cliente-42',
       estimated: false,
       cancelled: false,
       currency: 'BRL',
@@ -174,12 +183,61 @@ describe('chat completions through the whole path', () => {
     expect((await missing.json()).error).toMatchObject({ code: 'invalid_request', param: 'id' });
   });
 
+  it("reports the tenant's usage by São Paulo day and model on GET /activity, equal to the ledger", async () => {
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
+    const ids: string[] = [];
+    for (const model of ['sim/echo', 'sim/echo', 'sim/lorem']) {
+      const r = await client.chat.completions.create({ model, max_tokens: 5, messages: [{ role: 'user', content: 'um dois' }] }).withResponse();
+      ids.push(r.response.headers.get('x-request-id')!);
+    }
+    await stack.waitSettled(ids);
+    const { rows } = await stack.db.query(
+      `select model, count(*)::int as n, sum(amount_micros)::bigint as amount, sum(input_tokens)::int as prompt, sum(output_tokens)::int as completion
+         from ledger where tenant_id = $1 and kind = 'debit' group by model order by model`,
+      [t.tenantId],
+    );
+    const today = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
+    const res = await fetch(`${stack.baseUrl}/activity`, { headers: { authorization: `Bearer ${t.key}` } });
+    expect(res.status).toBe(200);
+    const body = await res.json();
+    expect(body).toMatchObject({ currency: 'BRL', time_zone: 'America/Sao_Paulo' });
+    expect(body.data).toEqual(
+      rows.map((r) => ({
+        date: today,
+        model: r.model,
+        model_permaslug: r.model,
+        endpoint_id: r.model,
+        provider_name: 'catraca',
+        usage: Number(r.amount) / 1e6,
+        byok_usage_inference: 0,
+        requests: r.n,
+        prompt_tokens: r.prompt,
+        completion_tokens: r.completion,
+        reasoning_tokens: 0,
+      })),
+    );
+    const other = await (await fetch(`${stack.baseUrl}/activity?date=2000-01-01`, { headers: { authorization: `Bearer ${t.key}` } })).json();
+    expect(other.data).toEqual([]);
+    const bad = await fetch(`${stack.baseUrl}/activity?date=yesterday`, { headers: { authorization: `Bearer ${t.key}` } });
+    expect([bad.status, (await bad.json()).error.param]).toEqual([400, 'date']);
+  });
+
   it('lists the catalog with BRL prices', async () => {
     const res = await fetch(`${stack.baseUrl}/models`);
     expect(res.status).toBe(200);
     const body = await res.json();
     const echo = body.data.find((m: { id: string }) => m.id === 'sim/echo');
-    expect(echo.pricing).toEqual({ prompt: '0.000001', completion: '0.000002', request: '0', image: '0', currency: 'BRL' });
+    expect(echo.pricing).toEqual({
+      prompt: '0.000001',
+      completion: '0.000002',
+      request: '0',
+      image: '0',
+      input_cache_read: '0.000001',
+      input_cache_write: '0.000001',
+      internal_reasoning: '0.000002',
+      currency: 'BRL',
+    });
     expect(echo.pricing_per_million_tokens).toEqual({ prompt: '1', completion: '2', currency: 'BRL' });
   });
 });
@@ -321,6 +379,24 @@ describe('errors, in the documented shape', () => {
     expect(res.status).toBe(404);
     expect((await res.json()).error.code).toBe('route_not_found');
     expect(res.headers.get('x-request-id')).toMatch(/^gen-/);
+  });
+
+  it('405 for a known route with another method, from the one route table (GET /v1/auth/key exists, so POST is 405)', async () => {
+    for (const [method, path] of [
+      ['POST', '/auth/key'],
+      ['POST', '/key'],
+      ['GET', '/chat/completions'],
+      ['DELETE', '/models'],
+    ]) {
+      const res = await fetch(`${stack.baseUrl}${path}`, { method });
+      expect([method, path, res.status]).toEqual([method, path, 405]);
+      expect((await res.json()).error).toEqual({
+        message: `Method ${method} is not allowed on /v1${path}.`,
+        type: 'invalid_request_error',
+        code: 'method_not_allowed',
+        param: null,
+      });
+    }
   });
 });
 

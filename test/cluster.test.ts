@@ -1,11 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AckPolicy, type NatsConnection, type StreamInfo } from 'nats';
 import OpenAI, { APIConnectionError, APIError } from 'openai';
-import { connectBus, ensureUsageStream, natsClusterSize } from '../src/bus/connect.ts';
+import { connectBus } from '../src/bus/connect.ts';
+import { ensureUsageStream, natsClusterSize } from '../src/bus/usage-stream.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../src/bus/subjects.ts';
 import { ensureMeteringConsumer } from '../src/metering/consumer.ts';
-import { ledgerCheck } from '../src/cli/ledger-check.ts';
-import { loremTokens } from '../workers/adapters/sim/generate.ts';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
+import { loremTokens } from '../src/providers/sim/generate.ts';
 import { startNatsCluster, type NatsCluster, type NatsNode } from './helpers/nats-cluster.ts';
 import { startStack, type Proc, type TestStack } from './helpers/stack.ts';
 

@@ -1,19 +1,30 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type TestStack } from './helpers/stack.ts';
-import { ledgerCheck } from '../src/cli/ledger-check.ts';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
 
 // When every worker of a pool is at its limit, a request waits in the front door (bounded, fair
 // between tenants) instead of getting 503 at once. One worker that runs ONE job at a time makes
 // every wait visible. Keys get a generous request rate limit so that their requests are admitted
 // one by one in PostgreSQL (never from a lease): each hold is then a row the test can watch.
 let stack: TestStack;
+// the waiting jobs' byte budgets: two 120 KB jobs of one tenant fit, a third does not; three in all
+const BYTES_TENANT = 300_000;
+const BYTES_DOOR = 400_000;
 
 beforeAll(async () => {
   stack = await startStack({
     gateways: 1,
     workers: 1,
     // a stream idle timeout below the wait deadline: waiting for a slot must not count as a quiet stream
-    env: { WORKER_CONCURRENCY: '1', DISPATCH_WAIT_MS: '2500', DISPATCH_MAX_WAITING_PER_TENANT: '40', STREAM_IDLE_TIMEOUT_MS: '1000', KEEPALIVE_MS: '300' },
+    env: {
+      WORKER_CONCURRENCY: '1',
+      DISPATCH_WAIT_MS: '2500',
+      DISPATCH_MAX_WAITING_PER_TENANT: '40',
+      DISPATCH_MAX_WAITING_BYTES: String(BYTES_DOOR),
+      DISPATCH_MAX_WAITING_BYTES_PER_TENANT: String(BYTES_TENANT),
+      STREAM_IDLE_TIMEOUT_MS: '1000',
+      KEEPALIVE_MS: '300',
+    },
   });
 }, 60000);
 
@@ -148,6 +159,37 @@ describe('a bounded, fair wait for a worker slot', () => {
     await busy;
     await stack.waitNoHolds(t.tenantId, 20000);
     for (const id of [t.tenantId]) expect(await ledgerCheck(stack.db, { tenantId: id })).toMatchObject({ ok: true });
+    expect(await ledgerCheck(stack.db)).toMatchObject({ ok: true });
+  });
+  it('past the byte budget of a tenant, then of the door, a request is refused at once; nothing held, nothing billed', { timeout: 30000 }, async () => {
+    const a = await stack.tenant('10.00', RATE);
+    const b = await stack.tenant('10.00', RATE);
+    const big = (tag: string) => ({ ...lorem({ output_tokens: 1 }), messages: [{ role: 'user', content: `${tag} ${'a'.repeat(120_000)}` }] });
+    const busy = post(a.key, lorem({ first_token_ms: 1500, output_tokens: 1 }));
+    await new Promise((r) => setTimeout(r, 150));
+    const timed = async (key: string, body: Record<string, unknown>) => {
+      const t0 = Date.now();
+      const res = await post(key, body);
+      return { status: res.status, ms: Date.now() - t0, body: await res.json(), retryAfter: res.headers.get('retry-after') };
+    };
+    const a1 = timed(a.key, big('a1'));
+    const a2 = timed(a.key, big('a2'));
+    await new Promise((r) => setTimeout(r, 300)); // both wait: 240 KB of A's 300 KB
+    expect(await holdsOf(a.tenantId)).toBe(3);
+    const a3 = await timed(a.key, big('a3')); // 360 KB > A's budget
+    expect([a3.status, a3.retryAfter, a3.body.error.code]).toEqual([503, '1', 'overloaded']);
+    expect(a3.ms).toBeLessThan(1000);
+    const b1 = timed(b.key, big('b1')); // 360 KB of the door's 400 KB
+    await new Promise((r) => setTimeout(r, 300));
+    const b2 = await timed(b.key, big('b2')); // 480 KB > the door's budget (B's own 240 KB would fit)
+    expect([b2.status, b2.retryAfter, b2.body.error.code]).toEqual([503, '1', 'overloaded']);
+    expect(b2.ms).toBeLessThan(1000);
+    expect([await holdsOf(a.tenantId), await holdsOf(b.tenantId)]).toEqual([3, 1]); // the refused ones hold nothing
+    expect((await busy).status).toBe(200);
+    for (const r of await Promise.all([a1, a2, b1])) expect(r.status).toBe(200);
+    await stack.waitNoHolds(a.tenantId);
+    await stack.waitNoHolds(b.tenantId);
+    expect([await ledgerRows(a.tenantId), await ledgerRows(b.tenantId)]).toEqual([3, 1]);
     expect(await ledgerCheck(stack.db)).toMatchObject({ ok: true });
   });
 });

@@ -7,6 +7,7 @@
 //         embedded cluster (persistent under .catraca/test-pg, or /tmp/catraca-<hash>/ as root).
 //         (CATRACA_TEST_EMBEDDED_PG=1 forces the embedded cluster, to try the CI path.)
 //         Every run gets a fresh database catraca_test_<timestamp>_<rand>, migrated, dropped after.
+//         The processes' roles get passwords derived from DATABASE_URL's (derivedRoleUrl gives their URLs).
 // Test files see NATS_URL and DATABASE_URL in process.env (also via inject(), see setup-env.ts).
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -16,6 +17,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import type { TestProject } from 'vitest/node';
 import { migrate } from '../src/db/migrate.ts';
+import { derivedRolePasswords } from '../src/db/roles.ts';
 import { ensureNats, ensurePostgres, findNatsServer, freePort, probePostgres, type ServiceHandle } from '../src/stack/services.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -92,7 +94,8 @@ export default async function setup(project: TestProject) {
       const ts = Number(/^catraca_test_(\d+)_/.exec(datname)?.[1]);
       if (ts && ts < Date.now() - 6 * 3600_000) await adminQuery(serverUrl, `drop database if exists "${datname}" with (force)`).catch(() => {});
     }
-    await migrate(databaseUrl);
+    // the roles of the processes get their passwords (src/db/roles.ts): test stacks connect each process as its role
+    await migrate(databaseUrl, { rolePasswords: derivedRolePasswords(databaseUrl) });
 
     const testEnv: Record<string, string> = {
       NATS_URL: nats.url,

@@ -1,32 +1,39 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { connect, Empty, type Msg, type NatsConnection, type NatsError } from 'nats';
 import OpenAI from 'openai';
-import { connectBus, ensureUsageStream } from '../src/bus/connect.ts';
+import { connectBus } from '../src/bus/connect.ts';
+import { ensureUsageStream } from '../src/bus/usage-stream.ts';
 import { createMetrics, registerMonitoring } from '../src/bus/monitoring.ts';
 import { encode } from '../src/bus/messages.ts';
-import { METERING_DURABLE, subjects, USAGE_STREAM } from '../src/bus/subjects.ts';
+import { METERING_DURABLE, NOTIFY_DURABLE, NOTIFY_STREAM, subjects, USAGE_STREAM } from '../src/bus/subjects.ts';
+import { ensureNotifyConsumer } from '../src/notify/bus.ts';
 import { ensureMeteringConsumer } from '../src/metering/consumer.ts';
-import { collectInstances } from '../src/cli/status.ts';
-import { ledgerCheck } from '../src/cli/ledger-check.ts';
+import { collectInstances } from '../src/bus/instances.ts';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
+import { upsertModel } from '../src/db/models.ts';
+import { LOGIN_ROLES } from '../src/db/roles.ts';
 import { ensureNats, findNatsServer, type ServiceHandle } from '../src/stack/services.ts';
 import { startStack, type TestStack } from './helpers/stack.ts';
 
 // NATS authentication and per-subject permissions per role (deploy/nats/auth.conf): a nats-server
 // runs that file with random passwords in its environment; each role connects with its own
-// credentials, can do what its process does and nothing of a set of forbidden operations; then a
-// stack whose gateway, worker and metering processes each use their role serves a streamed request
-// (and the CLI revokes a key and lists the instances) without a single permission violation.
+// credentials, can do what its process does and nothing of a set of forbidden operations — a
+// worker only its own pools' jobs, usage and capacity (the file's `worker` serves openai and
+// anthropic; `groq` stands for any other pool); then a stack whose gateway, worker and metering
+// processes each use their role serves a streamed request (and the CLI revokes a key and lists
+// the instances) without a single permission violation; and a front door serving pools in its own
+// process (GATEWAY_LOCAL_POOLS) does once its gateway user's `#local ` lines are uncommented.
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const AUTH_CONF = join(ROOT, 'deploy', 'nats', 'auth.conf');
-const ROLES = ['gateway', 'worker', 'metering', 'portal', 'cli'] as const;
+const ROLES = ['gateway', 'worker', 'metering', 'portal', 'cli', 'console'] as const;
 type Role = (typeof ROLES)[number];
 // letters and digits, starting with a letter (auth.conf says why)
 const PASSWORDS = Object.fromEntries(ROLES.map((r) => [r, `n${randomBytes(16).toString('hex')}`])) as Record<Role, string>;
@@ -99,6 +106,26 @@ function subscribeDenied(nc: NatsConnection, subject: string, queue?: string): P
   );
 }
 
+/** A model of the pool `openai` (the file's `worker` serves it) that the simulator answers. */
+const ECHO_OPENAI_POOL = {
+  id: 'acme/echo',
+  pool: 'openai',
+  protocol: 'sim',
+  upstream_model: 'echo',
+  input_price: 1_000_000n,
+  output_price: 2_000_000n,
+} as const;
+
+async function streamedText(stream: AsyncIterable<OpenAI.Chat.Completions.ChatCompletionChunk>): Promise<{ text: string; finish: string | null }> {
+  let text = '';
+  let finish: string | null = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.delta?.content ?? '';
+    finish = chunk.choices[0]?.finish_reason ?? finish;
+  }
+  return { text, finish };
+}
+
 const requestDenied = (nc: NatsConnection, subject: string) =>
   nc.request(subject, Empty, { timeout: 3000 }).then(
     () => ({ code: 'ANSWERED' }),
@@ -132,7 +159,9 @@ describe('the server of deploy/nats/auth.conf', () => {
     const worker = await as('worker');
     expect(await ensureUsageStream(worker)).toEqual({ action: 'not_permitted', replicas: 0 });
     // no stream yet: JetStream does not answer, and the worker retries its usage publish until it does
-    await expect(worker.jetstream().publish(subjects.usage('sim'), encode({}), { msgID: 'early', timeout: 2000 })).rejects.toMatchObject({ code: '503' });
+    await expect(worker.jetstream().publish(subjects.usage('openai'), encode({}), { msgID: 'early', timeout: 2000 })).rejects.toMatchObject({
+      code: '503',
+    });
   });
 
   it('lets every role do what its process does, without a single violation', async () => {
@@ -142,6 +171,7 @@ describe('the server of deploy/nats/auth.conf', () => {
     const gateway = await as('gateway');
     const portal = await as('portal');
     const cli = await as('cli');
+    const consoleNc = await as('console');
 
     // metering owns the USAGE stream and its consumer; the worker may only look at it
     expect((await ensureUsageStream(metering)).replicas).toBe(1);
@@ -164,8 +194,8 @@ describe('the server of deploy/nats/auth.conf', () => {
     expect(rows.map((r) => r.service).sort()).toEqual(['catraca-gateway', 'catraca-metering', 'catraca-portal', 'catraca-worker']);
 
     // job: gateway → worker (queue group), ack back to the gateway's inbox, frames to the door, cancel
-    const jobs = worker.subscribe(subjects.job('sim'), {
-      queue: subjects.queueGroup('sim'),
+    const jobs = worker.subscribe(subjects.job('openai'), {
+      queue: subjects.queueGroup('openai'),
       callback: (_e, m) => {
         m.respond(encode({ ok: true, worker: 'wk_auth' }));
         worker.publish(subjects.stream('door_auth', 'req1'), encode({ t: 'delta', seq: 0, content: 'oi' }));
@@ -174,7 +204,7 @@ describe('the server of deploy/nats/auth.conf', () => {
     await worker.flush(); // its queue subscription is in place
     const frame = nextOn(gateway, subjects.streamWildcard('door_auth'), () => {});
     frame.catch(() => {}); // awaited below
-    const ack = await gateway.request(subjects.job('sim'), encode({ request_id: 'req1' }), { timeout: 3000 });
+    const ack = await gateway.request(subjects.job('openai'), encode({ request_id: 'req1' }), { timeout: 3000 });
     expect(ack.subject.startsWith('_INBOX.gateway.')).toBe(true);
     expect(JSON.parse(new TextDecoder().decode(ack.data))).toEqual({ ok: true, worker: 'wk_auth' });
     expect((await within(frame, 3000, 'frame')).subject).toBe('catraca.stream.door_auth.req1');
@@ -182,11 +212,11 @@ describe('the server of deploy/nats/auth.conf', () => {
     expect(cancel.subject).toBe('catraca.cancel.wk_auth.req1');
     jobs.unsubscribe();
     // a busy worker announces free slots; the front door sends a waiting job to that worker alone
-    const freed = await nextOn(gateway, subjects.capacityWildcard, () => worker.publish(subjects.capacity('sim'), encode({ worker: 'wk_auth', free: 1 })));
-    expect(freed.subject).toBe('catraca.capacity.sim');
-    const direct = worker.subscribe(subjects.jobDirect('sim', 'wk_auth'), { callback: (_e, m) => m.respond(encode({ ok: true, worker: 'wk_auth' })) });
+    const freed = await nextOn(gateway, subjects.capacityWildcard, () => worker.publish(subjects.capacity('openai'), encode({ worker: 'wk_auth', free: 1 })));
+    expect(freed.subject).toBe('catraca.capacity.openai');
+    const direct = worker.subscribe(subjects.jobDirect('openai', 'wk_auth'), { callback: (_e, m) => m.respond(encode({ ok: true, worker: 'wk_auth' })) });
     await worker.flush();
-    expect(JSON.parse(new TextDecoder().decode((await gateway.request(subjects.jobDirect('sim', 'wk_auth'), encode({}), { timeout: 3000 })).data))).toEqual({
+    expect(JSON.parse(new TextDecoder().decode((await gateway.request(subjects.jobDirect('openai', 'wk_auth'), encode({}), { timeout: 3000 })).data))).toEqual({
       ok: true,
       worker: 'wk_auth',
     });
@@ -194,9 +224,9 @@ describe('the server of deploy/nats/auth.conf', () => {
 
     // usage: worker → JetStream (acked, deduplicated by msgID) → metering pulls and acks
     const js = worker.jetstream();
-    const pa = await js.publish(subjects.usage('sim'), encode({ request_id: 'req1' }), { msgID: 'req1' });
+    const pa = await js.publish(subjects.usage('openai'), encode({ request_id: 'req1' }), { msgID: 'req1' });
     expect(pa.stream).toBe(USAGE_STREAM);
-    expect((await js.publish(subjects.usage('sim'), encode({ request_id: 'req1' }), { msgID: 'req1' })).duplicate).toBe(true);
+    expect((await js.publish(subjects.usage('openai'), encode({ request_id: 'req1' }), { msgID: 'req1' })).duplicate).toBe(true);
     const consumer = await metering.jetstream().consumers.get(USAGE_STREAM, METERING_DURABLE);
     const m = await consumer.next({ expires: 3000 });
     expect(m?.seq).toBe(pa.seq);
@@ -215,21 +245,68 @@ describe('the server of deploy/nats/auth.conf', () => {
         subjects.catalogChanged,
       );
     }
+    // a suspended or reactivated tenant: from the CLI, the console and metering (after a shortfall) to the front doors
+    for (const sender of [cli, consoleNc, metering]) {
+      expect((await nextOn(gateway, subjects.tenantChanged, () => sender.publish(subjects.tenantChanged, encode({ tenant_id: 't1' })))).subject).toBe(
+        subjects.tenantChanged,
+      );
+    }
+    // the console: key revocations and catalog changes to the doors and workers, the workers' $SRV.STATS
+    expect((await nextOn(gateway, subjects.keyInvalidated, () => consoleNc.publish(subjects.keyInvalidated, encode({ key_id: 'k3' })))).subject).toBe(
+      subjects.keyInvalidated,
+    );
+    expect((await nextOn(worker, subjects.catalogChanged, () => consoleNc.publish(subjects.catalogChanged, encode({ model: 'm' })))).subject).toBe(
+      subjects.catalogChanged,
+    );
+    expect((await collectInstances(consoleNc, { service: 'catraca-worker', waitMs: 1000 })).map((r) => r.service)).toEqual(['catraca-worker']);
+
+    // notifications: metering and the portal publish events into NOTIFY, which the portal's notifier creates and consumes
+    await ensureNotifyConsumer(portal);
+    const notified = await metering.jetstream().publish(subjects.notify('balance.low'), encode({ id: 'msg_auth1' }), { msgID: 'msg_auth1' });
+    expect(notified.stream).toBe(NOTIFY_STREAM);
+    expect((await portal.jetstream().publish(subjects.notify('key.revoked'), encode({ id: 'msg_auth2' }), { msgID: 'msg_auth2' })).seq).toBe(notified.seq + 1);
+    const notifier = await portal.jetstream().consumers.get(NOTIFY_STREAM, NOTIFY_DURABLE);
+    const n = await notifier.next({ expires: 3000 });
+    expect(n?.subject).toBe('catraca.notify.balance.low');
+    expect(await n!.ackAck()).toBe(true);
 
     await Promise.all(monitors.map((mon) => mon.stop()));
     expect(violations(from)).toEqual([]);
   });
 
   it('refuses what a role must not do, with a permissions violation', async () => {
-    const nc = { gateway: await as('gateway'), worker: await as('worker'), metering: await as('metering'), portal: await as('portal'), cli: await as('cli') };
+    const nc = {
+      gateway: await as('gateway'),
+      worker: await as('worker'),
+      metering: await as('metering'),
+      portal: await as('portal'),
+      cli: await as('cli'),
+      console: await as('console'),
+    };
     const jsm = await nc.metering.jetstreamManager();
     const before = (await jsm.streams.info(USAGE_STREAM)).state.messages;
     // a worker whose settings differ from the stream's leaves it alone instead of failing to start
     expect(await ensureUsageStream(nc.worker, { replicas: 2 })).toEqual({ action: 'not_permitted', replicas: 1 });
     const PV = 'PERMISSIONS_VIOLATION';
     const cases: Array<[string, Promise<{ code?: string }>]> = [
+      // a worker takes its pools' jobs only, and bills and announces capacity for them only
+      ['worker takes the jobs of a pool not its own', subscribeDenied(nc.worker, subjects.job('groq'), subjects.queueGroup('groq'))],
+      ['worker takes a job sent to one worker of a pool not its own', subscribeDenied(nc.worker, subjects.jobDirect('groq', 'wk_x'))],
+      ["worker takes every pool's jobs", subscribeDenied(nc.worker, 'catraca.jobs.>')],
+      ['worker publishes usage for a pool not its own', publishDenied(nc.worker, subjects.usage('groq'))],
+      [
+        'worker publishes usage for a pool not its own to JetStream',
+        nc.worker
+          .jetstream()
+          .publish(subjects.usage('groq'), encode({}), { timeout: 3000 })
+          .then(
+            () => ({ code: 'ANSWERED' }),
+            (e: NatsError) => ({ code: e.code }),
+          ),
+      ],
+      ['worker announces capacity for a pool not its own', publishDenied(nc.worker, subjects.capacity('groq'))],
       // a worker takes jobs but cannot send them, nor touch USAGE beyond publishing, nor read other roles' replies
-      ['worker publishes a job', requestDenied(nc.worker, subjects.job('sim'))],
+      ['worker publishes a job', requestDenied(nc.worker, subjects.job('openai'))],
       ['worker publishes a key invalidation', publishDenied(nc.worker, subjects.keyInvalidated)],
       ['worker updates the USAGE stream', requestDenied(nc.worker, `$JS.API.STREAM.UPDATE.${USAGE_STREAM}`)],
       ['worker deletes the USAGE stream', requestDenied(nc.worker, `$JS.API.STREAM.DELETE.${USAGE_STREAM}`)],
@@ -238,43 +315,55 @@ describe('the server of deploy/nats/auth.conf', () => {
       ["worker reads the gateway's replies", subscribeDenied(nc.worker, '_INBOX.gateway.>')],
       ['worker reads every reply', subscribeDenied(nc.worker, '_INBOX.>')],
       // a gateway sends jobs and cancels, but cannot bill, forge frames, take jobs or consume usage
-      ['gateway publishes usage', publishDenied(nc.gateway, subjects.usage('sim'))],
+      ['gateway publishes usage', publishDenied(nc.gateway, subjects.usage('openai'))],
       [
         'gateway publishes usage to JetStream',
         nc.gateway
           .jetstream()
-          .publish(subjects.usage('sim'), encode({}), { timeout: 3000 })
+          .publish(subjects.usage('openai'), encode({}), { timeout: 3000 })
           .then(
             () => ({ code: 'ANSWERED' }),
             (e: NatsError) => ({ code: e.code }),
           ),
       ],
       ['gateway publishes a frame', publishDenied(nc.gateway, subjects.stream('door_x', 'req_x'))],
-      ['gateway announces worker capacity', publishDenied(nc.gateway, subjects.capacity('sim'))],
-      ['portal announces worker capacity', publishDenied(nc.portal, subjects.capacity('sim'))],
-      ['gateway takes jobs', subscribeDenied(nc.gateway, subjects.job('sim'), subjects.queueGroup('sim'))],
+      ['gateway announces worker capacity', publishDenied(nc.gateway, subjects.capacity('openai'))],
+      ['portal announces worker capacity', publishDenied(nc.portal, subjects.capacity('openai'))],
+      ['gateway takes jobs', subscribeDenied(nc.gateway, subjects.job('openai'), subjects.queueGroup('openai'))],
       ['gateway pulls usage', requestDenied(nc.gateway, `$JS.API.CONSUMER.MSG.NEXT.${USAGE_STREAM}.${METERING_DURABLE}`)],
       ['gateway reads the USAGE stream', requestDenied(nc.gateway, `$JS.API.STREAM.MSG.GET.${USAGE_STREAM}`)],
       // the portal only invalidates keys
       ['portal takes jobs', subscribeDenied(nc.portal, 'catraca.jobs.>')],
       ['portal reads frames', subscribeDenied(nc.portal, 'catraca.stream.>')],
       ['portal publishes a catalog change', publishDenied(nc.portal, subjects.catalogChanged)],
-      ['portal publishes a job', requestDenied(nc.portal, subjects.job('sim'))],
-      ['portal publishes usage', publishDenied(nc.portal, subjects.usage('sim'))],
-      ['portal uses JetStream', requestDenied(nc.portal, '$JS.API.INFO')],
+      ['portal publishes a job', requestDenied(nc.portal, subjects.job('openai'))],
+      ['portal publishes usage', publishDenied(nc.portal, subjects.usage('openai'))],
+      ['portal reads the USAGE stream', requestDenied(nc.portal, `$JS.API.STREAM.INFO.${USAGE_STREAM}`)],
+      ['portal deletes the NOTIFY stream', requestDenied(nc.portal, `$JS.API.STREAM.DELETE.${NOTIFY_STREAM}`)],
+      ['portal pulls usage', requestDenied(nc.portal, `$JS.API.CONSUMER.MSG.NEXT.${USAGE_STREAM}.${METERING_DURABLE}`)],
+      ['metering consumes notifications', requestDenied(nc.metering, `$JS.API.CONSUMER.MSG.NEXT.${NOTIFY_STREAM}.${NOTIFY_DURABLE}`)],
+      ['worker publishes a notification', publishDenied(nc.worker, subjects.notify('balance.low'))],
+      ['gateway publishes a notification', publishDenied(nc.gateway, subjects.notify('topup.credited'))],
       // metering consumes usage, but cannot delete or purge it, produce it, or speak to clients
       ['metering deletes the USAGE stream', requestDenied(nc.metering, `$JS.API.STREAM.DELETE.${USAGE_STREAM}`)],
       ['metering purges the USAGE stream', requestDenied(nc.metering, `$JS.API.STREAM.PURGE.${USAGE_STREAM}`)],
       ['metering deletes its consumer', requestDenied(nc.metering, `$JS.API.CONSUMER.DELETE.${USAGE_STREAM}.${METERING_DURABLE}`)],
-      ['metering publishes usage', publishDenied(nc.metering, subjects.usage('sim'))],
+      ['metering publishes usage', publishDenied(nc.metering, subjects.usage('openai'))],
       ['metering publishes a frame', publishDenied(nc.metering, subjects.stream('door_x', 'req_x'))],
       // the CLI broadcasts and asks $SRV, nothing else
-      ['cli publishes a job', requestDenied(nc.cli, subjects.job('sim'))],
+      ['cli publishes a job', requestDenied(nc.cli, subjects.job('openai'))],
       ['cli reads frames', subscribeDenied(nc.cli, 'catraca.stream.>')],
       ['cli purges the USAGE stream', requestDenied(nc.cli, `$JS.API.STREAM.PURGE.${USAGE_STREAM}`)],
       ['cli answers $SRV pings', subscribeDenied(nc.cli, '$SRV.PING')],
       ['cli asks an instance directly (only through $SRV)', requestDenied(nc.cli, 'catraca.monitor.some_instance')],
       ['gateway asks an instance directly', requestDenied(nc.gateway, 'catraca.monitor.some_instance')],
+      // the console broadcasts changes and asks $SRV, nothing else
+      ['console publishes a job', requestDenied(nc.console, subjects.job('openai'))],
+      ['console reads frames', subscribeDenied(nc.console, 'catraca.stream.>')],
+      ['console publishes usage', publishDenied(nc.console, subjects.usage('openai'))],
+      ["console reads the CLI's replies", subscribeDenied(nc.console, '_INBOX.cli.>')],
+      ['portal suspends a tenant', publishDenied(nc.portal, subjects.tenantChanged)],
+      ['worker suspends a tenant', publishDenied(nc.worker, subjects.tenantChanged)],
     ];
     const results = await Promise.all(cases.map(async ([what, p]) => [what, (await p.catch((e: Error) => ({ code: e.message }))).code] as const));
     expect(Object.fromEntries(results)).toEqual(Object.fromEntries(cases.map(([what]) => [what, PV])));
@@ -289,9 +378,11 @@ describe('a stack whose processes each use their role', () => {
   beforeAll(async () => {
     // the harness connects as the CLI; each process gets its role's NATS_URL
     stack = await startStack({ natsUrl: urlOf('cli'), gateways: 0, workers: 0, metering: false });
+    // a model of a pool the worker user serves, answered by the simulator
+    await upsertModel(stack.db, ECHO_OPENAI_POOL);
     await Promise.all([
       stack.spawnMetering({ NATS_URL: urlOf('metering'), CATRACA_INSTANCE: 'mt_auth' }),
-      stack.spawnWorker({ NATS_URL: urlOf('worker'), CATRACA_INSTANCE: 'wk_auth_e2e', WORKER_POOLS: 'sim' }),
+      stack.spawnWorker({ NATS_URL: urlOf('worker'), CATRACA_INSTANCE: 'wk_auth_e2e', WORKER_POOLS: 'openai' }),
       stack.spawnGateway({ NATS_URL: urlOf('gateway'), CATRACA_INSTANCE: 'gw_auth' }),
     ]);
   }, 90000);
@@ -305,16 +396,9 @@ describe('a stack whose processes each use their role', () => {
     const t = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key, maxRetries: 0 });
     const { data: stream, response } = await client.chat.completions
-      .create({ model: 'sim/echo', stream: true, messages: [{ role: 'user', content: 'um dois três' }] })
+      .create({ model: ECHO_OPENAI_POOL.id, stream: true, messages: [{ role: 'user', content: 'um dois três' }] })
       .withResponse();
-    let text = '';
-    let finish: string | null = null;
-    for await (const chunk of stream) {
-      text += chunk.choices[0]?.delta?.content ?? '';
-      finish = chunk.choices[0]?.finish_reason ?? finish;
-    }
-    expect(text).toBe('um dois três');
-    expect(finish).toBe('stop');
+    expect(await streamedText(stream)).toEqual({ text: 'um dois três', finish: 'stop' });
     const requestId = response.headers.get('x-request-id')!;
     await stack.waitSettled([requestId]);
     await stack.waitNoHolds(t.tenantId);
@@ -325,7 +409,7 @@ describe('a stack whose processes each use their role', () => {
     const cli = (args: string[]) =>
       run(process.execPath, [join(ROOT, 'bin', 'catraca.js'), ...args], {
         cwd: ROOT,
-        env: { ...process.env, DATABASE_URL: stack.databaseUrl, NATS_URL: urlOf('cli') },
+        env: { ...process.env, DATABASE_URL: stack.roleUrl('admin'), NATS_URL: urlOf('cli') },
       });
     const revoked = await cli(['key', 'revoke', '--id', t.keyId, '--json']);
     expect(revoked.stderr).toBe('');
@@ -349,13 +433,66 @@ describe('a stack whose processes each use their role', () => {
   });
 });
 
+describe("a front door serving pools in its own process (GATEWAY_LOCAL_POOLS), its user's `#local ` lines uncommented", () => {
+  // the same file, with the change its POOLS section tells an operator to make
+  let local: ServiceHandle;
+  let localDir: string;
+  let stack: TestStack;
+  const localLog: string[] = [];
+  const localUrl = (role: Role) => `nats://${role}:${PASSWORDS[role]}@${new URL(local.url).host}`;
+
+  beforeAll(async () => {
+    localDir = mkdtempSync(join(tmpdir(), 'catraca-nats-local-'));
+    const conf = join(localDir, 'auth.conf');
+    const text = readFileSync(AUTH_CONF, 'utf8');
+    expect(text.match(/^\s*#local /gm)).toHaveLength(2);
+    writeFileSync(conf, text.replace(/^(\s*)#local /gm, '$1'));
+    local = await ensureNats({
+      dataDir: join(localDir, 'data'),
+      args: ['-c', conf],
+      env: SERVER_ENV,
+      probeCredentials: `metering:${PASSWORDS.metering}`,
+      onLog: (l) => localLog.push(l),
+    });
+    stack = await startStack({ natsUrl: localUrl('cli'), gateways: 0, workers: 0, metering: false });
+    await upsertModel(stack.db, ECHO_OPENAI_POOL);
+    await stack.spawnMetering({ NATS_URL: localUrl('metering'), CATRACA_INSTANCE: 'mt_local' });
+    await stack.spawnGateway({ NATS_URL: localUrl('gateway'), CATRACA_INSTANCE: 'gw_local', GATEWAY_LOCAL_POOLS: 'openai' });
+  }, 90000);
+
+  afterAll(async () => {
+    await stack?.stop();
+    await local?.stop();
+    if (localDir) rmSync(localDir, { recursive: true, force: true });
+  });
+
+  it('serves and bills its pool with no worker process and no violation; usage for another pool is still refused', async () => {
+    const t = await stack.tenant('1.00');
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key, maxRetries: 0 });
+    const { data: stream, response } = await client.chat.completions
+      .create({ model: ECHO_OPENAI_POOL.id, stream: true, messages: [{ role: 'user', content: 'no próprio processo' }] })
+      .withResponse();
+    expect(await streamedText(stream)).toEqual({ text: 'no próprio processo', finish: 'stop' });
+    await stack.waitSettled([response.headers.get('x-request-id')!]);
+    await stack.waitNoHolds(t.tenantId);
+    expect(localLog.filter((l) => /violation/i.test(l))).toEqual([]);
+    const gateway = await connectBus(localUrl('gateway'), 'auth-test gateway local');
+    try {
+      expect(await publishDenied(gateway, subjects.usage('groq'))).toMatchObject({ code: 'PERMISSIONS_VIOLATION' });
+      expect(await subscribeDenied(gateway, subjects.job('openai'), subjects.queueGroup('openai'))).toMatchObject({ code: 'PERMISSIONS_VIOLATION' });
+    } finally {
+      await gateway.close();
+    }
+  });
+});
+
 // docker-compose.yml (Debian's docker-compose 1.29): the three-node cluster with this file's users.
 // That it is refused without any one NATS password is checked with the other required variables
 // in test/portal/config.test.ts.
 const COMPOSE = ['/usr/bin/docker-compose', '/usr/local/bin/docker-compose'].find((p) => existsSync(p));
 
-describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NATS user per service', () => {
-  it('gives every node its name, volume, routes and config, and every app service its role and the three nodes', async () => {
+describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NATS user and one database role per service', () => {
+  it('gives every node its name, volume, routes and config, and every app service its roles and the three nodes', async () => {
     const cwd = mkdtempSync(join(tmpdir(), 'catraca-compose-'));
     const env: Record<string, string> = {
       PATH: process.env.PATH!,
@@ -370,6 +507,7 @@ describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NA
       PIX_CERT_DIR: cwd,
       NATS_ROUTE_PASSWORD: 'nroute0',
       ...Object.fromEntries(ROLES.map((r) => [`NATS_${r.toUpperCase()}_PASSWORD`, `n${r}0`])),
+      ...Object.fromEntries(LOGIN_ROLES.map((r) => [`DB_${r.toUpperCase()}_PASSWORD`, `db${r}0`])),
     };
     const out = await run(COMPOSE!, ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'], { cwd, env }).finally(() =>
       rmSync(cwd, { recursive: true, force: true }),
@@ -398,10 +536,27 @@ describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NA
       ['metering', 'metering'],
       ['portal', 'portal'],
       ['cli', 'cli'],
+      ['console', 'console'],
     ] as const) {
       expect(services.get(service), service).toContain(`NATS_URL: nats://${role}:n${role}0@nats-1:4222,nats://nats-2:4222,nats://nats-3:4222`);
     }
     expect(services.get('migrate')).not.toContain('NATS_URL');
+    // PostgreSQL: each service its own role; only migrate connects as the superuser, and sets the roles' passwords
+    for (const [service, role] of [
+      ['gateway', 'gateway'],
+      ['worker', 'worker'],
+      ['metering', 'metering'],
+      ['portal', 'portal'],
+      ['cli', 'admin'],
+      ['console', 'console'],
+    ] as const) {
+      expect(services.get(service), service).toContain(`DATABASE_URL: postgres://catraca_${role}:db${role}0@postgres:5432/catraca\n`);
+    }
+    expect(services.get('migrate')).toContain('DATABASE_URL: postgres://catraca:0123456789abcdef@postgres:5432/catraca\n');
+    for (const r of LOGIN_ROLES) expect(services.get('migrate')).toContain(`DB_${r.toUpperCase()}_PASSWORD: db${r}0`);
+    for (const [service, block] of services) {
+      if (service !== 'migrate' && service !== 'postgres') expect(block, service).not.toMatch(/postgres:\/\/catraca:|DB_\w+_PASSWORD/);
+    }
     // no password in the files themselves: every one comes from the environment
     const files = ['docker-compose.yml', 'deploy/nats/nats.conf', 'deploy/nats/auth.conf'].map((f) =>
       readFileSync(join(ROOT, f), 'utf8')
@@ -410,7 +565,7 @@ describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NA
         .join('\n'),
     );
     for (const f of files) {
-      expect(f).not.toMatch(/nats:\/\/\w+:(?!\$\{)[^@\s]+@/);
+      expect(f).not.toMatch(/(nats|postgres):\/\/\w+:(?!\$\{)[^@\s]+@/);
       expect(f).not.toMatch(/password:\s*(?!\$)[^\s,}]+/);
     }
   });

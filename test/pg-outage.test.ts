@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startStack, type TestStack } from './helpers/stack.ts';
 import { embeddedPgDir, ensurePostgres, freePort, type ServiceHandle } from '../src/stack/services.ts';
-import { ledgerCheck } from '../src/cli/ledger-check.ts';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
 import { createPool } from '../src/db/pool.ts';
 import { createTenant } from '../src/db/tenants.ts';
 import { startPortal } from '../src/portal/server.ts';

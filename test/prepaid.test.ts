@@ -172,7 +172,7 @@ describe('rate limits', () => {
     expect(limited!.headers.get('x-ratelimit-remaining')).toBe('0');
     expect(Number(limited!.headers.get('x-ratelimit-reset'))).toBeGreaterThan(Date.now());
     const key = await fetch(`${stack.baseUrl}/key`, { headers: { authorization: `Bearer ${t.key}` } }).then((r) => r.json());
-    expect(key.data.rate_limit).toEqual({ requests: 5, interval: '1h' });
+    expect(key.data.rate_limit).toEqual({ requests: 5, interval: '1h', note: 'Requests per interval, counted across every front door.' });
   });
 
   it('a rate-limited request gets the documented 429 body and is not charged', async () => {

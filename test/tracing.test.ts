@@ -1,7 +1,9 @@
 // Traces across the three processes of a request (src/tracing): the front door's
 // `chat.completions` span, the worker's `job` span and metering's `settle` span share one trace
 // id and link parent to child through the `traceparent` NATS headers (job message, first frame,
-// usage message). The three run in this process, each with its own tracer (its service name),
+// usage message). The trace starts at the front door: a client's `traceparent` is a link of its
+// span, never its parent (a client can neither hide its request from our traces nor splice it into
+// another trace). The three run in this process, each with its own tracer (its service name),
 // all ending in one in-memory exporter; NATS is a nats-server of this file's own, PostgreSQL the
 // run's database. The client is the official openai package.
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -87,7 +89,7 @@ function chain(spans: FinishedSpan[]) {
 }
 
 describe('a request is one trace across gateway → worker → metering', () => {
-  it("continues the client's traceparent; parents link span to span; the worker's first frame is a link of the gateway span", async () => {
+  it("starts a new trace at the edge with the client's traceparent as a link; parents link span to span; the worker's first frame is a link too", async () => {
     const traceId = '0af7651916cd43dd8448eb211c80319c';
     const clientSpan = 'b7ad6b7169203331';
     const res = await client.chat.completions
@@ -96,12 +98,18 @@ describe('a request is one trace across gateway → worker → metering', () => 
     expect(res.data.choices[0]!.message.content).toBe('um dois três');
     const requestId = res.response.headers.get('x-request-id')!;
     const { gw, wk, mt } = chain(await spansOf(requestId));
-    expect([gw.traceId, wk.traceId, mt.traceId]).toEqual([traceId, traceId, traceId]);
-    expect(gw.parentSpanId).toBe(clientSpan);
+    expect(gw.traceId).toMatch(/^[0-9a-f]{32}$/);
+    expect(gw.traceId).not.toBe(traceId);
+    expect([wk.traceId, mt.traceId]).toEqual([gw.traceId, gw.traceId]);
+    expect(gw.parentSpanId).toBeNull();
     expect(wk.parentSpanId).toBe(gw.spanId);
     expect(mt.parentSpanId).toBe(wk.spanId);
     expect(new Set([gw.spanId, wk.spanId, mt.spanId, clientSpan]).size).toBe(4);
-    expect(gw.links).toEqual([{ traceId, spanId: wk.spanId }]);
+    expect(gw.links).toEqual([
+      { traceId, spanId: clientSpan },
+      { traceId: gw.traceId, spanId: wk.spanId },
+    ]);
+    expect(exporter.spans.some((s) => s.traceId === traceId)).toBe(false);
     expect([gw.name, gw.kind, wk.name, wk.kind, mt.name, mt.kind]).toEqual(['chat.completions', 'server', 'job', 'consumer', 'settle', 'consumer']);
     expect(gw.attributes).toMatchObject({ 'http.response.status_code': 200, 'catraca.model': 'sim/echo', 'catraca.pool': 'sim' });
     expect(wk.attributes['catraca.worker']).toBe('trace_worker');
@@ -143,26 +151,24 @@ describe('a request is one trace across gateway → worker → metering', () => 
     expect(wk.attributes['catraca.completion_tokens']).toBe(60);
   });
 
-  it('an invalid client traceparent starts a new trace; an unsampled one is propagated but recorded nowhere', async () => {
+  it('an invalid client traceparent starts a new trace with no link; an unsampled one cannot switch our tracing off: recorded, linked', async () => {
     const bad = await client.chat.completions
       .create({ model: 'sim/echo', messages: [{ role: 'user', content: 'x' }] }, { headers: { traceparent: 'nonsense' } })
       .withResponse();
     const { gw } = chain(await spansOf(bad.response.headers.get('x-request-id')!));
     expect(gw.parentSpanId).toBeNull();
+    expect(gw.links.filter((l) => l.traceId !== gw.traceId)).toEqual([]);
 
-    const before = exporter.spans.length;
+    const unsampled = '1af7651916cd43dd8448eb211c80319c';
     const off = await client.chat.completions
-      .create(
-        { model: 'sim/echo', messages: [{ role: 'user', content: 'y' }] },
-        { headers: { traceparent: '00-1af7651916cd43dd8448eb211c80319c-c7ad6b7169203331-00' } },
-      )
+      .create({ model: 'sim/echo', messages: [{ role: 'user', content: 'y' }] }, { headers: { traceparent: `00-${unsampled}-c7ad6b7169203331-00` } })
       .withResponse();
-    const requestId = off.response.headers.get('x-request-id')!;
-    const deadline = Date.now() + 10000;
-    while (Date.now() < deadline && (await db.query('select 1 from ledger where request_id = $1', [requestId])).rowCount === 0)
-      await new Promise((r) => setTimeout(r, 50));
-    await new Promise((r) => setTimeout(r, 300));
-    expect(exporter.spans.slice(before).filter((s) => s.attributes['catraca.request_id'] === requestId)).toEqual([]);
-    expect(exporter.spans.slice(before).some((s) => s.traceId === '1af7651916cd43dd8448eb211c80319c')).toBe(false);
+    const spans = await spansOf(off.response.headers.get('x-request-id')!);
+    const { gw: g2, wk, mt } = chain(spans);
+    expect(g2.traceId).not.toBe(unsampled);
+    expect(g2.traceFlags).toBe(1);
+    expect([wk.traceId, mt.traceId]).toEqual([g2.traceId, g2.traceId]);
+    expect(g2.links[0]).toEqual({ traceId: unsampled, spanId: 'c7ad6b7169203331' });
+    expect(exporter.spans.some((s) => s.traceId === unsampled)).toBe(false);
   });
 });

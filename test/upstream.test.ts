@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
 import { startStack, type TestStack } from './helpers/stack.ts';
-import { startMockUpstream, mockText, MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, type MockUpstream } from '../bench/mock-upstream/server.ts';
+import { startMockUpstream, type MockUpstream } from '../bench/mock-upstream/server.ts';
+import { mockText, MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS } from '../bench/mock-upstream/content.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { costMicros } from '../src/billing/money.ts';
-import { countTokens, promptTokens } from '../workers/adapters/sim/tokens.ts';
+import { countTokens, promptTokens } from '../src/providers/sim/tokens.ts';
 
 // A real OpenAI-compatible vendor registered with `model set --pool openai`, reached through the
 // whole path: client → front door → NATS → worker (openai adapter) → mock vendor and back.

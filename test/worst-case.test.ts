@@ -7,8 +7,8 @@ import { costMicros } from '../src/billing/money.ts';
 import { fingerprint } from '../src/catalog/catalog.ts';
 import { decodeJson, encode, type Job } from '../src/bus/messages.ts';
 import { subjects } from '../src/bus/subjects.ts';
-import { ledgerCheck } from '../src/cli/ledger-check.ts';
-import { estimatePromptTokens } from '../workers/adapters/shared/estimate.ts';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
+import { estimatePromptTokens } from '../src/providers/shared/estimate.ts';
 
 // Strict prepaid against a vendor that bills the way real vendors do (the mock bills each image
 // like gpt-4o-mini at high detail, tools as rendered text, reasoning as output): the sum of what
@@ -207,8 +207,9 @@ describe('no raw pass-through', () => {
     const t = await stack.tenant('1.00');
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: t.key });
     const openrouter = {
-      models: ['other/model', 'text/mini'],
-      provider: { order: ['azure'], allow_fallbacks: false },
+      // honoured now (test/openrouter.test.ts): the fallbacks must exist, the provider order names deployments
+      models: ['text/mini'],
+      provider: { order: ['primary'], allow_fallbacks: false },
       route: 'fallback',
       transforms: ['middle-out'],
       usage: { include: true },

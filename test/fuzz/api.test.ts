@@ -438,6 +438,112 @@ describe('fuzz: Authorization headers', () => {
   }, 60000);
 });
 
+describe('fuzz: strings PostgreSQL cannot take, on every route', () => {
+  // NUL (PostgreSQL text refuses it) and the other control characters in each string that reaches
+  // PostgreSQL (a model name looked up, the end user recorded, an id queried), on each route: a 400
+  // naming the field, nothing held, never a 500.
+  const control = fc
+    .tuple(fc.string({ maxLength: 6 }), fc.constantFrom(...Array.from({ length: 32 }, (_, i) => String.fromCharCode(i)), '\u007f'), fc.string({ maxLength: 6 }))
+    .map(([a, c, b]) => `${a}${c}${b}`);
+  const nul = fc.tuple(fc.string({ maxLength: 6 }), fc.string({ maxLength: 6 })).map(([a, b]) => `${a}\u0000${b}`);
+  const chatBody = (over: Record<string, unknown>) => validBody(over);
+  const msgs = [{ role: 'user', content: 'olá' }];
+  type Case = { route: string; param: string; body: (v: string) => Record<string, unknown>; only?: 'nul' };
+  const CASES: Case[] = [
+    { route: '/v1/chat/completions', param: 'model', body: (v) => chatBody({ model: v }) },
+    { route: '/v1/chat/completions', param: 'models[1]', body: (v) => chatBody({ models: ['sim/echo', v] }) },
+    { route: '/v1/chat/completions', param: 'models[0]', body: (v) => ({ models: [v], messages: msgs, max_tokens: 5 }) },
+    { route: '/v1/chat/completions', param: 'provider.order[0]', body: (v) => chatBody({ provider: { order: [v] } }) },
+    { route: '/v1/chat/completions', param: 'provider.only[1]', body: (v) => chatBody({ provider: { only: ['sim', v] } }) },
+    { route: '/v1/chat/completions', param: 'provider.ignore[0]', body: (v) => chatBody({ provider: { ignore: [v] } }) },
+    { route: '/v1/chat/completions', param: 'user', body: (v) => chatBody({ user: v }) },
+    { route: '/v1/embeddings', param: 'model', body: (v) => ({ model: v, input: 'x' }) },
+    { route: '/v1/embeddings', param: 'user', body: (v) => ({ model: 'sim/echo', input: 'x', user: v }) },
+    { route: '/v1/completions', param: 'model', body: (v) => ({ model: v, prompt: 'x', max_tokens: 5 }) },
+    { route: '/v1/completions', param: 'user', body: (v) => ({ model: 'sim/echo', prompt: 'x', max_tokens: 5, user: v }) },
+    { route: '/v1/responses', param: 'model', body: (v) => ({ model: v, input: 'x', max_output_tokens: 16 }) },
+    { route: '/v1/responses', param: 'user', body: (v) => ({ model: 'sim/echo', input: 'x', user: v }) },
+    { route: '/v1/responses', param: 'previous_response_id', body: (v) => ({ model: 'sim/echo', input: 'x', previous_response_id: v }) },
+    // stored (store defaults to true): jsonb refuses U+0000 anywhere
+    { route: '/v1/responses', param: 'input', body: (v) => ({ model: 'sim/echo', input: v }), only: 'nul' },
+    { route: '/v1/responses', param: 'input[0].content', body: (v) => ({ model: 'sim/echo', input: [{ role: 'user', content: v }] }), only: 'nul' },
+    {
+      route: '/v1/responses',
+      param: 'input[1].content[0].text',
+      body: (v) => ({
+        model: 'sim/echo',
+        input: [
+          { role: 'user', content: 'a' },
+          { role: 'user', content: [{ type: 'input_text', text: v }] },
+        ],
+      }),
+      only: 'nul',
+    },
+    { route: '/v1/responses', param: 'instructions', body: (v) => ({ model: 'sim/echo', input: 'x', instructions: v }), only: 'nul' },
+    { route: '/v1/responses', param: 'metadata.k', body: (v) => ({ model: 'sim/echo', input: 'x', metadata: { k: v } }), only: 'nul' },
+  ];
+
+  it('a control character in any stored string of any route is a 400 naming the field; nothing held', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...CASES), control, nul, async (c, ctrl, withNul) => {
+        const r = await rawRequest({
+          port,
+          path: c.route,
+          headers: [
+            ['authorization', `Bearer ${fuzzed.key}`],
+            ['content-type', 'application/json'],
+          ],
+          body: JSON.stringify(c.body(c.only ? withNul : ctrl)),
+          timeoutMs: 20000,
+        });
+        expect(expectDocumented4xx(r, ['invalid_request'])).toBe('invalid_request');
+        expect((r.json as { error: { param: string } }).error.param, `${c.route} ${c.param}`).toBe(c.param);
+        await expectUntouched();
+      }),
+      runs(150),
+    );
+    await expectServing();
+    expectNoServerErrors();
+  }, 120000);
+
+  it('responses with store: false relay a NUL to the vendor as it is (nothing to store)', async () => {
+    const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: canary.key, maxRetries: 0 });
+    const r = await client.responses.create({ model: 'sim/echo', input: 'um\u0000dois', store: false });
+    expect(r.output_text).toBe('um\u0000dois');
+  }, 30000);
+
+  it('read routes: an id or query value with control characters, or a malformed escape, is a 400 naming it', async () => {
+    const get = (method: string, path: string) => rawRequest({ port, method, path, headers: [['authorization', `Bearer ${fuzzed.key}`]], timeoutMs: 20000 });
+    const reads: Array<[string, (v: string) => string, string]> = [
+      ['GET', (v) => `/v1/generation?id=${v}`, 'id'],
+      ['GET', (v) => `/v1/responses/${v}`, 'id'],
+      ['DEL', (v) => `/v1/responses/${v}`, 'id'],
+      ['GET', (v) => `/v1/responses/${v}/input_items`, 'id'],
+      ['GET', (v) => `/v1/responses/resp_x/input_items?after=${v}`, 'after'],
+    ];
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...reads), control, async ([method, path, param], v) => {
+        const r = await get(method === 'DEL' ? 'DELETE' : method, path(encodeURIComponent(v)));
+        expect(expectDocumented4xx(r, ['invalid_request'])).toBe('invalid_request');
+        expect((r.json as { error: { param: string } }).error.param).toBe(param);
+      }),
+      runs(60),
+    );
+    // a malformed escape once crashed the front door before the key was even checked (a URIError in the handler)
+    const anonymous = await rawRequest({ port, method: 'GET', path: '/v1/responses/resp_%E0%A4%A', timeoutMs: 20000 });
+    expectDocumented4xx(anonymous, ['missing_api_key']);
+    expect(stack.gateways[0].child.exitCode).toBe(null);
+    for (const bad of ['%E0%A4%A', '%', '%zz']) {
+      const r = await get('GET', `/v1/responses/resp_${bad}`);
+      expect(expectDocumented4xx(r, ['invalid_request'])).toBe('invalid_request');
+      expect((r.json as { error: { param: string } }).error.param).toBe('id');
+    }
+    await expectUntouched();
+    await expectServing();
+    expectNoServerErrors();
+  }, 60000);
+});
+
 describe('slow senders', () => {
   it('slow-loris headers and trickled bodies are cut off without delaying anyone else', async () => {
     const head = (len: number) =>

@@ -1,30 +1,23 @@
-import type { ChildProcess } from 'node:child_process';
-import { launch } from '../../src/stack/launch.ts';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NatsConnection } from 'nats';
 import type pg from 'pg';
 import { connectBus } from '../../src/bus/connect.ts';
 import { createPool } from '../../src/db/pool.ts';
-import { migrate } from '../../src/db/migrate.ts';
+import type { LoginRole } from '../../src/db/roles.ts';
 import { createTenant } from '../../src/db/tenants.ts';
 import { createApiKey, type CreateKeyInput } from '../../src/db/keys.ts';
 import { upsertModel } from '../../src/db/models.ts';
 import { credit } from '../../src/billing/ledger.ts';
 import { parseBrl } from '../../src/billing/money.ts';
-import { ensureNats, freePort, type ServiceHandle } from '../../src/stack/services.ts';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { startOwnStack } from '../../src/stack/own-stack.ts';
+import { readyPort, type ProcessName, type StartedProcess, type StartProcessOptions } from '../../src/stack/processes.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-export interface Proc {
-  name: string;
-  child: ChildProcess;
-  /** every line the process wrote, stdout and stderr */
-  lines: string[];
+/** A process of a test stack: every line it wrote is kept (stdout and stderr). */
+export interface Proc extends StartedProcess {
   port?: number;
-  exited: Promise<number | null>;
 }
 
 export interface StackOptions {
@@ -43,7 +36,9 @@ export interface StackOptions {
 
 export interface TestStack {
   natsUrl: string;
+  /** The superuser's (seeding, checks); each process connects as its own role: roleUrl. */
   databaseUrl: string;
+  roleUrl(role: LoginRole): string;
   /** Stops and restarts this stack's own nats-server on the same port and store (chaos tests). */
   restartNats(downMs?: number): Promise<void>;
   db: pg.Pool;
@@ -57,6 +52,10 @@ export interface TestStack {
   spawnGateway(env?: Record<string, string>): Promise<Proc>;
   spawnWorker(env?: Record<string, string>): Promise<Proc>;
   spawnMetering(env?: Record<string, string>): Promise<Proc>;
+  /** The operator's console (src/console/), as its own process on 127.0.0.1 and a free port; `consoleUrl` then answers. */
+  spawnConsole(env?: Record<string, string>): Promise<Proc>;
+  consoles: Proc[];
+  consoleUrl(console?: Proc): string;
   /** A tenant with `balance` BRL and one key. */
   tenant(balance: string, key?: Omit<CreateKeyInput, 'tenantId'>): Promise<{ tenantId: string; keyId: string; key: string }>;
   /** Waits until these requests have ledger rows. */
@@ -98,63 +97,47 @@ function env(): { natsUrl: string; databaseUrl: string } {
   return { natsUrl, databaseUrl };
 }
 
-export async function spawnProcess(name: string, entry: string, extraEnv: Record<string, string>, ready: RegExp, timeoutMs = 45000): Promise<Proc> {
-  const p = launch({ name, entry: join(ROOT, entry), cwd: ROOT, env: { LOG_LEVEL: 'info', ...extraEnv }, keepLines: true });
-  const proc: Proc = { name, child: p.child, lines: p.lines, exited: p.exited };
-  try {
-    const line = await p.waitFor(ready, timeoutMs);
-    const port = /"port":(\d+)/.exec(line);
-    if (port) proc.port = Number(port[1]);
-  } catch (err) {
-    p.child.kill('SIGKILL');
-    throw err;
-  }
-  return proc;
-}
-
 export async function stopProcess(proc: Proc, signal: NodeJS.Signals = 'SIGTERM', timeoutMs = 15000): Promise<number | null> {
-  if (proc.child.exitCode !== null || proc.child.signalCode !== null) return proc.child.exitCode;
-  proc.child.kill(signal);
-  const timer = setTimeout(() => proc.child.kill('SIGKILL'), timeoutMs);
-  const code = await proc.exited;
-  clearTimeout(timer);
-  return code;
+  return proc.stop(signal, timeoutMs);
 }
 
 export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
   const shared = env();
-  const databaseUrl = opts.databaseUrl ?? shared.databaseUrl;
-  // Each stack gets its own nats-server: test files run in parallel, and a worker of one file must
-  // never pick up another file's jobs.
-  let nats: ServiceHandle | undefined;
-  let natsUrl = shared.natsUrl;
-  const natsDir = mkdtempSync(join(tmpdir(), 'catraca-nats-'));
-  const natsPort = await freePort();
-  if (opts.natsUrl) {
-    natsUrl = opts.natsUrl;
-  } else if (!opts.sharedNats) {
-    nats = await ensureNats({ dataDir: natsDir, port: natsPort });
-    natsUrl = nats.url;
-  }
-  await migrate(databaseUrl);
+  // Each stack gets its own nats-server unless told otherwise: test files run in parallel, and a
+  // worker of one file must never pick up another file's jobs.
+  const own = await startOwnStack({
+    natsUrl: opts.natsUrl ?? (opts.sharedNats ? shared.natsUrl : undefined),
+    databaseUrl: opts.databaseUrl ?? shared.databaseUrl,
+    processDefaults: { root: ROOT, compiled: false, logLevel: 'info', keepLines: true, env: opts.env },
+  });
+  const { natsUrl, databaseUrl } = own;
   const db = createPool(databaseUrl, 5);
-  await seedSimCatalog(db);
-  const nc = await connectBus(natsUrl, 'test-harness');
-  const baseEnv = { NATS_URL: natsUrl, DATABASE_URL: databaseUrl, ...opts.env };
-  const procs: Proc[] = [];
+  own.onStop(() => db.end().catch(() => {}));
+  let nc: NatsConnection;
+  try {
+    await seedSimCatalog(db);
+    nc = await connectBus(natsUrl, 'test-harness');
+  } catch (err) {
+    await own.stop();
+    throw err;
+  }
+  own.onStop(() => nc.drain().catch(() => {}));
   const gateways: Proc[] = [];
   const workers: Proc[] = [];
   const meterings: Proc[] = [];
+  const consoles: Proc[] = [];
+  const spawn = async (kind: ProcessName, list: Proc[], place: Partial<StartProcessOptions>): Promise<Proc> => {
+    const p: Proc = own.start(kind, { name: `${kind}${list.length}`, ...place });
+    p.port = readyPort(await p.ready(45000));
+    list.push(p);
+    return p;
+  };
 
   const stack: TestStack = {
     natsUrl,
     databaseUrl,
-    async restartNats(downMs = 500) {
-      if (!nats) throw new Error('restartNats needs a stack-owned nats-server');
-      await nats.stop();
-      await new Promise((r) => setTimeout(r, downMs));
-      nats = await ensureNats({ dataDir: natsDir, port: natsPort });
-    },
+    roleUrl: (role) => own.roleUrl(role),
+    restartNats: (downMs) => own.restartNats(downMs),
     db,
     nc,
     gateways,
@@ -164,39 +147,12 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
       return stack.urlOf(gateways[0]);
     },
     urlOf: (g) => `http://127.0.0.1:${g.port}/v1`,
-    async spawnGateway(extra = {}) {
-      const p = await spawnProcess(
-        `gateway${gateways.length}`,
-        'src/gateway/main.ts',
-        { ...baseEnv, GATEWAY_HOST: '127.0.0.1', GATEWAY_PORT: '0', METRICS_PORT: '0', ...extra },
-        /front door listening/,
-      );
-      gateways.push(p);
-      procs.push(p);
-      return p;
-    },
-    async spawnWorker(extra = {}) {
-      const p = await spawnProcess(
-        `worker${workers.length}`,
-        'workers/main.ts',
-        { ...baseEnv, WORKER_POOLS: opts.pools ?? 'sim,openai', ...extra },
-        /worker (ready|started|listening)/i,
-      );
-      workers.push(p);
-      procs.push(p);
-      return p;
-    },
-    async spawnMetering(extra = {}) {
-      const p = await spawnProcess(
-        `metering${meterings.length}`,
-        'src/metering/main.ts',
-        { ...baseEnv, HOLD_SWEEP_INTERVAL_MS: '500', ...extra },
-        /metering consumer running/,
-      );
-      meterings.push(p);
-      procs.push(p);
-      return p;
-    },
+    spawnGateway: (extra = {}) => spawn('gateway', gateways, { host: '127.0.0.1', port: 0, metricsPort: 0, env: extra }),
+    spawnWorker: (extra = {}) => spawn('worker', workers, { pools: opts.pools ?? 'sim,openai', env: extra }),
+    spawnMetering: (extra = {}) => spawn('metering', meterings, { env: { HOLD_SWEEP_INTERVAL_MS: '500', ...extra } }),
+    spawnConsole: (extra = {}) => spawn('console', consoles, { host: '127.0.0.1', port: 0, env: extra }),
+    consoles,
+    consoleUrl: (c = consoles[0]) => `http://127.0.0.1:${c.port}`,
     async tenant(balance, key = {}) {
       const t = await createTenant(db, `test-${Math.random().toString(36).slice(2, 8)}`);
       if (parseBrl(balance) > 0n) await credit(db, { tenantId: t.id, amountMicros: parseBrl(balance), source: 'grant', note: 'test' });
@@ -221,14 +177,8 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
       }
       throw new Error(`holds of ${tenantId} still open after ${timeoutMs} ms`);
     },
-    allLogLines: () => procs.flatMap((p) => p.lines),
-    async stop() {
-      await Promise.all(procs.map((p) => stopProcess(p)));
-      await nc.drain().catch(() => {});
-      await db.end().catch(() => {});
-      await nats?.stop();
-      rmSync(natsDir, { recursive: true, force: true });
-    },
+    allLogLines: () => own.processes.flatMap((p) => p.lines),
+    stop: () => own.stop(),
   };
 
   try {

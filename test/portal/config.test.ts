@@ -9,9 +9,11 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
 import { defaultPortalHost, isLoopbackHost, loadPortalEnv, resolvePortalSetup } from '../../src/portal/config.ts';
+import { trustedProxies } from '../../src/portal/proxy.ts';
 import { startPortal } from '../../src/portal/server.ts';
 import { tcpReachable } from '../../src/stack/services.ts';
-import { PortalClient } from './client.ts';
+import { startMailSink } from '../../src/mail/sink.ts';
+import { PortalClient, sinkMailbox } from './client.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const dir = mkdtempSync(join(tmpdir(), 'catraca-pix-certs-'));
@@ -95,6 +97,15 @@ describe('resolvePortalSetup: nothing defaults to the simulator', () => {
     expect(() => resolve({ PIX_PROVIDER: '' }, '0.0.0.0')).toThrow('PIX_PROVIDER is not set.');
   });
 
+  it('PORTAL_TRUSTED_PROXIES: addresses, CIDRs and proxy-addr presets; anything else refused naming it; PORTAL_TRUST_PROXY=1 means loopback', () => {
+    expect(trustedProxies(loadPortalEnv({ PORTAL_TRUSTED_PROXIES: '10.0.0.0/8, 192.0.2.7,fd00::/8' }))).toEqual(['10.0.0.0/8', '192.0.2.7', 'fd00::/8']);
+    expect(trustedProxies(loadPortalEnv({ PORTAL_TRUSTED_PROXIES: 'uniquelocal' }))).toEqual(['uniquelocal']);
+    expect(trustedProxies(loadPortalEnv({}))).toEqual([]);
+    expect(trustedProxies(loadPortalEnv({ PORTAL_TRUST_PROXY: '1' }))).toEqual(['127.0.0.0/8', '::1/128']);
+    for (const bad of ['10.0.0.0/33', 'proxy.example.com', '10.0.0.1/8/2'])
+      expect(() => loadPortalEnv({ PORTAL_TRUSTED_PROXIES: bad })).toThrow('PORTAL_TRUSTED_PROXIES: a comma list of IP addresses, CIDRs or named ranges');
+  });
+
   it('PORTAL_HOST unset: 127.0.0.1 in development, 0.0.0.0 otherwise', () => {
     expect(defaultPortalHost(loadPortalEnv({}))).toBe('0.0.0.0');
     expect(defaultPortalHost(loadPortalEnv({ PIX_PROVIDER: 'bcb' }))).toBe('0.0.0.0');
@@ -144,7 +155,16 @@ describe('the portal process refuses to start', () => {
 
 describe('a bcb portal on all interfaces', () => {
   it('starts, and has no simulator and no pay button', async () => {
-    const portal = await startPortal({ db, nc: null, host: '0.0.0.0', registerWebhook: false, reconcileIntervalMs: 0, signupLimitPerHour: 1000, env: BCB });
+    const sink = await startMailSink();
+    const portal = await startPortal({
+      db,
+      nc: null,
+      host: '0.0.0.0',
+      registerWebhook: false,
+      reconcileIntervalMs: 0,
+      signupLimitPerHour: 1000,
+      env: { ...BCB, SMTP_URL: sink.url },
+    });
     try {
       expect(portal.simulator).toBe(null);
       expect(portal.pix.psp.name).toBe('bcb');
@@ -152,13 +172,16 @@ describe('a bcb portal on all interfaces', () => {
         .flat()
         .find((i) => i && i.family === 'IPv4' && !i.internal);
       if (ext) expect(await tcpReachable(ext.address, Number(new URL(portal.url).port), 1000)).toBe(true);
-      const c = new PortalClient(portal.url);
-      await c.signUp(`bcb.${Math.random().toString(36).slice(2, 10)}@example.com`);
+      const c = new PortalClient(portal.url, {}, { mailbox: sinkMailbox(sink) });
+      expect((await c.signUp(`bcb.${Math.random().toString(36).slice(2, 10)}@example.com`)).status).toBe(303);
       const dash = await c.get('/dashboard');
       const pay = await c.post(`/topup/${'a'.repeat(32)}/simulate`, { _csrf: PortalClient.csrf(dash.text) });
       expect(pay.status).toBe(404);
+      // and no /dev/mail
+      expect((await c.get('/dev/mail')).status).toBe(404);
     } finally {
       await portal.close();
+      await sink.close();
     }
   });
 });
@@ -183,6 +206,14 @@ const REQUIRED = {
   NATS_METERING_PASSWORD: 'nmetering0123',
   NATS_PORTAL_PASSWORD: 'nportal0123',
   NATS_CLI_PASSWORD: 'ncli0123',
+  NATS_CONSOLE_PASSWORD: 'nconsole0123',
+  // PostgreSQL: one role per process (src/db/roles.ts; checked in test/nats-auth.test.ts)
+  DB_GATEWAY_PASSWORD: 'dbgateway0123',
+  DB_WORKER_PASSWORD: 'dbworker0123',
+  DB_METERING_PASSWORD: 'dbmetering0123',
+  DB_PORTAL_PASSWORD: 'dbportal0123',
+  DB_ADMIN_PASSWORD: 'dbadmin0123',
+  DB_CONSOLE_PASSWORD: 'dbconsole0123',
 };
 function composeConfig(env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
   // Run from an empty directory so that no .env file is read.
@@ -209,23 +240,34 @@ describe.skipIf(!COMPOSE)('docker-compose.yml (docker-compose 1.29 config)', () 
     expect(r.stdout).toContain('PIX_PROVIDER: bcb');
     expect(r.stdout).not.toMatch(/PIX_PROVIDER: simulator|CATRACA_DEV|--with-sim|CATRACA_SEED_SIM/);
     for (const k of ['OPENAI_API_KEY', 'ANTHROPIC_API_KEY', 'OPENROUTER_API_KEY']) expect(r.stdout).toContain(`${k}: ''`);
-    // Above DRAIN_TIMEOUT_MS (30 s): migrate, gateway, metering and portal 45 s; the worker 75 s.
-    expect(r.stdout.match(/stop_grace_period: 45s/g)).toHaveLength(4);
+    // Above DRAIN_TIMEOUT_MS (30 s): migrate, gateway, metering, portal and console 45 s; the worker 75 s.
+    expect(r.stdout.match(/stop_grace_period: 45s/g)).toHaveLength(5);
     expect(r.stdout.match(/stop_grace_period: 75s/g)).toHaveLength(1);
     const file = readFileSync(join(ROOT, 'docker-compose.yml'), 'utf8');
     expect(file).not.toMatch(/catraca:catraca@|POSTGRES_PASSWORD: catraca|^name:/m);
     // Every app service runs compiled JavaScript from the image's runtime stage, never tsx.
     expect(r.stdout).not.toContain('tsx');
-    expect(r.stdout.match(/target: runtime/g)).toHaveLength(5);
+    expect(r.stdout.match(/target: runtime/g)).toHaveLength(6);
     for (const entry of [
       'dist/src/stack/migrate-main.js',
       'dist/src/gateway/main.js',
       'dist/workers/main.js',
       'dist/src/metering/main.js',
       'dist/src/portal/main.js',
+      'dist/src/console/main.js',
     ]) {
       expect(r.stdout).toMatch(new RegExp(`command:\\n\\s+- node\\n\\s+- ${entry.replace(/\./g, '\\.')}\\n`));
     }
+  });
+
+  it('publishes the front door, the portal and the console on loopback only (the TLS proxy on the host reaches the first two there)', async () => {
+    const r = await composeConfig(REQUIRED);
+    expect(r.code).toBe(0);
+    const ports = [...r.stdout.matchAll(/^ {4}ports:\n((?: {4}- .*\n(?: {6}.*\n)*)+)/gm)].map((m) => m[1]);
+    expect(ports).toEqual(['    - 127.0.0.1:8082:8082/tcp\n', '    - 127.0.0.1:8080:8080/tcp\n', '    - 127.0.0.1:8081:8081/tcp\n']);
+    // and nothing else is published: NATS, PostgreSQL and /metrics stay on the compose network
+    expect(r.stdout.match(/^ {4}ports:/gm)).toHaveLength(3);
+    expect(r.stdout).toContain('PORTAL_TRUSTED_PROXIES:');
   });
 
   it('is refused without any one required variable, naming it', async () => {
@@ -236,5 +278,5 @@ describe.skipIf(!COMPOSE)('docker-compose.yml (docker-compose 1.29 config)', () 
       expect(r.code, name).toBe(1);
       expect(r.stderr, name).toContain(`set ${name} in .env`);
     }
-  }, 60000);
+  }, 120000);
 });

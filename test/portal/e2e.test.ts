@@ -1,4 +1,4 @@
-// Chromium end-to-end: sign up → top up R$ 50,00 with the Pix simulator → balance → key restricted
+// Chromium end-to-end: sign up → the verification e-mail (SMTP sink) → sign in → top up R$ 50,00 with the Pix simulator → balance → key restricted
 // to one model → the openai client uses it (allowed 200, other model 403) → usage shows it →
 // revoke → 401. Screenshots of every page go to test-artifacts/portal/ (gitignored).
 import { existsSync, mkdirSync } from 'node:fs';
@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import OpenAI from 'openai';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
 import { paySimulatedCharge } from '../../src/pix/simulator/pay.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
 import type { TestStack } from '../helpers/stack.ts';
@@ -17,6 +18,7 @@ const haveStack = existsSync(join(process.cwd(), 'test', 'helpers', 'stack.ts'))
 describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to end through the gateway', () => {
   let stack: TestStack;
   let portal: Portal;
+  let sink: MailSink;
   let browser: Browser;
   let page: Page;
   const shot = (name: string) => page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
@@ -25,13 +27,14 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     mkdirSync(ARTIFACTS, { recursive: true });
     const { startStack } = await import('../helpers/stack.ts');
     stack = await startStack({ gateways: 1, workers: 1 });
+    sink = await startMailSink();
     portal = await startPortal({
       db: stack.db,
       nc: stack.nc,
       gatewayUrl: stack.baseUrl,
       reconcileIntervalMs: 0,
       signupLimitPerHour: 1000,
-      env: { PIX_PROVIDER: 'simulator' },
+      env: { PIX_PROVIDER: 'simulator', SMTP_URL: sink.url },
     });
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -51,6 +54,7 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
   afterAll(async () => {
     await browser?.close();
     await portal?.close();
+    await sink?.close();
     await stack?.stop();
   }, 60000);
 
@@ -58,15 +62,35 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     const email = `e2e.${Date.now()}@example.com`;
     const password = 'senha-bem-longa-123';
 
-    // 1. Sign up (pt-BR by default), sign out, sign in.
+    // 1. Sign up (pt-BR by default): "check your e-mail"; signed in before verifying, the
+    // dashboard works and a top-up asks for the e-mail first; the e-mailed link verifies;
+    // sign out, sign in.
     await page.goto(`${portal.url}/signup`);
     await shot('01-signup');
     await page.fill('input[name=email]', email);
     await page.fill('input[name=password]', password);
     await page.fill('input[name=org]', 'Padaria do Zé');
     await page.click('button[type=submit]');
+    await page.waitForSelector('[data-testid=check-email]');
+    expect(await page.textContent('[data-testid=check-email]')).toContain(`Enviamos um e-mail para ${email}.`);
+    await shot('01b-check-email');
+    const mail = await sink.waitFor((m) => m.to.includes(email));
+    expect(mail.subject).toBe('Confirme seu e-mail no catraca');
+    const link = /https?:\/\/\S+\/verify\?token=[A-Za-z0-9_-]{43}/.exec(mail.text)![0];
+    await page.goto(`${portal.url}/login`);
+    await page.fill('input[name=email]', email);
+    await page.fill('input[name=password]', password);
+    await page.click('button[type=submit]');
     await page.waitForURL('**/dashboard');
     await expect.poll(() => page.textContent('[data-testid=balance]')).toBe('R$ 0,00');
+    await page.goto(`${portal.url}/topup`);
+    expect(await page.isVisible('[data-testid=verify-first]')).toBe(true);
+    expect(await page.isVisible('[data-testid=topup-amount]')).toBe(false);
+    await shot('01c-verify-first');
+    await page.goto(link);
+    expect(await page.textContent('[data-testid=message]')).toBe('Seu e-mail foi confirmado. Você já pode adicionar saldo por Pix.');
+    await shot('01d-verified');
+    await page.goto(`${portal.url}/dashboard`);
     await page.click('[data-testid=logout]');
     await page.waitForURL('**/login?bye=1');
     await shot('02-login');

@@ -1,0 +1,76 @@
+// `npm run migrate` (the compose `migrate` service): migrations always, sim/* only when asked for.
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, describe, expect, test } from 'vitest';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+const created: string[] = [];
+
+function freshDatabaseUrl(): string {
+  const u = new URL(process.env.DATABASE_URL!);
+  const name = `catraca_test_migrate_${randomBytes(4).toString('hex')}`;
+  u.pathname = `/${name}`;
+  created.push(name);
+  return u.toString();
+}
+
+async function admin(sql: string) {
+  const u = new URL(process.env.DATABASE_URL!);
+  u.pathname = '/postgres';
+  const c = new pg.Client({ connectionString: u.toString() });
+  await c.connect();
+  try {
+    return await c.query(sql);
+  } finally {
+    await c.end();
+  }
+}
+
+afterAll(async () => {
+  for (const name of created) await admin(`drop database if exists "${name}" with (force)`).catch(() => {});
+});
+
+function migrateMain(databaseUrl: string, args: string[] = [], env: Record<string, string> = {}): Promise<{ code: number; stderr: string }> {
+  return new Promise((res) => {
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', join(ROOT, 'src/stack/migrate-main.ts'), ...args],
+      { cwd: ROOT, env: { PATH: process.env.PATH!, DATABASE_URL: databaseUrl, ...env }, timeout: 60000 },
+      (err, _stdout, stderr) => res({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stderr }),
+    );
+  });
+}
+
+async function simModels(databaseUrl: string): Promise<string[]> {
+  const c = new pg.Client({ connectionString: databaseUrl });
+  await c.connect();
+  try {
+    return (await c.query(`select id from models where id like 'sim/%' order by id`)).rows.map((r) => r.id);
+  } finally {
+    await c.end();
+  }
+}
+
+describe('npm run migrate', () => {
+  test('applies the migrations without seeding sim/*; --with-sim or CATRACA_SEED_SIM=1 seeds it', async () => {
+    const plain = freshDatabaseUrl();
+    const a = await migrateMain(plain);
+    expect(a.code).toBe(0);
+    expect(a.stderr).toContain('sim/* catalog not seeded (use --with-sim or CATRACA_SEED_SIM=1 for a development database)');
+    expect(await simModels(plain)).toEqual([]);
+    const b = await migrateMain(plain, ['--with-sim']);
+    expect(b.code).toBe(0);
+    expect(await simModels(plain)).toEqual(['sim/echo', 'sim/embed', 'sim/lorem']);
+
+    const byEnv = freshDatabaseUrl();
+    expect((await migrateMain(byEnv, [], { CATRACA_SEED_SIM: '1' })).code).toBe(0);
+    expect(await simModels(byEnv)).toEqual(['sim/echo', 'sim/embed', 'sim/lorem']);
+
+    const bad = await migrateMain(byEnv, ['--seed-everything']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('usage: npm run migrate [-- --with-sim]');
+  }, 90000);
+});
