@@ -84,23 +84,24 @@ export interface AttemptRecord {
   /** delivered, failed for good, or pending until `next` */
   state: DeliveryRow['state'];
   next?: Date;
+  /** The receiver answered 410 Gone (Standard Webhooks): the endpoint is disabled, saying why. */
+  disableEndpoint?: string;
 }
 
-/** Logs an attempt and moves its delivery on. */
+/**
+ * Logs an attempt and moves its delivery on (and disables its endpoint after a 410), in one
+ * statement: no one sees the endpoint disabled while its delivery still looks pending.
+ */
 export async function recordAttempt(db: DbClient, d: DeliveryRow, r: AttemptRecord): Promise<void> {
-  await db.query('insert into notify_attempts (delivery_id, tenant_id, attempt, status_code, duration_ms, error) values ($1, $2, $3, $4, $5, $6)', [
-    d.id,
-    d.tenant_id,
-    d.attempts,
-    r.status,
-    r.durationMs,
-    r.error?.slice(0, 500) ?? null,
-  ]);
-  await db.query('update notify_deliveries set state = $2, next_attempt_at = coalesce($3, next_attempt_at), updated_at = now() where id = $1', [
-    d.id,
-    r.state,
-    r.next ?? null,
-  ]);
+  await db.query(
+    `with attempt as (
+       insert into notify_attempts (delivery_id, tenant_id, attempt, status_code, duration_ms, error) values ($1, $2, $3, $4, $5, $6)
+     ), delivery as (
+       update notify_deliveries set state = $7, next_attempt_at = coalesce($8, next_attempt_at), updated_at = now() where id = $1
+     )
+     update notify_endpoints set enabled = false, disabled_reason = $10, updated_at = now() where id = $9 and $10::text is not null`,
+    [d.id, d.tenant_id, d.attempts, r.status, r.durationMs, r.error?.slice(0, 500) ?? null, r.state, r.next ?? null, d.endpoint_id, r.disableEndpoint ?? null],
+  );
 }
 
 /**
@@ -114,11 +115,6 @@ export function nextAttempt(attempts: number, schedule: number[], o: { retryAfte
   if (o.jitter !== false) delay = Math.round(delay * (0.9 + Math.random() * 0.2));
   if (o.retryAfterMs) delay = Math.max(delay, Math.min(o.retryAfterMs, 12 * 3_600_000));
   return new Date((o.now ?? Date.now()) + delay);
-}
-
-/** A 410 Gone: the receiver wants no more (Standard Webhooks): the endpoint is disabled, saying why. */
-export async function disableEndpoint(db: DbClient, endpointId: string, reason: string): Promise<void> {
-  await db.query('update notify_endpoints set enabled = false, disabled_reason = $2, updated_at = now() where id = $1', [endpointId, reason]);
 }
 
 /** Events no process published (it died first, NATS was away, the CLI made them): the relay's. */

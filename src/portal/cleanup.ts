@@ -45,7 +45,8 @@ export async function cleanUp(db: DbClient, o: { webhookRetentionDays: number; b
     flash: await deleteSome(db, 'portal_flash', 'id', 'created_at < now() - make_interval(secs => $1)', [FLASH_TTL_S], batch),
     loginFailures: await deleteSome(db, 'portal_login_failures', 'id', 'created_at < now() - make_interval(mins => $1)', [LOGIN_WINDOW_MIN], batch),
     signupAttempts: await deleteSome(db, 'portal_signup_attempts', 'id', 'created_at < now() - make_interval(mins => $1)', [SIGNUP_WINDOW_MIN], batch),
-    emailTokens: await deleteSome(db, 'portal_email_tokens', 'id', 'expires_at < now()', [], batch),
+    // (kept for the hour in which they count against MAIL_MAX_PER_USER_PER_HOUR, even if expired sooner)
+    emailTokens: await deleteSome(db, 'portal_email_tokens', 'id', "expires_at < now() and created_at < now() - interval '1 hour'", [], batch),
     webhookEvents:
       o.webhookRetentionDays > 0
         ? await deleteSome(db, 'pix_webhook_events', 'id', 'created_at < now() - make_interval(days => $1)', [o.webhookRetentionDays], batch)

@@ -157,7 +157,7 @@ describe('admission leases (catraca_lease_open / catraca_lease_close, settlement
 
   it('Admission: a key gets a lease only once it is busy (leaseAfter requests in one window); a slow key holds per request', async () => {
     const a = await account(10_000_000n);
-    const adm = new Admission(db, new AdmissionBatcher(db), { doorId: 'busy', windowMs: 300, richness: 4, holdTtlMs: 60_000, leaseAfter: 3 });
+    const adm = new Admission(db, new AdmissionBatcher(db), { doorId: 'busy', windowMs: 1000, richness: 4, holdTtlMs: 60_000, leaseAfter: 3 });
     const req = (n: number) => ({
       requestId: `busy-${a.tenantId}-${n}`,
       tenantId: a.tenantId,
@@ -170,7 +170,7 @@ describe('admission leases (catraca_lease_open / catraca_lease_close, settlement
     // slow: one request per window, never a lease
     for (let i = 1; i <= 3; i++) {
       expect((await adm.admit(req(i))).hold).toBe(req(i).requestId);
-      await new Promise((r) => setTimeout(r, 320));
+      await new Promise((r) => setTimeout(r, 1050));
     }
     expect(adm.counts).toMatchObject({ leased: 0, perRequest: 3, leasesOpened: 0 });
     // busy: the third request within the window opens a lease, the ones after it use it

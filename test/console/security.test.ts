@@ -112,14 +112,16 @@ describe('every console route needs an operator session', () => {
     const signed = await signUp(admin, { email, password: 'senha-forte-123', ip: '198.51.100.77' });
     if (!signed.ok) throw new Error(signed.error);
     const portal = await createSession(admin, signed.user.id);
-    // Other console test files write audit rows meanwhile (their operators, their sign-ins); a row
-    // these requests caused would name no operator, or carry this body's reason or e-mail.
+    // Other test files write audit rows meanwhile (their operators, their sign-ins, the CLI's
+    // operator commands); a row these requests caused would name no operator, or carry this body's
+    // reason or e-mail.
     const since = (await admin.query('select now() as t')).rows[0].t as Date;
     const auditOfThese = async () =>
       (
         await admin.query(
           `select count(*)::int as n from console_audit
-            where at >= $1 and (reason = 'x' or operator_email = 'x@example.com' or (operator_id is null and operator_email is null))`,
+            where at >= $1 and ip is distinct from 'cli'
+              and (reason = 'x' or operator_email = 'x@example.com' or (operator_id is null and operator_email is null))`,
           [since],
         )
       ).rows[0].n;

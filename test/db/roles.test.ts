@@ -93,10 +93,13 @@ const f = {
 };
 
 /** A fake PSP: every charge exists and is paid with endToEndId E<txid>. */
+// It knows only the charges it made: a reconciler pass here checks every tenant's open charges in
+// the shared database, and must not find other test files' charges paid.
+const made = new Set<string>();
 const psp: PspAdapter = {
   name: 'fake',
-  createCharge: async (a) => charge(a.txid, a.amountMicros, 'ATIVA'),
-  getCharge: async (txid) => charge(txid, 20_000_000n, 'CONCLUIDA'),
+  createCharge: async (a) => (made.add(a.txid), charge(a.txid, a.amountMicros, 'ATIVA')),
+  getCharge: async (txid) => (made.has(txid) ? charge(txid, 20_000_000n, 'CONCLUIDA') : null),
   registerWebhook: async () => {},
   verifyWebhook: () => ({ ok: false, reason: 'bad_secret' }),
   refund: async (a) => ({ id: a.refundId, rtrId: null, amountMicros: a.amountMicros, status: 'DEVOLVIDO' }),
@@ -337,7 +340,7 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       const [d] = await deliveries.claimDue(db, 100, 60000);
       await deliveries.attemptContext(db, d);
       await deliveries.recordAttempt(db, d, { status: 200, durationMs: 5, error: null, state: 'delivered' });
-      await deliveries.disableEndpoint(db, ep.id, 'roles');
+      await deliveries.recordAttempt(db, d, { status: 410, durationMs: 5, error: null, state: 'failed', disableEndpoint: 'roles' });
       await deliveries.unpublishedEvents(db, 0);
       await db.query('update notify_events set published_at = now() where id = $1', [rows[0].id]);
       await deliveries.purgeOld(db, 35);

@@ -13,6 +13,7 @@ import { trustedProxies } from '../../src/portal/proxy.ts';
 import { startPortal } from '../../src/portal/server.ts';
 import { tcpReachable } from '../../src/stack/services.ts';
 import { startMailSink } from '../../src/mail/sink.ts';
+import { ownDatabase } from '../helpers/own-database.ts';
 import { PortalClient, sinkMailbox } from './client.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -155,9 +156,13 @@ describe('the portal process refuses to start', () => {
 
 describe('a bcb portal on all interfaces', () => {
   it('starts, and has no simulator and no pay button', async () => {
+    // (its own database: connecting the bcb PSP removes the simulator's credentials, which the
+    // portals of other test files read from the shared one)
+    const own = await ownDatabase('bcb', { migrate: true });
+    const ownDb = createPool(own.url, 2);
     const sink = await startMailSink();
     const portal = await startPortal({
-      db,
+      db: ownDb,
       nc: null,
       host: '0.0.0.0',
       registerWebhook: false,
@@ -182,6 +187,8 @@ describe('a bcb portal on all interfaces', () => {
     } finally {
       await portal.close();
       await sink.close();
+      await ownDb.end();
+      await own.drop();
     }
   });
 });

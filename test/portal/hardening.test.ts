@@ -172,12 +172,17 @@ describe('behind a proxy (PORTAL_TRUSTED_PROXIES)', () => {
     const email = `spread.${uniq()}@example.com`;
     await account(email);
     for (let i = 0; i < 10; i++) expect((await login(portal, email, `wrong-password-${i}`, { 'x-forwarded-for': addr() })).status).toBe(401);
+    // (the latest failure made "just now", so that a slow machine does not outwait the backoff)
+    const justNow = () =>
+      db.query(`update portal_login_failures set created_at = now() where id = (select max(id) from portal_login_failures where email = $1)`, [email]);
+    await justNow();
     const wait = await login(portal, email, PASSWORD, { 'x-forwarded-for': addr() });
     expect(wait.status).toBe(429);
     expect(wait.text).toContain('Muitas tentativas para esta conta. Tente de novo em 1 segundo.');
     const age = (s: number) => db.query(`update portal_login_failures set created_at = created_at - make_interval(secs => $2) where email = $1`, [email, s]);
     await age(1.5);
     expect((await login(portal, email, 'wrong-password-10', { 'x-forwarded-for': addr() })).status).toBe(401);
+    await justNow();
     const longer = await login(portal, email, PASSWORD, { 'x-forwarded-for': addr() });
     expect(longer.status).toBe(429);
     expect(longer.text).toContain('Tente de novo em 2 segundos.');

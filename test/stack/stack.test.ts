@@ -11,6 +11,7 @@ import { PROCESSES } from '../../src/stack/processes.ts';
 import { DEMO_TENANT_ID } from '../../src/stack/seed.ts';
 import { freePort, natsReachable, tcpReachable } from '../../src/stack/services.ts';
 import { stateFile } from '../../src/stack/state.ts';
+import { ownDatabase } from '../helpers/own-database.ts';
 import { PortalClient } from '../portal/client.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -79,10 +80,14 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
   test('the portal gets CATRACA_DEV=1 and 127.0.0.1: the simulator and its pay button work, on loopback only', async () => {
     const portalPort = await freePort();
     const portalMetricsPort = await freePort();
+    // A database and a nats-server of its own: this portal runs a notifier, which would otherwise
+    // claim other test files' deliveries from the shared database.
+    const own = await ownDatabase('portal');
+    const ownDb = createPool(own.url, 2);
     const stack = await startStack({
       root: ROOT,
-      natsUrl: process.env.NATS_URL,
-      databaseUrl: process.env.DATABASE_URL,
+      natsUrl: '',
+      databaseUrl: own.url,
       portalPort,
       metricsPorts: { portal: portalMetricsPort },
       processes: ['portal'],
@@ -108,7 +113,7 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
       expect(charge.text).toContain('Pagar com o simulador (desenvolvimento)');
       expect((await c.post(`${topup.location}/simulate`, { _csrf: PortalClient.csrf(charge.text) })).status).toBe(303);
       expect(JSON.parse((await c.get(`${topup.location}/status`)).text)).toMatchObject({ status: 'CONCLUIDA', balance_micros: '50000000' });
-      const { rows } = await db.query(`select id from models where id like 'sim/%' order by id`);
+      const { rows } = await ownDb.query(`select id from models where id like 'sim/%' order by id`);
       expect(rows.map((r) => r.id)).toEqual(['sim/echo', 'sim/embed', 'sim/lorem']);
       // the portal's own /metrics, on its internal port: each answered request counted once
       expect(stack.metricsPorts).toEqual({ portal: portalMetricsPort });
@@ -124,6 +129,8 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
       expect(await pub.text()).not.toContain('# TYPE');
     } finally {
       await stack.stop();
+      await ownDb.end();
+      await own.drop();
     }
   }, 60000);
 

@@ -11,7 +11,6 @@ import {
   claimDue,
   DEFAULT_SCHEDULE_MS,
   type DeliveryRow,
-  disableEndpoint,
   fanOut,
   nextAttempt,
   purgeOld,
@@ -216,6 +215,7 @@ async function attempt(o: NotifierOptions, sender: WebhookSender, d: DeliveryRow
     if (!event) return void (await recordAttempt(o.db, d, { status: null, durationMs: 0, error: 'event no longer exists', state: 'failed' }));
     let result: AttemptResult;
     let final = false;
+    let gone: string | undefined;
     if (d.channel === 'email') {
       const started = performance.now();
       const mailed = await sendEventMail(o, d, event);
@@ -227,13 +227,20 @@ async function attempt(o: NotifierOptions, sender: WebhookSender, d: DeliveryRow
       result = await sender.send({ url: endpoint.url, secrets: signingSecrets(endpoint), eventId: event.id, body: eventBody(event) });
       if (result.status === 410) {
         final = true;
-        await disableEndpoint(o.db, d.endpoint_id!, `410 Gone on ${new Date().toISOString()}`);
+        gone = `410 Gone on ${new Date().toISOString()}`;
       }
     }
     const ok = d.channel === 'email' ? result.error === null : delivered(result.status);
     const next = ok || final ? null : nextAttempt(d.attempts, o.schedule ?? DEFAULT_SCHEDULE_MS, { retryAfterMs: result.retryAfterMs, jitter: o.jitter });
     const state = ok ? 'delivered' : next ? 'pending' : 'failed';
-    await recordAttempt(o.db, d, { status: result.status, durationMs: result.durationMs, error: result.error, state, next: next ?? undefined });
+    await recordAttempt(o.db, d, {
+      status: result.status,
+      durationMs: result.durationMs,
+      error: result.error,
+      state,
+      next: next ?? undefined,
+      disableEndpoint: gone,
+    });
     const fields = { delivery_id: d.id, event_id: d.event_id, channel: d.channel, attempt: d.attempts, status: result.status, state };
     if (ok) log.info('notification delivered', fields);
     else log.warn('notification attempt failed', { ...fields, error: result.error, next_attempt_at: next?.toISOString() ?? null });
