@@ -66,6 +66,7 @@ import { chargeStates, listCharges, reconcilerStatus } from '../../src/console/p
 import { getTenantDetail, listTenants, statement } from '../../src/console/tenants.ts';
 import { startStack as startNpmStack } from '../../src/stack/main.ts';
 import { freePort } from '../../src/stack/services.ts';
+import { type OwnDatabase, ownDatabaseUrl } from '../helpers/own-database.ts';
 import { startStack as startTestStack } from '../helpers/stack.ts';
 
 const ADMIN_URL = process.env.DATABASE_URL!;
@@ -781,16 +782,14 @@ describe('the admin CLI as catraca_admin', () => {
 });
 
 describe('the migration runner', () => {
-  const created: string[] = [];
+  const created: OwnDatabase[] = [];
   const dbUrl = (suffix: string) => {
-    const u = new URL(ADMIN_URL);
-    const name = `${u.pathname.slice(1)}_${suffix}_${uniq()}`;
-    created.push(name);
-    u.pathname = `/${name}`;
-    return u.toString();
+    const own = ownDatabaseUrl(suffix);
+    created.push(own);
+    return own.url;
   };
   afterAll(async () => {
-    for (const name of created) await admin.query(`drop database if exists "${name}" with (force)`);
+    for (const own of created) await own.drop();
   });
 
   test('upgrades a database migrated before the roles existed: the owner takes over, the processes get their rights, data kept', async () => {
@@ -886,17 +885,15 @@ describe('the migration runner', () => {
 });
 
 describe('stacks connect each process as its role', () => {
-  const created: string[] = [];
+  const created: OwnDatabase[] = [];
   /** A database of its own: the connections to it are this stack's alone. */
   const ownDb = () => {
-    const u = new URL(ADMIN_URL);
-    const name = `${u.pathname.slice(1)}_stack_${uniq()}`;
-    created.push(name);
-    u.pathname = `/${name}`;
-    return u.toString();
+    const own = ownDatabaseUrl('stack');
+    created.push(own);
+    return own.url;
   };
   afterAll(async () => {
-    for (const name of created) await admin.query(`drop database if exists "${name}" with (force)`);
+    for (const own of created) await own.drop();
   });
   const usersOf = async (url: string) =>
     (

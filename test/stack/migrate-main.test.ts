@@ -1,36 +1,22 @@
 // `npm run migrate` (the compose `migrate` service): migrations always, sim/* only when asked for.
 import { execFile } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, describe, expect, test } from 'vitest';
+import { type OwnDatabase, ownDatabaseUrl } from '../helpers/own-database.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const created: string[] = [];
+const created: OwnDatabase[] = [];
 
 function freshDatabaseUrl(): string {
-  const u = new URL(process.env.DATABASE_URL!);
-  const name = `catraca_test_migrate_${randomBytes(4).toString('hex')}`;
-  u.pathname = `/${name}`;
-  created.push(name);
-  return u.toString();
-}
-
-async function admin(sql: string) {
-  const u = new URL(process.env.DATABASE_URL!);
-  u.pathname = '/postgres';
-  const c = new pg.Client({ connectionString: u.toString() });
-  await c.connect();
-  try {
-    return await c.query(sql);
-  } finally {
-    await c.end();
-  }
+  const own = ownDatabaseUrl('migrate');
+  created.push(own);
+  return own.url;
 }
 
 afterAll(async () => {
-  for (const name of created) await admin(`drop database if exists "${name}" with (force)`).catch(() => {});
+  for (const own of created) await own.drop().catch(() => {});
 });
 
 function migrateMain(databaseUrl: string, args: string[] = [], env: Record<string, string> = {}): Promise<{ code: number; stderr: string }> {
