@@ -1,3 +1,7 @@
+import { spawn } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Logger } from '../log.ts';
 import { onShutdown } from './shutdown.ts';
@@ -56,4 +60,47 @@ describe('onShutdown', () => {
     expect(codes).toEqual([1, 1]);
     expect(lines.at(-1)).toBe('error shutdown did not finish in time: exiting');
   });
+});
+
+describe('stopWithParent', () => {
+  it('under npm start, a SIGTERM to npm stops the script too, instead of leaving it running orphaned', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'catraca-orphan-'));
+    const out = join(dir, 'out.log');
+    let npm: ReturnType<typeof spawn> | undefined;
+    try {
+      writeFileSync(
+        join(dir, 'script.ts'),
+        `import { appendFileSync } from 'node:fs';
+import { onShutdown, stopWithParent } from ${JSON.stringify(new URL('./shutdown.ts', import.meta.url).href)};
+const line = (m: string, f: object = {}) => appendFileSync(${JSON.stringify(out)}, m + ' ' + JSON.stringify(f) + '\\n');
+const log = { debug: line, info: line, warn: line, error: line };
+const shutdown = onShutdown(log, async () => line('steps ran'), { forceAfterMs: 5000 });
+if (process.env.npm_lifecycle_event) stopWithParent(shutdown, 50);
+setInterval(() => {}, 1000);
+line('ready');
+`,
+      );
+      const tsx = import.meta.resolve('tsx');
+      writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'orphan', version: '1.0.0', scripts: { start: `node --import ${tsx} script.ts` } }));
+      npm = spawn('npm', ['start', '--silent'], { cwd: dir, detached: true, stdio: 'ignore' });
+      const lines = () => (existsSync(out) ? readFileSync(out, 'utf8').trim().split('\n') : []);
+      const until = async (what: string, ok: () => boolean) => {
+        for (const deadline = Date.now() + 15_000; !ok(); await new Promise((r) => setTimeout(r, 50)))
+          if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}: ${lines().join(' | ')}`);
+      };
+      await until('the script', () => lines().includes('ready {}'));
+      // npm 11 passes a SIGTERM to the shell it ran the script in, which ends without passing it on
+      process.kill(npm.pid!, 'SIGTERM');
+      await until('the script to stop', () => lines().includes('stopped {}'));
+      const [ready, shuttingDown, ...rest] = lines();
+      expect([ready, ...rest]).toEqual(['ready {}', 'steps ran {}', 'stopped {}']);
+      // (a later npm that passes the signal on stops it the usual way)
+      expect(['shutting down {"signal":"parent exited"}', 'shutting down {"signal":"SIGTERM"}']).toContain(shuttingDown);
+    } finally {
+      try {
+        if (npm?.pid) process.kill(-npm.pid, 'SIGKILL'); // whatever is left of its process group
+      } catch {}
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 30_000);
 });

@@ -49,6 +49,22 @@ export function onShutdown(log: Logger, steps: () => Promise<void>, options: Shu
   return { trigger };
 }
 
+/**
+ * Stops as on SIGTERM once the parent process is gone. Under `npm start`, a SIGTERM sent to npm
+ * (a service manager stopping it) ends npm without passing the signal on (npm 11), which would leave
+ * the stack running with no one to stop it.
+ */
+export function stopWithParent(stop: { trigger(signal: string): Promise<void> }, everyMs = 1000): NodeJS.Timeout {
+  const parent = process.ppid;
+  const watch = setInterval(() => {
+    if (process.ppid === parent) return;
+    clearInterval(watch);
+    void stop.trigger('parent exited');
+  }, everyMs);
+  watch.unref();
+  return watch;
+}
+
 /** Closing steps that may fail without stopping the rest (a NATS drain on a dead connection). */
 export async function quietly(p: Promise<unknown> | undefined): Promise<void> {
   await p?.catch(() => {});

@@ -21,7 +21,7 @@ import { loadConfig } from '../config.ts';
 import { migrateDatabase } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 import { configureLogging, createLogger, logCrashes, prettyLine, redactUrl } from '../log.ts';
-import { onShutdown } from '../process/shutdown.ts';
+import { onShutdown, stopWithParent } from '../process/shutdown.ts';
 import { Teardown } from '../process/teardown.ts';
 import { loadPortalEnv, resolvePortalSetup } from '../portal/config.ts';
 import { checkConsolePort } from '../console/config.ts';
@@ -421,7 +421,7 @@ async function main(): Promise<void> {
   logCrashes(log);
   // Signals are handled from the first moment: a Ctrl-C during start-up stops what already started.
   let starting: Promise<RunningStack> | undefined;
-  onShutdown(
+  const shutdown = onShutdown(
     log,
     async () => {
       const stack = await starting?.catch(() => null);
@@ -429,6 +429,7 @@ async function main(): Promise<void> {
     },
     { forceAfterMs: 120_000 },
   );
+  if (process.env.npm_lifecycle_event) stopWithParent(shutdown);
   starting = startStack({ prettyChildren: pretty });
   let stack: RunningStack;
   try {
