@@ -1,10 +1,12 @@
 import { parseArgs } from 'node:util';
 import { pathToFileURL } from 'node:url';
 import { resolve } from 'node:path';
-import { freePort, readCpuSeconds, spawnEntry, spawnMock, waitForPort, type Proc } from './procs.ts';
+import { freePort } from '../src/stack/services.ts';
+import { readCpuSeconds, spawnEntry, spawnMock, waitForPort, type Proc } from './procs.ts';
 import { scenarios } from './scenarios.ts';
 import { runTarget, type LoadOptions, type Target } from './load/runner.ts';
-import { formatResults, table } from './load/report.ts';
+import { table } from '../src/cli/table.ts';
+import { formatResults } from './load/report.ts';
 
 // The floor of a JavaScript front door on this machine: the same load (a scenario of
 // bench/scenarios.json) sent straight to the mock upstream, then through bench/floor-relay in

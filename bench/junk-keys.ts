@@ -15,7 +15,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateApiKey } from '../src/auth/keys.ts';
-import { freePort, readCpuSeconds, readCpuSecondsOfTree } from './procs.ts';
+import { freePort } from '../src/stack/services.ts';
+import { readCpuSeconds, readCpuSecondsOfTree } from './procs.ts';
 import { runTarget, type TargetResult } from './load/runner.ts';
 import { startStack, topFrames } from './run-stack.ts';
 

@@ -5,6 +5,7 @@ import net from 'node:net';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startOwnStack, type OwnStack, type OwnStackOptions } from '../src/stack/own-stack.ts';
+import { freePort } from '../src/stack/services.ts';
 import type { ProcessName, StartProcessOptions } from '../src/stack/processes.ts';
 
 // Child processes for benchmarks, run from the repo root with stdout/stderr to
@@ -229,17 +230,6 @@ export function waitForPort(port: number, host = '127.0.0.1', timeoutMs = 20000,
       });
     };
     attempt();
-  });
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolveP, reject) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as net.AddressInfo).port;
-      srv.close(() => resolveP(port));
-    });
-    srv.on('error', reject);
   });
 }
 

@@ -13,7 +13,8 @@ import { credit } from '../src/billing/ledger.ts';
 import { ledgerCheck } from '../src/billing/ledger-check.ts';
 import { collectInstances } from '../src/bus/instances.ts';
 import type { OwnStack } from '../src/stack/own-stack.ts';
-import { freePort, readCpuSeconds, ROOT, startBenchProcesses, startBenchStack } from './procs.ts';
+import { freePort } from '../src/stack/services.ts';
+import { readCpuSeconds, ROOT, startBenchProcesses, startBenchStack } from './procs.ts';
 import { lineChart } from './svg.ts';
 
 // Soak: a mixed load held for a long time against a whole stack of real processes, sampling what
