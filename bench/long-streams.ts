@@ -3,7 +3,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { LatencyHistogram } from './load/histogram.ts';
-import { table } from './load/report.ts';
+import { table } from '../src/cli/table.ts';
 import { readCpuSeconds, readCpuSecondsOfTree, ROOT } from './procs.ts';
 import { startStack } from './run-stack.ts';
 

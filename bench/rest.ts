@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
-import { table } from './load/report.ts';
+import { table } from '../src/cli/table.ts';
 import { ROOT } from './procs.ts';
 import { startStack } from './run-stack.ts';
 

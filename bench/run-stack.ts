@@ -9,7 +9,8 @@ import { createApiKey } from '../src/db/keys.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { credit } from '../src/billing/ledger.ts';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
-import { checkGoals, formatGoals, formatOverheads, formatResults, overheads, table } from './load/report.ts';
+import { table } from '../src/cli/table.ts';
+import { checkGoals, formatGoals, formatOverheads, formatResults, overheads } from './load/report.ts';
 import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
 import {
   LOG_DIR,

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { checkGoals, errorRate, overheads, table } from './report.ts';
+import { table } from '../../src/cli/table.ts';
+import { checkGoals, errorRate, overheads } from './report.ts';
 import type { TargetResult } from './runner.ts';
 
 const h = (p50: number, p99: number) => ({ count: 10, min: p50, mean: p50, p50, p90: p99, p99, max: p99 });

@@ -1,4 +1,5 @@
 import os from 'node:os';
+import { table } from '../../src/cli/table.ts';
 import type { Goals } from '../scenarios.ts';
 import type { TargetResult } from './runner.ts';
 
@@ -83,19 +84,6 @@ export function checkGoals(results: TargetResult[], ov: Overhead[], goals: Goals
       });
   }
   return out;
-}
-
-export function table(rows: (string | number)[][]): string {
-  const widths: number[] = [];
-  for (const row of rows) for (let i = 0; i < row.length; i++) widths[i] = Math.max(widths[i] ?? 0, String(row[i]).length);
-  return rows
-    .map((row) =>
-      row
-        .map((c, i) => (typeof c === 'number' ? String(c).padStart(widths[i]!) : String(c).padEnd(widths[i]!)))
-        .join('  ')
-        .trimEnd(),
-    )
-    .join('\n');
 }
 
 export function formatResults(results: TargetResult[]): string {
