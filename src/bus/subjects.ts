@@ -6,7 +6,7 @@ export const subjects = {
   /** A job for one worker of a pool (after it announced free slots); each worker subscribes to its own. */
   jobDirect: (pool: string, workerId: string) => `catraca.jobs.${pool}.${workerId}`,
   /** A worker that refused work has free slots again: front doors with waiting jobs send them. */
-  capacity: (pool: string) => `catraca.capacity.${pool}`,
+  capacity: (pool: string) => `${CAPACITY_PREFIX}${pool}`,
   capacityWildcard: 'catraca.capacity.>',
   /**
    * Frames of one request. The front door subscribes once to `catraca.stream.<doorId>.>` and routes
@@ -37,6 +37,10 @@ export const subjects = {
     const dot = rest.indexOf('.');
     return dot < 0 ? { pool: rest } : { pool: rest.slice(0, dot), worker: rest.slice(dot + 1) };
   },
+  /** The pool of a capacity subject (`catraca.capacity.<pool>`). */
+  parseCapacity(subject: string): string {
+    return subject.slice(CAPACITY_PREFIX.length);
+  },
   /** The request id of a cancel subject (`catraca.cancel.<worker>.<request>`), or null. */
   parseCancel(subject: string): string | null {
     if (!subject.startsWith(CANCEL_PREFIX)) return null;
@@ -52,6 +56,7 @@ export const subjects = {
 
 const JOBS_PREFIX = 'catraca.jobs.';
 const CANCEL_PREFIX = 'catraca.cancel.';
+const CAPACITY_PREFIX = 'catraca.capacity.';
 
 export const USAGE_STREAM = 'USAGE';
 export const METERING_DURABLE = 'metering';

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { subjects } from '../bus/subjects.ts';
 import { waitingByteBudgets } from './dispatcher.ts';
 
 describe('waitingByteBudgets', () => {
@@ -12,5 +13,12 @@ describe('waitingByteBudgets', () => {
       maxBytesPerTenant: 900,
     });
     expect(waitingByteBudgets(auto).maxBytes).toBeGreaterThan(0);
+  });
+});
+
+describe('capacity subjects', () => {
+  it('the pool the dispatcher reads back is the pool the subject was made for', () => {
+    for (const pool of ['openai', 'sim', 'anthropic-eu']) expect(subjects.parseCapacity(subjects.capacity(pool))).toBe(pool);
+    expect(subjects.capacityWildcard.startsWith(subjects.capacity(''))).toBe(true);
   });
 });

@@ -128,7 +128,7 @@ export class Dispatcher {
   start(): void {
     this.sub = this.nc.subscribe(subjects.capacityWildcard, {
       callback: (_err, msg) => {
-        const pool = msg.subject.slice(subjects.capacity('').length);
+        const pool = subjects.parseCapacity(msg.subject);
         let c: ReturnType<typeof CapacitySchema.parse>;
         try {
           c = CapacitySchema.parse(decodeJson(msg.data));
