@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { TokenBuckets } from './limiter.ts';
-import { throttleKey } from './proxy.ts';
+import { throttleKey } from '../auth/client-address.ts';
 
 describe('TokenBuckets', () => {
   it('a burst, then tokens back at the rate; retry-after in whole seconds', () => {

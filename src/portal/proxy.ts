@@ -3,8 +3,6 @@ import type { IncomingMessage } from 'node:http';
 import ipaddr from 'ipaddr.js';
 import proxyaddr from 'proxy-addr';
 
-export { throttleKey } from '../auth/client-address.ts';
-
 // Who the client is, behind the reverse proxies we trust (PORTAL_TRUSTED_PROXIES). proxy-addr (the
 // jshttp module Express uses) walks X-Forwarded-For from the right: the socket's peer must be a
 // trusted proxy for the header to count at all, and each entry that is itself a trusted proxy is

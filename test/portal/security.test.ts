@@ -8,7 +8,7 @@ import { derivedRoleUrl } from '../../src/db/roles.ts';
 import { upsertModel } from '../../src/db/models.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
-import { throttleKey } from '../../src/portal/proxy.ts';
+import { throttleKey } from '../../src/auth/client-address.ts';
 import { PortalClient, sinkMailbox } from './client.ts';
 
 // checks as the superuser; the portal connects as its own role (least privilege, test/db/roles.test.ts)

@@ -3,7 +3,7 @@ import { getCookie } from 'hono/cookie';
 import type pg from 'pg';
 import { createLogger } from '../../log.ts';
 import { one, redirect } from '../../portal/http.ts';
-import { throttleKey } from '../../portal/proxy.ts';
+import { throttleKey } from '../../auth/client-address.ts';
 import { audit } from '../audit.ts';
 import { OPERATOR_LOGIN_WINDOW_MIN, operatorSessions, signIn } from '../auth.ts';
 import { clearConsoleCookie, type ConsoleEnv, SESSION_COOKIE, setConsoleCookie } from '../http.ts';

@@ -9,7 +9,7 @@ import { createSession, destroySession, destroySessionToken, logIn, MIN_PASSWORD
 import { linkUsable, resetPassword, verifyEmail } from '../email-links.ts';
 import { type MailContext, sendSignupNotice, sendVerification } from '../emails.ts';
 import { type AppEnv, clearPortalCookie, type Ctx, one, redirect, SESSION_COOKIE, setPortalCookie } from '../http.ts';
-import { throttleKey } from '../proxy.ts';
+import { throttleKey } from '../../auth/client-address.ts';
 import type { Renderer } from '../render.ts';
 import * as V from '../views.ts';
 import { can } from '../authorize.ts';

@@ -5,7 +5,7 @@ import type { Metrics } from '../../metrics/registry.ts';
 import type { PixService } from '../../pix/service.ts';
 import { type AppEnv, json, MAX_WEBHOOK_BYTES } from '../http.ts';
 import { TokenBuckets } from '../limiter.ts';
-import { throttleKey } from '../proxy.ts';
+import { throttleKey } from '../../auth/client-address.ts';
 import { can } from '../authorize.ts';
 
 // PSP callbacks: the secret is part of the URL we registered; the BCB standard appends /pix. The
