@@ -9,7 +9,6 @@ import { buildUpstreamBody } from './request.ts';
 import { chunkEvents, completionEvents } from './response.ts';
 
 export type OpenAIAdapterOptions = HttpStreamAdapterOptions;
-export { coalesceDeltas } from '../shared/http-stream.ts';
 
 /** OpenAI's chat-completions wire format (OpenAI, OpenRouter, Groq, Together, vLLM, Ollama, …). */
 export const openaiProtocol: VendorProtocol = {

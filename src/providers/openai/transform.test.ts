@@ -139,7 +139,7 @@ describe('tool calls', () => {
 
 describe('coalesceDeltas', () => {
   it('merges consecutive content deltas of one read, keeps everything else in order', async () => {
-    const { coalesceDeltas } = await import('./index.ts');
+    const { coalesceDeltas } = await import('../shared/http-stream.ts');
     const events: AdapterEvent[] = [
       { type: 'delta', content: 'Hello' },
       { type: 'delta', content: ' world' },
