@@ -102,3 +102,35 @@ describe('inputTokensUpperBound', () => {
     );
   });
 });
+
+describe('a model whose context length was never given', () => {
+  const unset = { context_length: 128_000, image_input_tokens: null, context_length_set: false };
+  const set = { ...unset, context_length_set: true };
+  const one = (part: Record<string, unknown>) => ({ messages: [{ role: 'user', content: [part] }] });
+  // {"type":"file","file":{"file_data":"data:application/pdf;base64,<1 000 000 × A>"}}: 64 + 1 000 000 + 3 bytes of JSON
+  const file = { type: 'file', file: { file_data: `data:application/pdf;base64,${'A'.repeat(1_000_000)}` } };
+  // {"type":"input_audio","input_audio":{"data":"<600 000 × A>","format":"wav"}}: 45 + 600 000 + 18 bytes
+  const audio = { type: 'input_audio', input_audio: { data: 'A'.repeat(600_000), format: 'wav' } };
+  const image = { type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(300_000)}` } };
+
+  it('holds an audio, file or unbounded image part at its JSON bytes when they exceed the default context', () => {
+    // 8 per request, 8 per message, 6 for "user", then the part
+    expect(JSON.stringify(file).length).toBe(1_000_067);
+    expect(inputTokensUpperBound(one(file), unset)).toBe(8 + 8 + 6 + 1_000_067);
+    expect(JSON.stringify(audio).length).toBe(600_063);
+    expect(inputTokensUpperBound(one(audio), unset)).toBe(8 + 8 + 6 + 600_063);
+    // {"type":"image_url","image_url":{"url":"data:image/png;base64,<300 000 × A>"}}: 62 + 300 000 + 3 bytes, and 8 per image
+    expect(JSON.stringify(image).length).toBe(300_065);
+    expect(inputTokensUpperBound(one(image), unset)).toBe(8 + 8 + 6 + 8 + 300_065);
+    expect(inputTokensUpperBound({ messages: [{ role: 'user', content: [file, audio] }] }, unset)).toBe(8 + 8 + 6 + 1_000_067 + 600_063);
+  });
+
+  it('never holds a small part below the default context, and a model with a context keeps its cap', () => {
+    const url = { type: 'image_url', image_url: { url: 'https://x/y.png' } };
+    expect(inputTokensUpperBound(one(url), unset)).toBe(8 + 8 + 6 + 8 + 128_000);
+    expect(inputTokensUpperBound(one({ type: 'input_audio', input_audio: { data: 'AA', format: 'wav' } }), unset)).toBe(8 + 8 + 6 + 128_000);
+    expect(inputTokensUpperBound(one(file), set)).toBe(128_000);
+    expect(inputTokensUpperBound(one(audio), set)).toBe(128_000);
+    expect(inputTokensUpperBound(one(image), { ...unset, image_input_tokens: 1_600 })).toBe(8 + 8 + 6 + 8 + 1_600);
+  });
+});

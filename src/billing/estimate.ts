@@ -11,8 +11,12 @@ import type { ModelRecord } from '../db/models.ts';
 //               allowances per message, per tool and once when tools are present (Anthropic adds a
 //               ~350-token tool-use system prompt).
 //   image       the catalog's per-model bound (`image_input_tokens`: e.g. 25 501 for gpt-4o-mini at
-//               high detail, 1 600 for Claude), else the whole context window.
+//               high detail, 1 600 for Claude), else as audio and files (unboundedPart).
 //   audio, file the whole context window (vendors tokenize them in ways we cannot bound from bytes).
+//               A model whose context length was never given: the default context (128 000) or the
+//               part's JSON bytes, whichever is more: the default is no bound on such a model, and a
+//               part's bytes alone are none either (an image by URL is a few bytes, a 2 × 2-tile one
+//               25 501 tokens).
 //   total       never more than the model's context window when the operator gave it: a vendor
 //               refuses (and does not bill) a prompt longer than its context. A model whose context
 //               length was never given is not capped (see promptCap).
@@ -43,6 +47,15 @@ function jsonBytes(value: unknown): number {
   return Buffer.byteLength(JSON.stringify(value), 'utf8');
 }
 
+/**
+ * The bound of one part a vendor tokenizes its own way (an image without a per-image bound, audio,
+ * a file or document): the context window when the operator gave it; else the default context or
+ * the part's JSON bytes, whichever is more (never capped below what the part can carry).
+ */
+export function unboundedPart(part: unknown, model: Pick<ModelRecord, 'context_length'> & { context_length_set?: boolean }): number {
+  return model.context_length_set === false ? Math.max(model.context_length, jsonBytes(part)) : model.context_length;
+}
+
 function contentBound(content: unknown, model: BoundModel): number {
   if (typeof content === 'string') return Buffer.byteLength(content, 'utf8');
   if (!Array.isArray(content)) return jsonBytes(content);
@@ -53,10 +66,10 @@ function contentBound(content: unknown, model: BoundModel): number {
         n += PER_MESSAGE + jsonBytes(p.text);
         break;
       case 'image_url':
-        n += PER_MESSAGE + (model.image_input_tokens ?? model.context_length);
+        n += PER_MESSAGE + (model.image_input_tokens ?? unboundedPart(p, model));
         break;
       default: // audio, files, anything a vendor tokenizes its own way
-        n += model.context_length;
+        n += unboundedPart(p, model);
     }
   }
   return n;
