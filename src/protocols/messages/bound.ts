@@ -1,4 +1,4 @@
-import { PER_MESSAGE, PER_REQUEST, PER_TOOL, TOOLS_OVERHEAD } from '../../billing/estimate.ts';
+import { PER_MESSAGE, PER_REQUEST, PER_TOOL, promptCap, TOOLS_OVERHEAD, unboundedPart } from '../../billing/estimate.ts';
 import type { ModelRecord } from '../../db/models.ts';
 import type { AnthropicBody, Block } from './schema.ts';
 
@@ -9,16 +9,19 @@ import type { AnthropicBody, Block } from './schema.ts';
 //                        text blocks, tool_use ids, names and input JSON, tool_result content,
 //                        thinking text and its signature (the vendor may bill the thinking the
 //                        signature carries), redacted thinking data, search results
-//   images               the catalog's per-image bound (`image_input_tokens`), else the context
-//   documents (PDFs…)    the whole context window
+//   images               the catalog's per-image bound (`image_input_tokens`), else as documents
+//   documents (PDFs…)    the whole context window; for a model whose context length was never
+//                        given, the default context or the block's JSON bytes, whichever is more
+//                        (unboundedPart in src/billing/estimate.ts)
 //   tools                their JSON, PER_TOOL each and TOOLS_OVERHEAD once (Anthropic's tool-use
 //                        system prompt); an Anthropic-defined tool (bash, text editor, computer)
 //                        TOOLS_OVERHEAD more (its own system prompt)
 //   other fields         the JSON of tool_choice, stop_sequences, thinking, output_config,
 //                        output_format, context_management
-//   total                at most the model's context window (a longer prompt is refused, not billed)
+//   total                at most the model's context window (a longer prompt is refused, not billed),
+//                        and no cap for a model whose context length was never given (promptCap)
 
-type BoundModel = Pick<ModelRecord, 'context_length' | 'image_input_tokens'>;
+type BoundModel = Pick<ModelRecord, 'context_length' | 'image_input_tokens'> & { context_length_set?: boolean };
 
 const PROMPT_FIELDS = ['tool_choice', 'stop_sequences', 'thinking', 'output_config', 'output_format', 'context_management'] as const;
 
@@ -33,7 +36,7 @@ function blockBound(b: Block, model: BoundModel): number {
     case 'text':
       return PER_MESSAGE + bytes(b.text);
     case 'image':
-      return PER_MESSAGE + (model.image_input_tokens ?? model.context_length);
+      return PER_MESSAGE + (model.image_input_tokens ?? unboundedPart(b, model));
     case 'tool_use':
       return PER_MESSAGE + bytes(b.id) + bytes(b.name) + bytes(b.input);
     case 'tool_result':
@@ -45,7 +48,7 @@ function blockBound(b: Block, model: BoundModel): number {
     case 'search_result':
       return PER_MESSAGE + bytes(b.source) + bytes(b.title) + contentBound(b.content, model);
     default: // documents and anything a vendor tokenizes its own way
-      return model.context_length;
+      return unboundedPart(b, model);
   }
 }
 
@@ -55,16 +58,17 @@ function contentBound(content: unknown, model: BoundModel): number {
   let n = 0;
   for (const b of content as Block[]) {
     n += blockBound(b, model);
-    if (n >= model.context_length) return n;
+    if (n >= promptCap(model)) return n;
   }
   return n;
 }
 
 export function anthropicInputBound(body: AnthropicBody, model: BoundModel): number {
+  const cap = promptCap(model);
   let n = PER_REQUEST + contentBound(body.system, model);
   for (const m of body.messages) {
     n += PER_MESSAGE + contentBound(m.content, model);
-    if (n >= model.context_length) return model.context_length;
+    if (n >= cap) return cap;
   }
   for (const f of PROMPT_FIELDS) n += bytes(body[f]);
   const tools = body.tools ?? [];
@@ -72,5 +76,5 @@ export function anthropicInputBound(body: AnthropicBody, model: BoundModel): num
     n += bytes(tools) + TOOLS_OVERHEAD + PER_TOOL * tools.length;
     for (const t of tools) if (t.type !== undefined && t.type !== 'custom') n += TOOLS_OVERHEAD;
   }
-  return Math.min(n, model.context_length);
+  return Math.min(n, cap);
 }

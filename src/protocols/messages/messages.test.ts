@@ -262,13 +262,41 @@ describe('the hold bound of a Messages request', () => {
     output_config: { effort: 'high' },
   } as unknown as AnthropicBody;
 
-  it("is never below what the vendor bills, and counts images at the catalog's bound", () => {
+  it("is the documented byte bound, never below what the vendor bills, and counts images at the catalog's bound", () => {
     const m = model({ image_input_tokens: MOCK_CLAUDE_IMAGE_TOKENS });
     const bound = anthropicInputBound(agent, m);
+    // the rule of bound.ts, summed by hand: a string is its UTF-8 bytes + 2 (its JSON quotes), any
+    // other value its JSON bytes; 8 per request, per message and per block; tools 1 024 once, 16 each
+    const str = (s: string) => Buffer.byteLength(s, 'utf8') + 2;
+    const json = (v: unknown) => Buffer.byteLength(JSON.stringify(v), 'utf8');
+    const system = 8 + str('billing header') + 8 + str('You are an agent.') + 8 + str('Rules. '.repeat(500));
+    const m0 = 8 + (8 + str('reminder '.repeat(50))) + (8 + str('say hi'));
+    const m1 = 8 + (8 + str('env '.repeat(300)));
+    const m2 = 8 + (8 + str('') + str('x'.repeat(400))) + (8 + str('toolu_1') + str('Tool1') + json({ path: '/etc' }));
+    const m3 = 8 + (8 + str('toolu_1') + (8 + str('out '.repeat(100))) + (8 + MOCK_CLAUDE_IMAGE_TOKENS));
+    const fields = json({ type: 'adaptive' }) + json({ effort: 'high' });
+    const toolBytes = json(tools) + 1024 + 16 * 12;
+    expect(bound).toBe(8 + system + m0 + m1 + m2 + m3 + fields + toolBytes);
+    expect(bound).toBe(17_536);
     expect(bound).toBeGreaterThanOrEqual(mockClaudePromptTokens(agent));
     // an image without a per-image bound can cost the whole context
     expect(anthropicInputBound(agent, model())).toBe(200_000);
     expect(anthropicInputBound(agent, model({ context_length: 1000, image_input_tokens: 10 }))).toBe(1000);
+  });
+
+  it('a model whose context length was never given: no cap at the default context; an unbounded image or document at least its bytes', () => {
+    const unset = model({ context_length: 128_000, context_length_set: false } as Partial<CatalogEntry>);
+    const long = { messages: [{ role: 'user', content: 'x '.repeat(500_000) }] } as unknown as AnthropicBody;
+    // 8 per request, 8 per message, the string's 1 000 000 bytes + 2
+    expect(anthropicInputBound(long, unset)).toBe(8 + 8 + 1_000_002);
+    expect(anthropicInputBound(long, model({ context_length: 128_000 }))).toBe(128_000);
+    const pdf = { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'A'.repeat(900_000) } };
+    const image = { type: 'image', source: { type: 'url', url: 'https://x/y.png' } };
+    const both = { messages: [{ role: 'user', content: [pdf, image] }] } as unknown as AnthropicBody;
+    // the document at its JSON bytes (above 128 000), the image by URL at the default context
+    expect(JSON.stringify(pdf).length).toBe(900_087);
+    expect(anthropicInputBound(both, unset)).toBe(8 + 8 + 900_087 + 8 + 128_000);
+    expect(anthropicInputBound(both, model({ context_length: 128_000 }))).toBe(128_000);
   });
 });
 
