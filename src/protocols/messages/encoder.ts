@@ -15,18 +15,24 @@ import { anthropicUsage, errorObject, stopReason } from './wire.ts';
 // that signs nothing (OpenAI-compatible ones) is a thinking block whose signature is "" (clients
 // show it; we drop it before an Anthropic vendor sees it again). A tool call opens a tool_use block
 // with `input: {}` and its arguments follow as input_json_delta pieces.
+//
+// One text, thinking or redacted block is open at a time (the next block closes it). tool_use
+// blocks stay open until the message ends, then close in index order with any other open block:
+// an OpenAI-compatible vendor may interleave the argument pieces of parallel calls (call 0, call 1,
+// call 0 again), and no input_json_delta may go to a block already closed.
 
 const event = (type: string, data: string) => `event: ${type}\ndata: ${data}\n\n`;
 
-type OpenBlock = { kind: 'text' | 'thinking' | 'redacted' | 'tool'; index: number; signed?: boolean };
+type OpenBlock = { kind: 'text' | 'thinking' | 'redacted'; index: number; signed?: boolean };
 
 /** The id of a tool call as Anthropic clients may send it back (a vendor's id made valid, or one of ours when it gave none). */
 const toolUseId = (id: string | undefined, requestId: string, index: number) => validToolId(id || `toolu_${requestId}_${index}`);
 
 export class MessagesEncoder implements ResponseEncoder {
   private next = 0;
+  /** the open text, thinking or redacted block */
   private current: OpenBlock | null = null;
-  /** tool call index (OpenAI's) → its block index */
+  /** tool call index (OpenAI's) → its block index; every one stays open until close() */
   private readonly toolBlocks = new Map<number, number>();
   private textPrefix?: Buffer;
   private static readonly textSuffix = Buffer.from('}}\n\n');
@@ -83,7 +89,7 @@ export class MessagesEncoder implements ResponseEncoder {
 
   close(end: Ending): string {
     const delta = { type: 'message_delta', delta: stopReason(end.finishReason, end.stopSequence), usage: anthropicUsage(end.usage) };
-    return `${this.stop()}${event('message_delta', JSON.stringify(delta))}${event('message_stop', '{"type":"message_stop"}')}`;
+    return `${this.stopAll()}${event('message_delta', JSON.stringify(delta))}${event('message_stop', '{"type":"message_stop"}')}`;
   }
 
   fail(e: CatracaError): string {
@@ -107,19 +113,21 @@ export class MessagesEncoder implements ResponseEncoder {
     let index = this.toolBlocks.get(piece.index);
     if (index === undefined) {
       const id = toolUseId(piece.id, this.ctx.requestId, piece.index);
-      out += this.start('tool', JSON.stringify({ type: 'tool_use', id, name: piece.function?.name ?? '', input: {} }));
-      index = this.current!.index;
+      out += this.stop();
+      index = this.next++;
       this.toolBlocks.set(piece.index, index);
+      const block = JSON.stringify({ type: 'tool_use', id, name: piece.function?.name ?? '', input: {} });
+      out += event('content_block_start', `{"type":"content_block_start","index":${index},"content_block":${block}}`);
     }
     const args = piece.function?.arguments;
-    // a piece for a call whose block already closed (a vendor interleaving parallel calls) still
-    // goes to that block's index: clients that accumulate by index keep every argument
+    // the call's block is still open (tool blocks close at the end), even when the vendor
+    // interleaves the pieces of parallel calls
     if (args)
       out += event('content_block_delta', JSON.stringify({ type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: args } }));
     return out;
   }
 
-  /** Closes the open block and opens the next one. */
+  /** Closes the open text, thinking or redacted block and opens the next one (tool_use blocks stay open). */
   private start(kind: OpenBlock['kind'], contentBlock: string): string {
     const stop = this.stop();
     const index = this.next++;
@@ -133,6 +141,18 @@ export class MessagesEncoder implements ResponseEncoder {
     const index = this.current.index;
     this.current = null;
     return event('content_block_stop', `{"type":"content_block_stop","index":${index}}`);
+  }
+
+  /** The end of the message: every block still open closed, in index order. */
+  private stopAll(): string {
+    const open = [...this.toolBlocks.values()];
+    if (this.current) open.push(this.current.index);
+    this.current = null;
+    this.toolBlocks.clear();
+    return open
+      .sort((a, b) => a - b)
+      .map((index) => event('content_block_stop', `{"type":"content_block_stop","index":${index}}`))
+      .join('');
   }
 
   private blockDelta(delta: Record<string, unknown>): string {

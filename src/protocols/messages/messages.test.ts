@@ -351,9 +351,10 @@ describe('the Messages stream', () => {
       start(2, { type: 'tool_use', id: validToolId('call.1'), name: 'get', input: {} }),
       delta(2, { type: 'input_json_delta', partial_json: '{"a"' }),
       delta(2, { type: 'input_json_delta', partial_json: ':1}' }),
-      stop(2),
       start(3, { type: 'tool_use', id: 'call_2', name: 'put', input: {} }),
       ['ping', { type: 'ping' }],
+      // tool_use blocks close together at the end, in index order
+      stop(2),
       stop(3),
       [
         'message_delta',
@@ -375,6 +376,48 @@ describe('the Messages stream', () => {
       'message_start',
       expect.objectContaining({ type: 'message_start', message: expect.objectContaining({ id: 'gen-1', model: 'anthropic/claude', content: [] }) }),
     ]);
+  });
+
+  it('interleaved parallel tool calls: every argument piece goes to its own block, still open; all close at the end in index order', () => {
+    const enc = new MessagesEncoder(ctx);
+    let sse = enc.open();
+    sse += Buffer.from(enc.text(literal('Calling.'))).toString();
+    sse += enc.delta({ tool_calls: [{ index: 0, id: 'call_a', type: 'function', function: { name: 'f', arguments: '{"x":' } }] });
+    sse += enc.delta({ tool_calls: [{ index: 1, id: 'call_b', type: 'function', function: { name: 'g', arguments: '{"y":2}' } }] });
+    sse += enc.delta({ tool_calls: [{ index: 0, function: { arguments: '1}' } }] });
+    sse += enc.delta({ tool_calls: [{ index: 2, id: 'call_c', type: 'function', function: { name: 'h', arguments: '{}' } }] });
+    sse += enc.delta({ tool_calls: [{ index: 1, function: { arguments: '' } }] });
+    sse += enc.close({ finishReason: 'tool_calls', usage: { prompt_tokens: 3, completion_tokens: 4 }, estimated: false, costMicros: 0n });
+    const got = events(sse).map((e) => [e.event, e.data]);
+    const delta = (index: number, partial_json: string) => [
+      'content_block_delta',
+      { type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json } },
+    ];
+    const start = (index: number, b: unknown) => ['content_block_start', { type: 'content_block_start', index, content_block: b }];
+    const stop = (index: number) => ['content_block_stop', { type: 'content_block_stop', index }];
+    expect(got.slice(1, -2)).toEqual([
+      start(0, { type: 'text', text: '' }),
+      ['content_block_delta', { type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Calling.' } }],
+      stop(0),
+      start(1, { type: 'tool_use', id: 'call_a', name: 'f', input: {} }),
+      delta(1, '{"x":'),
+      start(2, { type: 'tool_use', id: 'call_b', name: 'g', input: {} }),
+      delta(2, '{"y":2}'),
+      delta(1, '1}'),
+      start(3, { type: 'tool_use', id: 'call_c', name: 'h', input: {} }),
+      delta(3, '{}'),
+      stop(1),
+      stop(2),
+      stop(3),
+    ]);
+    expect(got.at(-2)![0]).toBe('message_delta');
+    expect(got.at(-1)).toEqual(['message_stop', { type: 'message_stop' }]);
+    // no delta after its block's stop
+    const stopped = new Set<number>();
+    for (const [name, data] of got as Array<[string, { index: number }]>) {
+      if (name === 'content_block_stop') stopped.add(data.index);
+      if (name === 'content_block_delta') expect(stopped.has(data.index)).toBe(false);
+    }
   });
 
   it("reports a stop sequence and fails mid-stream with Anthropic's error event", () => {
