@@ -25,7 +25,19 @@ interface RouteEntry {
   path: string;
   handler: unknown;
 }
-const isEndpoint = (r: RouteEntry) => !r.path.endsWith('*');
+
+const middlewares = new WeakSet<object>();
+
+/**
+ * Marks handlers as middleware (`app.use(middleware(h))`): what runs on its way to an endpoint and
+ * declares no permission. Every other handler, whatever its path (`/x/*` and `*` included), is an
+ * endpoint that must declare one with `can(…)`; authorize refuses it otherwise.
+ */
+export function middleware<T extends object[]>(...handlers: T): T {
+  for (const h of handlers) middlewares.add(h);
+  return handlers;
+}
+const isEndpoint = (r: RouteEntry) => !middlewares.has(r.handler as object);
 
 /** The permission a route (method and path as registered) declared among its handlers, if any. */
 export function declaredPermission(routes: readonly RouteEntry[], method: string, path: string): RoutePermission | undefined {
@@ -33,7 +45,7 @@ export function declaredPermission(routes: readonly RouteEntry[], method: string
   return undefined;
 }
 
-/** Every endpoint of an app (`app.routes`, without the middleware of `use` and `*`), once per method and path. */
+/** Every endpoint of an app (`app.routes` without the handlers marked `middleware`, wildcard paths included), once per method and path. */
 export function endpointsOf(routes: readonly RouteEntry[]): Array<{ method: string; path: string }> {
   const seen = new Map<string, { method: string; path: string }>();
   for (const r of routes.filter(isEndpoint)) seen.set(`${r.method} ${r.path}`, { method: r.method, path: r.path });
@@ -51,26 +63,30 @@ export function forbidden(c: Ctx, r: Renderer): Promise<Response> | Response {
 }
 
 /**
- * Checks the role of the session's member against the permission the matched route declared:
- * 403 when the role may not, 403 (and an error in the log) when the route declared nothing. A
- * path no route answers goes on to the 404 page.
+ * Checks the role of the session's member against the permissions the matched routes declared:
+ * every endpoint that matched (each handler not marked `middleware`, a wildcard path as much as any
+ * other) must have declared one, and the role must be allowed each of them — else 403 (with an
+ * error in the log when one declared nothing). A path no endpoint answers goes on to the 404 page.
  */
 export function authorize(r: Renderer): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
+  const check: MiddlewareHandler<AppEnv> = async (c, next) => {
     const session = c.var.session;
     if (!session) return unauthenticated(c);
     const routes = matchedRoutes(c).slice(c.req.routeIndex + 1);
-    const endpoint = routes.find(isEndpoint);
-    if (!endpoint) return next();
-    const permission = declaredPermission(routes, endpoint.method, endpoint.path);
-    if (permission === undefined) {
-      log.error('portal route without a declared permission: refused', { method: endpoint.method, path: endpoint.path });
-      return forbidden(c, r);
-    }
-    if (permission !== 'public' && !may(session.user.role, permission)) {
-      log.info('portal action refused to the role', { user: session.user.id, role: session.user.role, action: permission, path: c.var.url.pathname });
-      return forbidden(c, r);
+    const endpoints = endpointsOf(routes);
+    for (const endpoint of endpoints) {
+      const permission = declaredPermission(routes, endpoint.method, endpoint.path);
+      if (permission === undefined) {
+        log.error('portal route without a declared permission: refused', { method: endpoint.method, path: endpoint.path });
+        return forbidden(c, r);
+      }
+      if (permission !== 'public' && !may(session.user.role, permission)) {
+        log.info('portal action refused to the role', { user: session.user.id, role: session.user.role, action: permission, path: c.var.url.pathname });
+        return forbidden(c, r);
+      }
     }
     await next();
   };
+  middleware(check);
+  return check;
 }

@@ -4,7 +4,7 @@ import type { AppEnv } from './http.ts';
 import { translator } from './i18n/index.ts';
 import type { Renderer } from './render.ts';
 import { may, PERMISSIONS, type Role, ROLES } from './roles.ts';
-import { authorize, can, declaredPermission } from './authorize.ts';
+import { authorize, can, declaredPermission, endpointsOf, middleware } from './authorize.ts';
 
 describe('the permission table', () => {
   it('is the roles table of issue 20', () => {
@@ -32,6 +32,11 @@ describe('authorize', () => {
     a.use(authorize(r));
     a.get('/ledger', can('statement'), (c) => c.text('ledger'));
     a.get('/forgotten', (c) => c.text('open?'));
+    // a wildcard endpoint that declared nothing, and one that did (the path also matches /ledger/x)
+    a.get('/files/*', (c) => c.text('open?'));
+    a.get('/ledger/*', can('statement'), (c) => c.text('ledger files'));
+    // marked middleware after authorize: no permission needed, it lets the endpoint decide
+    a.use('/ledger/*', ...middleware(async (_c, next) => next()));
     return a;
   }
 
@@ -48,6 +53,15 @@ describe('authorize', () => {
     }
     expect(declaredPermission(app('owner').routes, 'GET', '/forgotten')).toBe(undefined);
     expect(declaredPermission(app('owner').routes, 'GET', '/ledger')).toBe('statement');
+  });
+
+  it('a wildcard endpoint is checked like any other: refused when it declared nothing, by its permission otherwise', async () => {
+    for (const role of ROLES) expect([role, (await app(role).request('/files/x')).status]).toEqual([role, 403]);
+    expect(await (await app('billing').request('/ledger/2026')).text()).toBe('ledger files');
+    expect((await app('developer').request('/ledger/2026')).status).toBe(403);
+    const endpoints = endpointsOf(app('owner').routes).map((e) => `${e.method} ${e.path}`);
+    expect(endpoints).toEqual(expect.arrayContaining(['GET /files/*', 'GET /ledger/*']));
+    expect(endpoints).not.toContain('ALL /ledger/*');
   });
 
   it('without a session: the sign-in page; a path no route answers: on to the 404', async () => {
