@@ -7,7 +7,8 @@ import { MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, mockToken 
 // /v1/messages/count_tokens with x-api-key and anthropic-version, SSE events message_start /
 // content_block_start / ping / content_block_delta (text_delta, thinking_delta, signature_delta,
 // input_json_delta) / content_block_stop / message_delta (stop_reason, stop_sequence, cumulative
-// usage) / message_stop, and Anthropic's error bodies. Output is the same word sequence as the
+// usage as MessageDeltaUsage: input, cache read and cache write counts, no cache_creation split) /
+// message_stop, and Anthropic's error bodies. Output is the same word sequence as the
 // OpenAI mock. It refuses what Anthropic refuses:
 //   an unknown top-level field      400 "<field>: Extra inputs are not permitted" (also
 //                                   context_management without the context-management beta,
@@ -391,11 +392,18 @@ function answer(res: http.ServerResponse, body: Body, outputTokens: number, send
     res.end(head + events.slice(0, 5).join('') + sse('error', { type: 'error', error: { type: 'overloaded_error', message: 'Overloaded' } }));
     return;
   }
+  // message_delta's usage is Anthropic's MessageDeltaUsage: the cumulative counts, without the
+  // cache_creation lifetime split (that is only in message_start's Message.usage)
   const tail =
     sse('message_delta', {
       type: 'message_delta',
       delta: { stop_reason: p.stop, stop_sequence: p.sequence },
-      usage: { ...input, output_tokens: p.outputTokens },
+      usage: {
+        input_tokens: input.input_tokens,
+        cache_creation_input_tokens: input.cache_creation_input_tokens,
+        cache_read_input_tokens: input.cache_read_input_tokens,
+        output_tokens: p.outputTokens,
+      },
     }) + sse('message_stop', { type: 'message_stop' });
   if (body.model !== 'mock-claude-slow') return void res.end(head + events.join('') + tail);
   paced(res, head, events, tail);
