@@ -61,11 +61,13 @@ const FIELDS = new Set([
   'context_management',
   'output_config',
   'output_format',
+  'cache_control',
 ]);
 const COUNT_FIELDS = new Set([
   'model',
   'messages',
   'system',
+  'cache_control',
   'tools',
   'tool_choice',
   'thinking',

@@ -7,7 +7,7 @@ import { Collected } from '../collector.ts';
 import { anthropicInputBound } from './bound.ts';
 import { MessagesEncoder } from './encoder.ts';
 import { countTokens, messages } from './index.ts';
-import { checkVersion, forwardedBetas, vendorMessages } from './policy.ts';
+import { cacheBreakpoints, checkVersion, forwardedBetas, vendorMessages } from './policy.ts';
 import type { AnthropicBody } from './schema.ts';
 import { toChat } from './to-chat.ts';
 import { validToolId } from './tool-ids.ts';
@@ -108,6 +108,50 @@ describe('what an Anthropic vendor is sent', () => {
     expect(messages.check(req({ unknown_field: 1, speed: 'fast' }), claude)).toBeNull(); // dropped, never forwarded
     const job = messages.job(req({ unknown_field: 1, speed: 'fast', metadata: { user_id: 'u' } }), claude);
     expect(job).toEqual({ api: 'messages', body: { messages: [{ role: 'user', content: 'hi' }], metadata: { user_id: 'u' } } });
+  });
+
+  it('a top-level cache_control reaches an Anthropic vendor and its count, never a translated model; more than 4 breakpoints are a 400', () => {
+    const req = (extra: Record<string, unknown>) => messages.parse({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }], ...extra });
+    const claude = model({ protocol: 'anthropic' });
+    const auto = req({ cache_control: { type: 'ephemeral', ttl: '1h', extra: 1 } });
+    expect(messages.job(auto, claude)).toEqual({
+      api: 'messages',
+      body: { messages: [{ role: 'user', content: 'hi' }], cache_control: { type: 'ephemeral', ttl: '1h' } },
+    });
+    const count = countTokens.parse({ model: 'm', messages: [{ role: 'user', content: 'hi' }], cache_control: { type: 'ephemeral' } });
+    expect(countTokens.job(count, claude)).toEqual({
+      api: 'count_tokens',
+      body: { messages: [{ role: 'user', content: 'hi' }], cache_control: { type: 'ephemeral' } },
+    });
+    const chat = messages.job(auto, model()) as { api: string; body: Record<string, unknown> };
+    expect(chat.api).toBe('chat');
+    expect(JSON.stringify(chat.body)).not.toContain('cache_control');
+    expect(parseError({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }], cache_control: { type: 'forever' } })).toMatchObject({ status: 400 });
+
+    const cc = { type: 'ephemeral' };
+    const text = (t: string) => ({ type: 'text', text: t, cache_control: cc });
+    // 1 system + 1 tool + 1 text + 1 in a tool_result = 4: accepted; the top-level one makes 5
+    const four = {
+      system: [text('s')],
+      tools: [{ name: 'f', input_schema: { type: 'object' }, cache_control: cc }],
+      messages: [
+        { role: 'user', content: [text('q')] },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'f', input: {} }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: [text('r')] }] },
+      ],
+    };
+    expect(cacheBreakpoints(req(four).anthropic)).toBe(4);
+    expect(messages.check(req(four), claude)).toBeNull();
+    const refusal = {
+      param: 'cache_control',
+      code: 'unsupported_parameter',
+      message: 'cache_control: A maximum of 4 blocks with cache_control may be provided (a top-level cache_control counts as one). Found 5.',
+    };
+    expect(messages.check(req({ ...four, cache_control: cc }), claude)).toEqual(refusal);
+    expect(messages.check(req({ ...four, cache_control: cc }), model())).toEqual(refusal);
+    // a marker on a field never forwarded (thinking) is not a breakpoint
+    const thinking = { type: 'thinking', thinking: 't', signature: 'S', cache_control: cc };
+    expect(cacheBreakpoints(req({ ...four, messages: [...four.messages, { role: 'assistant', content: [thinking] }] }).anthropic)).toBe(4);
   });
 });
 

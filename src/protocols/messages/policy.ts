@@ -13,9 +13,14 @@ import { validToolId } from './tool-ids.ts';
 //             servers, server tools like web search) or that we cannot check: 400 naming them
 //   drop      anything else (fields of newer API versions, other dialects): accepted, never sent
 
-/** Top-level fields sent to an Anthropic-protocol vendor, besides model, messages, max_tokens and stream. */
+/**
+ * Top-level fields sent to an Anthropic-protocol vendor, besides model, messages, max_tokens and
+ * stream. A top-level `cache_control` (automatic prompt caching) goes to Anthropic vendors only:
+ * the chat translation drops it (OpenAI-compatible vendors cache prefixes by themselves).
+ */
 export const FORWARDED = [
   'system',
+  'cache_control',
   'metadata',
   'stop_sequences',
   'temperature',
@@ -31,7 +36,7 @@ export const FORWARDED = [
 ] as const;
 
 /** What /v1/messages/count_tokens sends to Anthropic's count endpoint. */
-export const COUNT_FORWARDED = ['system', 'tools', 'tool_choice', 'thinking', 'context_management', 'output_config', 'output_format'] as const;
+export const COUNT_FORWARDED = ['system', 'cache_control', 'tools', 'tool_choice', 'thinking', 'context_management', 'output_config', 'output_format'] as const;
 
 // anthropic-beta values sent on: features priced as tokens. Anything else (the 1M-token context,
 // billed at premium rates above 200k; files, code execution, MCP, skills, …) is not sent.
@@ -97,8 +102,34 @@ function pick(o: Record<string, unknown>, fields: readonly string[]): Record<str
   return out;
 }
 
+/** Anthropic's limit of cache breakpoints in one request (a top-level `cache_control` takes one slot). */
+export const MAX_CACHE_BREAKPOINTS = 4;
+
+/** A block's own marker and those of the blocks it carries (tool_result and search_result content), as forwarded. */
+function blockBreakpoints(b: Block): number {
+  if (b === null || typeof b !== 'object') return 0;
+  let n = b.cache_control != null && BLOCK_FIELDS[b.type]?.includes('cache_control') ? 1 : 0;
+  if ((b.type === 'tool_result' || b.type === 'search_result') && Array.isArray(b.content)) for (const c of b.content as Block[]) n += blockBreakpoints(c);
+  return n;
+}
+
+/** The cache_control markers Anthropic counts against its limit: top level, system blocks, tools and content blocks. */
+export function cacheBreakpoints(body: AnthropicBody): number {
+  let n = body.cache_control != null ? 1 : 0;
+  if (Array.isArray(body.system)) for (const b of body.system) if (b?.cache_control != null) n++;
+  for (const t of body.tools ?? []) if (t?.cache_control != null) n++;
+  for (const m of body.messages) if (Array.isArray(m.content)) for (const b of m.content) n += blockBreakpoints(b);
+  return n;
+}
+
 /** Fields whose use the vendor bills beyond tokens, or that we cannot check. */
 export function checkTopLevel(body: AnthropicBody): ParamRefusal | null {
+  const breakpoints = cacheBreakpoints(body);
+  if (breakpoints > MAX_CACHE_BREAKPOINTS)
+    return refuse(
+      'cache_control',
+      `A maximum of ${MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided (a top-level cache_control counts as one). Found ${breakpoints}.`,
+    );
   if (body.container != null)
     return refuse('container', 'code-execution containers are billed by the vendor per use and are not available through this gateway.');
   if (body.mcp_servers != null && !(Array.isArray(body.mcp_servers) && body.mcp_servers.length === 0))
@@ -240,6 +271,9 @@ export function vendorFields(body: Record<string, unknown>, fields: readonly str
         break;
       case 'output_config':
         out.output_config = pick(v as Record<string, unknown>, ['effort', 'format']);
+        break;
+      case 'cache_control':
+        out.cache_control = pick(v as Record<string, unknown>, ['type', 'ttl']);
         break;
       case 'system':
         out.system = typeof v === 'string' ? v : (v as Block[]).map((b) => pick(b, ['type', 'text', 'cache_control', 'citations']));

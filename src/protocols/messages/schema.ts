@@ -48,6 +48,8 @@ const common = {
   tools: z.array(ToolSchema).optional(),
   tool_choice: ToolChoiceSchema.optional(),
   thinking: ThinkingSchema.optional(),
+  /** automatic prompt caching: Anthropic puts the breakpoint on the last cacheable block itself */
+  cache_control: z.looseObject({ type: z.literal('ephemeral'), ttl: z.enum(['5m', '1h']).optional() }).nullable().optional(),
 };
 
 export const MessagesRequestSchema = z

@@ -19,7 +19,7 @@ import type { AnthropicBody, Block, Message, Tool } from './schema.ts';
 //   thinking / output_config.effort                 → reasoning_effort (and max_completion_tokens),
 //                                                     only for an OpenAI-compatible model the catalog
 //                                                     marks as reasoning (others refuse the field)
-//   cache_control                                   → dropped (OpenAI caches prefixes by itself)
+//   cache_control (on blocks and at the top level)  → dropped (OpenAI caches prefixes by itself)
 
 /** A translation that cannot be made: the 400 for it. */
 export class Untranslatable extends Error {
