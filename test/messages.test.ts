@@ -276,6 +276,76 @@ describe('the Anthropic SDK, to an Anthropic-protocol vendor (passed through)', 
     expect(await balanceOf(t.tenantId)).toBe(1_000_000n - rows[0].amount_micros - rows[1].amount_micros);
   });
 
+  it('a top-level cache_control (automatic caching) reaches the vendor and its count endpoint, billed as the vendor counts; a translated model never gets it', async () => {
+    const t = await stack.tenant('1.00');
+    const auto = { type: 'ephemeral', ttl: '1h' };
+    const res = await post(
+      '/v1/messages',
+      { model: 'msgclaude/cache', max_tokens: 5, cache_control: auto, messages: [{ role: 'user', content: 'cache it all' }] },
+      { 'x-api-key': t.key },
+    );
+    expect(res.status).toBe(200);
+    const msg = await res.json();
+    expect(mock.stats.lastBody).toMatchObject({ model: 'mock-claude', cache_control: { type: 'ephemeral', ttl: '1h' } });
+    const billed = lastClaudeUsage().billed;
+    const row = await ledgerRow(msg.id);
+    expect(row.amount_micros).toBe(usageCostMicros(billed, CACHE_PRICES));
+    const counted = await post(
+      '/v1/messages/count_tokens',
+      { model: 'msgclaude/cache', cache_control: auto, messages: [{ role: 'user', content: 'cache it all' }] },
+      { 'x-api-key': t.key },
+    );
+    expect(counted.status).toBe(200);
+    expect(mock.stats.lastBody).toMatchObject({ model: 'mock-claude', cache_control: { type: 'ephemeral', ttl: '1h' } });
+    const translated = await post(
+      '/v1/messages',
+      { model: 'msgvendor/ok', max_tokens: 5, cache_control: auto, messages: [{ role: 'user', content: 'no cache field here' }] },
+      { 'x-api-key': t.key },
+    );
+    expect(translated.status).toBe(200);
+    expect(mock.stats.lastBody).toMatchObject({ model: 'gpt-4o-mini' });
+    expect(mock.stats.lastBody).not.toHaveProperty('cache_control');
+    const chatRow = await ledgerRow((await translated.json()).id);
+    expect(chatRow.amount_micros).toBe(usageCostMicros({ prompt_tokens: chatRow.input_tokens, completion_tokens: 5 }, PRICES));
+    expect(await balanceOf(t.tenantId)).toBe(1_000_000n - row.amount_micros - chatRow.amount_micros);
+  });
+
+  it('more than 4 cache breakpoints (the top-level one included) are a 400 before anything is held', async () => {
+    const t = await stack.tenant('1.00');
+    const cc = { type: 'ephemeral' };
+    const four = {
+      model: 'msgclaude/cache',
+      max_tokens: 5,
+      system: [
+        { type: 'text', text: 'a', cache_control: cc },
+        { type: 'text', text: 'b', cache_control: cc },
+      ],
+      tools: [{ name: 'f', input_schema: { type: 'object' }, cache_control: cc }],
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'q', cache_control: cc }] }],
+    };
+    const before = mock.stats.requests;
+    for (const path of ['/v1/messages', '/v1/messages/count_tokens']) {
+      const res = await post(path, { ...four, cache_control: cc }, { 'x-api-key': t.key });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toEqual({
+        type: 'error',
+        error: {
+          type: 'invalid_request_error',
+          message: 'cache_control: A maximum of 4 blocks with cache_control may be provided (a top-level cache_control counts as one). Found 5.',
+        },
+      });
+    }
+    expect(mock.stats.requests).toBe(before);
+    expect(await holdsOf(t.tenantId)).toBe(0);
+    expect(await balanceOf(t.tenantId)).toBe(1_000_000n);
+    // four are accepted
+    const ok = await post('/v1/messages', four, { 'x-api-key': t.key });
+    expect(ok.status).toBe(200);
+    const row = await ledgerRow((await ok.json()).id);
+    expect(row.amount_micros).toBe(usageCostMicros(lastClaudeUsage().billed, CACHE_PRICES));
+    expect(await balanceOf(t.tenantId)).toBe(1_000_000n - row.amount_micros);
+  });
+
   it('a 1-hour cache marker is billed as a 1-hour write; images are billed as the vendor counts them', async () => {
     const t = await stack.tenant('1.00');
     const png = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==';
@@ -502,7 +572,10 @@ describe('the Vercel AI SDK’s Anthropic provider', () => {
     const anthropic = createAnthropic({ baseURL: `${origin}/v1`, apiKey: t.key });
     const generated = await generateText({ model: anthropic('msgclaude/ok'), prompt: 'hello there', maxOutputTokens: 5 });
     expect(generated.text).toBe(mockText(5));
-    expect(generated.usage).toMatchObject({ inputTokens: promptTokens([{ content: 'hello there' }]), outputTokens: 5 });
+    const input = promptTokens([{ content: 'hello there' }]);
+    expect(generated.usage).toMatchObject({ inputTokens: input, outputTokens: 5 });
+    const first = await ledgerRow(generated.response.id);
+    expect(first).toMatchObject({ amount_micros: usageCostMicros({ prompt_tokens: input, completion_tokens: 5 }, PRICES), input_tokens: input, output_tokens: 5 });
     const streamed = streamText({
       model: anthropic('msgclaude/agent'),
       prompt: 'weather?',
@@ -512,6 +585,12 @@ describe('the Vercel AI SDK’s Anthropic provider', () => {
     const calls = await streamed.toolCalls;
     expect(calls.map((c) => [c.toolName, c.input])).toEqual([[MOCK_TOOL_CALL.name, JSON.parse(MOCK_TOOL_CALL.arguments)]]);
     expect(await streamed.finishReason).toBe('tool-calls');
+    // each call debited exactly what the vendor reported, and nothing else
+    const toolUsage = lastClaudeUsage().billed;
+    const second = await ledgerRow((await streamed.response).id);
+    expect(second).toMatchObject({ amount_micros: usageCostMicros(toolUsage, PRICES), output_tokens: toolUsage.completion_tokens });
+    expect(await balanceOf(t.tenantId)).toBe(1_000_000n - usageCostMicros({ prompt_tokens: input, completion_tokens: 5 }, PRICES) - usageCostMicros(toolUsage, PRICES));
+    expect(await holdsOf(t.tenantId)).toBe(0);
   });
 });
 
