@@ -9,9 +9,9 @@ import { createApiKey } from '../src/db/keys.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { credit } from '../src/billing/ledger.ts';
 import { LatencyHistogram, type HistogramSummary } from './load/histogram.ts';
-import { table } from '../src/cli/table.ts';
-import { checkGoals, formatGoals, formatOverheads, formatResults, overheads } from './load/report.ts';
-import { runTarget, type LoadOptions, type TargetResult } from './load/runner.ts';
+import { type Cell, table } from '../src/cli/table.ts';
+import { checkGoals, formatGoals, formatOverheads, formatResults, type GoalCheck, type Overhead, overheads } from './load/report.ts';
+import { runTarget, type LoadOptions, type Target, type TargetResult } from './load/runner.ts';
 import {
   LOG_DIR,
   readCpuSeconds,
@@ -26,6 +26,7 @@ import {
   type Proc,
 } from './procs.ts';
 import { scenarios, type Scenario } from './scenarios.ts';
+import { localPoolsFor, parseRoutes, phaseOrder, type StackRoute, type StackRouteName } from './stack-routes.ts';
 
 // Starts a whole stack for a benchmark as real processes and (optionally) runs a scenario
 // through it, direct to the mock first and then through the gateway:
@@ -53,9 +54,17 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
   --local-pools LIST   pools the front door serves in its own process (GATEWAY_LOCAL_POOLS), e.g. openai,sim
   --gateways N         front door processes (default 1); gateway requests rotate over them
   --worker-concurrency N (default: the worker's own, sized from its memory)
-  --route chat|responses|messages|completions  the API of the gateway phase (default chat; the direct phase is
-                       always chat, the mock's own): POST /v1/chat/completions, POST /v1/responses
-                       (store: false) or POST /v1/messages (Anthropic's, translated to the mock's chat)
+  --route LIST         the APIs of the gateway phases, comma-separated (default chat), each run beside a direct
+                       phase of its own, in the order given, one table with the routes side by side at the end:
+                         chat             POST /v1/chat/completions (bench/mock; direct: the mock's chat)
+                         responses        POST /v1/responses, store: false (bench/mock; direct: the mock's chat)
+                         messages         POST /v1/messages, Anthropic's, translated to the vendor's chat (bench/mock)
+                         completions      POST /v1/completions, legacy, translated to chat (bench/mock)
+                         messages-native  POST /v1/messages to an Anthropic-protocol model (bench/claude, pool
+                                          anthropic; direct: the mock's own POST /v1/messages). The mock's
+                                          Anthropic API sends its answer at once (no first-token wait, no pacing)
+  --rounds N           repeat the list N times, interleaved (chat, messages, chat, messages, …); the side-by-side
+                       table shows the means and the stack's range (default 1)
   --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario
   --cpu-prof           profile the gateway, the first worker and metering (node --cpu-prof); prints their top self-time frames
   --nats-url URL       default: NATS_URL, else a private nats-server
@@ -90,6 +99,8 @@ export async function startStack(opts: {
   natsUrl?: string;
   databaseUrl?: string;
   workers?: number;
+  /** WORKER_POOLS of every worker (default openai,sim; `anthropic` for bench/claude) */
+  workerPools?: string;
   gateways?: number;
   workerConcurrency?: number;
   /** GATEWAY_LOCAL_POOLS of every front door */
@@ -122,7 +133,7 @@ export async function startStack(opts: {
     const { keys, tenantIds } = await seedBench(stack.databaseUrl, opts.tenants ?? 1, mock.url);
     const started = await startBenchProcesses(stack, {
       workers: opts.workers ?? 1,
-      workerPools: 'openai,sim',
+      workerPools: opts.workerPools ?? 'openai,sim',
       workerConcurrency: opts.workerConcurrency,
       gateways: opts.gateways ?? 1,
       gatewayPort: opts.gatewayPort,
@@ -152,7 +163,7 @@ export async function startStack(opts: {
   }
 }
 
-/** `tenants` tenants with a key each and a balance that never runs out; bench/mock (the mock upstream) and sim/echo. */
+/** `tenants` tenants with a key each and a balance that never runs out; bench/mock and bench/claude (the mock upstream's chat and Messages APIs) and sim/echo. */
 async function seedBench(databaseUrl: string, tenants: number, mockUrl: string): Promise<{ keys: string[]; tenantIds: string[] }> {
   const db = createPool(databaseUrl, 2);
   try {
@@ -174,6 +185,17 @@ async function seedBench(databaseUrl: string, tenants: number, mockUrl: string):
       input_price: 1_000_000n, // 1 BRL per 1M tokens
       output_price: 2_000_000n,
       name: 'Benchmark mock',
+    });
+    // the same mock through its Anthropic Messages API (pool and protocol anthropic): --route messages-native
+    await upsertModel(db, {
+      id: 'bench/claude',
+      pool: 'anthropic',
+      upstream_model: 'mock-claude',
+      base_url: mockUrl,
+      api_key_env: 'MOCK_UPSTREAM_KEY',
+      input_price: 1_000_000n,
+      output_price: 2_000_000n,
+      name: 'Benchmark mock, Anthropic API',
     });
     // the built-in simulated vendor: the request path with no upstream HTTP at all (bench/rest.ts)
     await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n, name: 'Simulated echo' });
@@ -288,6 +310,241 @@ export function topFrames(file: string, n = 15, byFile = false): Array<{ frame: 
     .map(([frame, c]) => ({ frame, self_pct: Math.round((c / total) * 1000) / 10 }));
 }
 
+interface MeteringLag {
+  lag_ms: HistogramSummary;
+  matched: number;
+  ok_requests: number;
+  missing: number;
+  drain_ms: number;
+  poll_ms: number;
+  poll_query_ms: HistogramSummary;
+}
+
+/** One route's direct phase and gateway phase, measured. */
+export interface RoutePhase {
+  route: StackRouteName;
+  round: number;
+  /** '' for a run of one route and one round; else the route (and `#round`), part of the target names */
+  label: string;
+  /** [direct, gateway] */
+  results: TargetResult[];
+  overhead: Overhead[];
+  goals: GoalCheck[];
+  metering_lag: MeteringLag;
+  /** CPU of each process during the gateway phase (warm-up included), % of one core */
+  cpu_pct_gateway_phase: Record<string, number | null>;
+  cpu_ms_per_request: CpuPerRequest;
+}
+
+const MOCK_KEY = 'sk-mock-upstream-bench';
+
+/** The route's direct phase (the same load straight to the mock, in the API the gateway speaks to it), then its gateway phase. */
+async function measureRoute(
+  stack: StackHandle,
+  o: { route: StackRoute; round: number; label: string; base: LoadOptions; pollMs: number; goals: Scenario['goals']; log: (s: string) => void },
+): Promise<RoutePhase> {
+  const { route, base, log } = o;
+  const name = (who: string) => (o.label ? `${who} ${o.label}` : who);
+  const results: TargetResult[] = [];
+  const what = base.mode === 'open' ? `${base.rate} req/s` : `${base.concurrency} concurrent`;
+  const directTarget: Target =
+    route.direct === 'messages'
+      ? { name: name('direct'), url: stack.mockUrl, model: 'mock-claude', headers: { 'x-api-key': MOCK_KEY, 'anthropic-version': '2023-06-01' } }
+      : { name: name('direct'), url: stack.mockUrl, key: MOCK_KEY, model: 'mock-gpt' };
+  log(
+    `direct${o.label ? ` (${o.label})` : ''}: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s), ${base.stream ? 'streamed' : 'not streamed'}, the mock's ${route.direct === 'messages' ? 'POST /v1/messages' : 'POST /v1/chat/completions'}`,
+  );
+  const mockProc = stack.procs.find((p) => p.name === 'mock-upstream')!;
+  let mockCpu0: number | null = null;
+  let mockCpu: number | null = null;
+  // the stack's CPU while it serves nothing (the direct phase): its fixed cost, % of a core
+  let idle0: Record<string, number | null> = {};
+  let idle1: Record<string, number | null> = {};
+  let idleT0 = 0;
+  let idleS = 0;
+  results.push(
+    await runTarget(directTarget, {
+      ...base,
+      route: route.direct,
+      onMeasure: (edge) => {
+        const now = readCpuSeconds(mockProc.pid);
+        if (edge === 'start') {
+          mockCpu0 = now;
+          idle0 = sampleCpu(stack.procs, stack.postmasterPid);
+          idleT0 = Date.now();
+        } else {
+          mockCpu = now === null || mockCpu0 === null ? null : now - mockCpu0;
+          idle1 = sampleCpu(stack.procs, stack.postmasterPid);
+          idleS = (Date.now() - idleT0) / 1000;
+        }
+      },
+    }),
+  );
+  const mockDirectMs = mockCpu === null ? null : (mockCpu * 1000) / Math.max(1, results.at(-1)!.sent);
+  log(formatResults(results.slice(-1)));
+
+  const poller = ledgerPoller(stack.databaseUrl, stack.tenantIds, o.pollMs);
+  const ends = new Map<string, number>();
+  const cpu0 = new Map(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)]));
+  const wall0 = Date.now();
+  const pgCpu = () => (stack.postmasterPid ? readCpuSecondsOfTree(stack.postmasterPid) : readCpuSecondsByComm('postgres'));
+  const pg0 = pgCpu();
+  const m0 = readMachineCpu();
+  const runner0 = process.cpuUsage();
+  let measure0: Record<string, number | null> = {};
+  let measure1: Record<string, number | null> = {};
+  log(`gateway${o.label ? ` (${o.label})` : ''}: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s), POST ${route.path}, model ${route.model}`);
+  results.push(
+    await runTarget(
+      { name: name('gateway'), url: stack.gatewayUrl, urls: stack.gatewayUrls, keys: stack.keys, model: route.model },
+      {
+        ...base,
+        route: route.api,
+        onResult: (r) => {
+          if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
+        },
+        onMeasure: (edge) => {
+          if (edge === 'start') measure0 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
+          else measure1 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
+        },
+      },
+    ),
+  );
+  log(formatResults(results.slice(-1)));
+  const sent = Math.max(1, results.at(-1)!.sent);
+  const ms: Record<string, number | null> = {};
+  let total = 0;
+  for (const k of Object.keys(measure1)) {
+    const a = measure0[k];
+    const b = measure1[k];
+    ms[k] = a === null || a === undefined || b === null ? null : Math.round(((b - a) * 1000 * 1000) / sent) / 1000;
+    if (STACK_PROCS(k) && ms[k] !== null) total += ms[k]!;
+  }
+  const idlePct: Record<string, number | null> = {};
+  for (const k of Object.keys(idle1)) {
+    const a = idle0[k];
+    const b = idle1[k];
+    idlePct[k] = a === null || a === undefined || b === null || idleS === 0 ? null : Math.round(((b - a) / idleS) * 1000) / 10;
+  }
+  const cpuPerRequest: CpuPerRequest = {
+    requests: sent,
+    ms,
+    idle_pct: idlePct,
+    stack_ms: Math.round(total * 1000) / 1000,
+    mock_direct_ms: mockDirectMs === null ? null : Math.round(mockDirectMs * 1000) / 1000,
+    ratio_to_mock: mockDirectMs ? Math.round((total / mockDirectMs) * 100) / 100 : null,
+  };
+  const wallS = (Date.now() - wall0) / 1000;
+  const m1 = readMachineCpu();
+  const r = process.cpuUsage(runner0);
+  const cpuPct: Record<string, number | null> = {};
+  cpuPct['postgres (all backends)'] = Math.round(((pgCpu() - pg0) / wallS) * 1000) / 10;
+  cpuPct['load runner + ledger poller'] = Math.round(((r.user + r.system) / 1e6 / wallS) * 1000) / 10;
+  cpuPct['machine busy (all cores)'] = Math.round(((m1.busy - m0.busy) / Math.max(1, m1.total - m0.total)) * 1000) / 10;
+  for (const p of stack.procs) {
+    const a = cpu0.get(p.name);
+    const b = readCpuSeconds(p.pid);
+    cpuPct[p.name] = a === null || a === undefined || b === null ? null : Math.round(((b - a) / wallS) * 1000) / 10;
+  }
+  const ids = [...ends.keys()];
+  await poller.waitFor(ids, 60000);
+  await poller.stop();
+  const h = new LatencyHistogram();
+  let lastEnd = 0;
+  let lastSeen = 0;
+  let matched = 0;
+  for (const [id, end] of ends) {
+    const seen = poller.seen.get(id);
+    if (end > lastEnd) lastEnd = end;
+    if (seen === undefined) continue;
+    matched++;
+    if (seen > lastSeen) lastSeen = seen;
+    h.record(Math.max(0, seen - end));
+  }
+  const overhead = overheads(results);
+  return {
+    route: route.name,
+    round: o.round,
+    label: o.label,
+    results,
+    overhead,
+    goals: checkGoals(results, overhead, o.goals),
+    metering_lag: {
+      lag_ms: h.summary(),
+      matched,
+      ok_requests: ids.length,
+      missing: ids.length - matched,
+      drain_ms: Math.round(lastSeen - lastEnd),
+      poll_ms: o.pollMs,
+      poll_query_ms: poller.queryMs.summary(),
+    },
+    cpu_pct_gateway_phase: cpuPct,
+    cpu_ms_per_request: cpuPerRequest,
+  };
+}
+
+/** Every request debited once, no hold left, the balance equal to the ledger: over every phase of the run. */
+async function checkLedger(databaseUrl: string, tenantIds: string[]): Promise<Record<string, unknown>> {
+  const db = createPool(databaseUrl, 1);
+  try {
+    const { rows } = await db.query(
+      `select sum(t.balance_micros)::text as balance, sum(t.held_micros)::text as held,
+              (select count(*) from holds where tenant_id = any($1))::int as open_holds,
+              (select count(*) from ledger where tenant_id = any($1) and kind = 'debit')::int as debits,
+              (select coalesce(sum(case when kind = 'credit' then amount_micros else -amount_micros end), 0) from ledger where tenant_id = any($1))::text as ledger_balance
+         from tenants t where t.id = any($1)`,
+      [tenantIds],
+    );
+    return { ...rows[0], balance_matches_ledger: rows[0].balance === rows[0].ledger_balance };
+  } finally {
+    await db.end();
+  }
+}
+
+const mean = (xs: number[]) => (xs.length ? Math.round((xs.reduce((a, b) => a + b, 0) / xs.length) * 1000) / 1000 : 'n/a');
+
+/**
+ * The routes side by side, one column each: CPU per request per process, the stack's total, the
+ * mock's for the same load, and the latency the gateway added over the route's own direct phase
+ * (means over the rounds; the stack's range when there are several).
+ */
+export function sideBySide(phases: RoutePhase[], routes: StackRoute[], rounds: number): string {
+  const of = (r: StackRoute) => phases.filter((p) => p.route === r.name);
+  const procs = [...new Set(phases.flatMap((p) => Object.keys(p.cpu_ms_per_request.ms)))];
+  const added = (r: StackRoute, metric: 'total' | 'ttft', q: 'p50_added_ms' | 'p99_added_ms') =>
+    mean(of(r).flatMap((p) => p.overhead.filter((x) => x.metric === metric).map((x) => x[q])));
+  const rows: Cell[][] = [['ms per request' + (rounds > 1 ? `, mean of ${rounds} rounds` : ''), ...routes.map((r) => r.name)]];
+  for (const k of procs)
+    rows.push([
+      k + (STACK_PROCS(k) ? '' : ' (not stack)'),
+      ...routes.map((r) => mean(of(r).flatMap((p) => (p.cpu_ms_per_request.ms[k] == null ? [] : [p.cpu_ms_per_request.ms[k]!])))),
+    ]);
+  rows.push(['STACK TOTAL', ...routes.map((r) => mean(of(r).map((p) => p.cpu_ms_per_request.stack_ms)))]);
+  if (rounds > 1)
+    rows.push([
+      'stack, lowest–highest',
+      ...routes.map((r) => {
+        const xs = of(r).map((p) => p.cpu_ms_per_request.stack_ms);
+        return `${Math.min(...xs)}–${Math.max(...xs)}`;
+      }),
+    ]);
+  rows.push(['mock serving the direct phase', ...routes.map((r) => mean(of(r).flatMap((p) => p.cpu_ms_per_request.mock_direct_ms ?? [])))]);
+  rows.push(['direct phase: the mock’s API', ...routes.map((r) => (r.direct === 'messages' ? 'messages' : 'chat'))]);
+  rows.push(['added total p50, ms', ...routes.map((r) => added(r, 'total', 'p50_added_ms'))]);
+  rows.push(['added total p99, ms', ...routes.map((r) => added(r, 'total', 'p99_added_ms'))]);
+  rows.push(['added TTFT p50, ms', ...routes.map((r) => added(r, 'ttft', 'p50_added_ms'))]);
+  rows.push(['added TTFT p99, ms', ...routes.map((r) => added(r, 'ttft', 'p99_added_ms'))]);
+  rows.push(['gateway errors', ...routes.map((r) => of(r).reduce((n, p) => n + (p.results[1]?.errors.total ?? 0), 0))]);
+  rows.push([
+    'load1m, lowest–highest',
+    ...routes.map((r) => {
+      const xs = of(r).flatMap((p) => p.results.flatMap((t) => [t.loadavg_1m.start, t.loadavg_1m.end]));
+      return `${Math.min(...xs)}–${Math.max(...xs)}`;
+    }),
+  ]);
+  return `the routes side by side (CPU from /proc over each gateway phase's measured part; added = gateway − its own direct phase):\n${table(rows)}`;
+}
+
 async function main(argv: string[]): Promise<number> {
   const { values: v } = parseArgs({
     args: argv,
@@ -305,6 +562,7 @@ async function main(argv: string[]): Promise<number> {
       stream: { type: 'boolean' },
       'no-stream': { type: 'boolean' },
       route: { type: 'string' },
+      rounds: { type: 'string' },
       'cpu-prof': { type: 'boolean' },
       'nats-url': { type: 'string' },
       'database-url': { type: 'string' },
@@ -319,18 +577,21 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(HELP);
     return v.help ? 0 : 2;
   }
-  const route = v.route ?? 'chat';
-  if (route !== 'chat' && route !== 'responses' && route !== 'messages' && route !== 'completions')
-    throw new Error(`unknown --route ${route}; known: chat, responses, messages, completions`);
+  const routes = parseRoutes(v.route);
+  const rounds = v.rounds ? Number(v.rounds) : 1;
+  const phases = phaseOrder(routes, rounds);
   const sc = v.scenario ? scenarios[v.scenario] : scenarios['stream-500']!;
   if (!sc) throw new Error(`unknown scenario ${v.scenario}; known: ${Object.keys(scenarios).join(', ')}`);
   const log = (s: string) => process.stderr.write(s + '\n');
+  const localPools = localPoolsFor(v['local-pools'], routes);
+  if (localPools !== v['local-pools']) log(`local pools: ${localPools} (the routes need them)`);
   const profDir = v['cpu-prof'] ? mkdtempSync(join(os.tmpdir(), 'catraca-prof-')) : undefined;
   const stack = await startStack({
     natsUrl: v['nats-url'] ?? process.env.NATS_URL,
     databaseUrl: v['database-url'],
     workers: v.workers !== undefined ? Number(v.workers) : 1,
-    localPools: v['local-pools'],
+    workerPools: routes.some((r) => r.pool === 'anthropic') ? 'openai,sim,anthropic' : undefined,
+    localPools,
     gateways: v.gateways ? Number(v.gateways) : 1,
     workerConcurrency: v['worker-concurrency'] ? Number(v['worker-concurrency']) : undefined,
     gatewayPort: v['gateway-port'] ? Number(v['gateway-port']) : undefined,
@@ -355,6 +616,7 @@ async function main(argv: string[]): Promise<number> {
         key: stack.key,
         keys: stack.keys,
         model: 'bench/mock',
+        anthropic_model: 'bench/claude',
         nats_url: stack.natsUrl,
         tenant: stack.tenantId,
       }) + '\n',
@@ -384,165 +646,21 @@ async function main(argv: string[]): Promise<number> {
     client: 'http',
   };
   const startedAt = new Date();
-  const results: TargetResult[] = [];
-  let lag: {
-    lag_ms: HistogramSummary;
-    matched: number;
-    ok_requests: number;
-    missing: number;
-    drain_ms: number;
-    poll_ms: number;
-    poll_query_ms: HistogramSummary;
-  } | null = null;
+  const pollMs = v['lag-poll-ms'] ? Number(v['lag-poll-ms']) : 10;
+  const single = phases.length === 1;
+  const done: RoutePhase[] = [];
   let peaks: Record<string, number | null> = {};
-  /** CPU of each process during the gateway phase (warm-up included), % of one core */
-  const cpuPct: Record<string, number | null> = {};
   let ledgerCheck: Record<string, unknown> = {};
-  let mockDirectMs: number | null = null;
-  let measure0: Record<string, number | null> = {};
-  let measure1: Record<string, number | null> = {};
-  let cpuPerRequest: CpuPerRequest | null = null;
-  // the stack's CPU while it serves nothing (the direct phase): its fixed cost, % of a core
-  let idle0: Record<string, number | null> = {};
-  let idle1: Record<string, number | null> = {};
-  let idleT0 = 0;
-  let idleS = 0;
   try {
-    const what = base.mode === 'open' ? `${base.rate} req/s` : `${base.concurrency} concurrent`;
-    log(`direct: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s), ${base.stream ? 'streamed' : 'not streamed'}`);
-    const mockProc = stack.procs.find((p) => p.name === 'mock-upstream')!;
-    let mockCpu0: number | null = null;
-    let mockCpu: number | null = null;
-    results.push(
-      await runTarget(
-        { name: 'direct', url: stack.mockUrl, key: 'sk-mock-upstream-bench', model: 'mock-gpt' },
-        {
-          ...base,
-          onMeasure: (edge) => {
-            const now = readCpuSeconds(mockProc.pid);
-            if (edge === 'start') {
-              mockCpu0 = now;
-              idle0 = sampleCpu(stack.procs, stack.postmasterPid);
-              idleT0 = Date.now();
-            } else {
-              mockCpu = now === null || mockCpu0 === null ? null : now - mockCpu0;
-              idle1 = sampleCpu(stack.procs, stack.postmasterPid);
-              idleS = (Date.now() - idleT0) / 1000;
-            }
-          },
-        },
-      ),
-    );
-    mockDirectMs = mockCpu === null ? null : (mockCpu * 1000) / Math.max(1, results.at(-1)!.sent);
-    log(formatResults(results.slice(-1)));
-
-    const pollMs = v['lag-poll-ms'] ? Number(v['lag-poll-ms']) : 10;
-    const poller = ledgerPoller(stack.databaseUrl, stack.tenantIds, pollMs);
-    const ends = new Map<string, number>();
-    const cpu0 = new Map(stack.procs.map((p) => [p.name, readCpuSeconds(p.pid)]));
-    const wall0 = Date.now();
-    const pgCpu = () => (stack.postmasterPid ? readCpuSecondsOfTree(stack.postmasterPid) : readCpuSecondsByComm('postgres'));
-    const pg0 = pgCpu();
-    const m0 = readMachineCpu();
-    const runner0 = process.cpuUsage();
-    log(
-      `gateway: ${what} for ${base.durationS} s (warm-up ${base.warmupS} s), POST ${{ chat: '/v1/chat/completions', responses: '/v1/responses', messages: '/v1/messages', completions: '/v1/completions' }[route]}`,
-    );
-    results.push(
-      await runTarget(
-        { name: 'gateway', url: stack.gatewayUrl, urls: stack.gatewayUrls, keys: stack.keys, model: 'bench/mock' },
-        {
-          ...base,
-          route,
-          onResult: (r) => {
-            if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
-          },
-          onMeasure: (edge) => {
-            if (edge === 'start') measure0 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
-            else measure1 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
-          },
-        },
-      ),
-    );
-    log(formatResults(results.slice(-1)));
-    {
-      const sent = Math.max(1, results.at(-1)!.sent);
-      const ms: Record<string, number | null> = {};
-      let total = 0;
-      for (const k of Object.keys(measure1)) {
-        const a = measure0[k];
-        const b = measure1[k];
-        ms[k] = a === null || a === undefined || b === null ? null : Math.round(((b - a) * 1000 * 1000) / sent) / 1000;
-        if (STACK_PROCS(k) && ms[k] !== null) total += ms[k]!;
-      }
-      const idlePct: Record<string, number | null> = {};
-      for (const k of Object.keys(idle1)) {
-        const a = idle0[k];
-        const b = idle1[k];
-        idlePct[k] = a === null || a === undefined || b === null || idleS === 0 ? null : Math.round(((b - a) / idleS) * 1000) / 10;
-      }
-      cpuPerRequest = {
-        requests: sent,
-        ms,
-        idle_pct: idlePct,
-        stack_ms: Math.round(total * 1000) / 1000,
-        mock_direct_ms: mockDirectMs === null ? null : Math.round(mockDirectMs * 1000) / 1000,
-        ratio_to_mock: mockDirectMs ? Math.round((total / mockDirectMs) * 100) / 100 : null,
-      };
+    for (const { route, round } of phases) {
+      const label = single ? '' : rounds > 1 ? `${route.name}#${round}` : route.name;
+      done.push(await measureRoute(stack, { route, round, label, base, pollMs, goals: sc.goals, log }));
     }
-    const wallS = (Date.now() - wall0) / 1000;
-    const m1 = readMachineCpu();
-    const r = process.cpuUsage(runner0);
-    cpuPct['postgres (all backends)'] = Math.round(((pgCpu() - pg0) / wallS) * 1000) / 10;
-    cpuPct['load runner + ledger poller'] = Math.round(((r.user + r.system) / 1e6 / wallS) * 1000) / 10;
-    cpuPct['machine busy (all cores)'] = Math.round(((m1.busy - m0.busy) / Math.max(1, m1.total - m0.total)) * 1000) / 10;
-    for (const p of stack.procs) {
-      const a = cpu0.get(p.name);
-      const b = readCpuSeconds(p.pid);
-      cpuPct[p.name] = a === null || a === undefined || b === null ? null : Math.round(((b - a) / wallS) * 1000) / 10;
-    }
-    const ids = [...ends.keys()];
-    await poller.waitFor(ids, 60000);
-    await poller.stop();
-    const h = new LatencyHistogram();
-    let lastEnd = 0;
-    let lastSeen = 0;
-    let matched = 0;
-    for (const [id, end] of ends) {
-      const seen = poller.seen.get(id);
-      if (end > lastEnd) lastEnd = end;
-      if (seen === undefined) continue;
-      matched++;
-      if (seen > lastSeen) lastSeen = seen;
-      h.record(Math.max(0, seen - end));
-    }
-    lag = {
-      lag_ms: h.summary(),
-      matched,
-      ok_requests: ids.length,
-      missing: ids.length - matched,
-      drain_ms: Math.round(lastSeen - lastEnd),
-      poll_ms: pollMs,
-      poll_query_ms: poller.queryMs.summary(),
-    };
-
-    const db = createPool(stack.databaseUrl, 1);
-    const { rows } = await db.query(
-      `select sum(t.balance_micros)::text as balance, sum(t.held_micros)::text as held,
-              (select count(*) from holds where tenant_id = any($1))::int as open_holds,
-              (select count(*) from ledger where tenant_id = any($1) and kind = 'debit')::int as debits,
-              (select coalesce(sum(case when kind = 'credit' then amount_micros else -amount_micros end), 0) from ledger where tenant_id = any($1))::text as ledger_balance
-         from tenants t where t.id = any($1)`,
-      [stack.tenantIds],
-    );
-    await db.end();
-    ledgerCheck = { ...rows[0], balance_matches_ledger: rows[0].balance === rows[0].ledger_balance };
+    ledgerCheck = await checkLedger(stack.databaseUrl, stack.tenantIds);
   } finally {
     peaks = await stack.stop();
   }
 
-  const ov = overheads(results);
-  const goals = checkGoals(results, ov, sc.goals);
   const profiles: Record<string, { file: string; top: Array<{ frame: string; self_pct: number }>; files: Array<{ frame: string; self_pct: number }> }> = {};
   if (profDir) {
     for (const who of ['gateway', 'worker', 'metering']) {
@@ -555,13 +673,15 @@ async function main(argv: string[]): Promise<number> {
     }
     rmSync(profDir, { recursive: true, force: true });
   }
+  const only = single ? done[0]! : null;
   const doc = {
     scenario: v.scenario,
-    route,
+    routes: routes.map((r) => r.name),
+    rounds,
     started_at: startedAt.toISOString(),
     stack: {
       workers: v.workers !== undefined ? Number(v.workers) : 1,
-      local_pools: v['local-pools'] ?? '',
+      local_pools: localPools ?? '',
       gateways: stack.gatewayUrls.length,
       tenants: stack.tenantIds.length,
       nats: stack.natsUrl,
@@ -569,46 +689,66 @@ async function main(argv: string[]): Promise<number> {
     },
     options: base,
     host: { cpus: os.cpus().length, cpu_model: os.cpus()[0]?.model ?? '', node: process.version },
-    results,
-    overhead: ov,
-    goals,
-    metering_lag: lag,
+    // one route, one round: the fields of a single run at the top level, as before --route took a list
+    ...(only
+      ? {
+          route: only.route,
+          results: only.results,
+          overhead: only.overhead,
+          goals: only.goals,
+          metering_lag: only.metering_lag,
+          cpu_pct_gateway_phase: only.cpu_pct_gateway_phase,
+          cpu_ms_per_request: only.cpu_ms_per_request,
+        }
+      : { phases: done }),
     ledger_check: ledgerCheck,
     peak_rss_kib: peaks,
-    cpu_pct_gateway_phase: cpuPct,
-    cpu_ms_per_request: cpuPerRequest,
     cpu_profiles: profiles,
   };
   const file = join(ROOT, 'bench', 'results', `stack-${v.scenario}-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, JSON.stringify(doc, null, 2) + '\n');
-  const out = [formatResults(results), 'overhead vs direct:\n' + formatOverheads(ov), 'goals:\n' + formatGoals(goals)];
-  if (lag)
+  const out = [
+    formatResults(done.flatMap((p) => p.results)),
+    'overhead vs direct:\n' + formatOverheads(done.flatMap((p) => p.overhead)),
+    'goals:\n' + formatGoals(done.flatMap((p) => p.goals)),
+  ];
+  for (const p of done) {
+    const lag = p.metering_lag;
     out.push(
-      `metering lag (client end → ledger row first seen, poll ${lag.poll_ms} ms): p50 ${lag.lag_ms.p50} p90 ${lag.lag_ms.p90} p99 ${lag.lag_ms.p99} max ${lag.lag_ms.max} ms; ${lag.matched}/${lag.ok_requests} matched; drain ${lag.drain_ms} ms`,
+      `metering lag${p.label ? ` (${p.label})` : ''} (client end → ledger row first seen, poll ${lag.poll_ms} ms): p50 ${lag.lag_ms.p50} p90 ${lag.lag_ms.p90} p99 ${lag.lag_ms.p99} max ${lag.lag_ms.max} ms; ${lag.matched}/${lag.ok_requests} matched; drain ${lag.drain_ms} ms`,
     );
+  }
   out.push('ledger: ' + JSON.stringify(ledgerCheck));
-  out.push(
-    'peak RSS (VmHWM) and CPU during the gateway phase (% of one core, warm-up included):\n' +
-      table([
-        ['process', 'MiB', 'cpu%'],
-        ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10, cpuPct[k] ?? 'n/a']),
-        ...Object.entries(cpuPct)
-          .filter(([k]) => !(k in peaks))
-          .map(([k, v]) => [k, '', v ?? 'n/a']),
-      ]) +
-      `\n(machine busy: % of all ${os.cpus().length} cores together)`,
-  );
-  if (cpuPerRequest) {
+  if (only) {
+    const cpuPct = only.cpu_pct_gateway_phase;
+    out.push(
+      'peak RSS (VmHWM) and CPU during the gateway phase (% of one core, warm-up included):\n' +
+        table([
+          ['process', 'MiB', 'cpu%'],
+          ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10, cpuPct[k] ?? 'n/a']),
+          ...Object.entries(cpuPct)
+            .filter(([k]) => !(k in peaks))
+            .map(([k, v]) => [k, '', v ?? 'n/a']),
+        ]) +
+        `\n(machine busy: % of all ${os.cpus().length} cores together)`,
+    );
+    const cpuPerRequest = only.cpu_ms_per_request;
     out.push(
       `CPU per request, measured phase (${cpuPerRequest.requests} requests; from /proc, ms):\n` +
         table([
           ['process', 'ms/request', 'idle % of a core'],
-          ...Object.entries(cpuPerRequest.ms).map(([k, v]) => [k + (STACK_PROCS(k) ? '' : ' (not stack)'), v ?? 'n/a', cpuPerRequest!.idle_pct[k] ?? '']),
+          ...Object.entries(cpuPerRequest.ms).map(([k, v]) => [k + (STACK_PROCS(k) ? '' : ' (not stack)'), v ?? 'n/a', cpuPerRequest.idle_pct[k] ?? '']),
           ['STACK TOTAL (gateway+workers+metering+nats+postgres)', cpuPerRequest.stack_ms],
           ['mock serving the same load directly', cpuPerRequest.mock_direct_ms ?? 'n/a'],
           ['stack ÷ mock', cpuPerRequest.ratio_to_mock ?? 'n/a'],
         ]),
     );
+  } else {
+    out.push(
+      'peak RSS (VmHWM, MiB, over the whole run):\n' +
+        table([['process', 'MiB'], ...Object.entries(peaks).map(([k, kib]) => [k, kib === null ? 'n/a' : Math.round((kib / 1024) * 10) / 10])]),
+    );
+    out.push(sideBySide(done, routes, rounds));
   }
   for (const [who, p] of Object.entries(profiles))
     out.push(

@@ -35,6 +35,8 @@ export interface Target {
   /** several keys (e.g. one per tenant): requests rotate over them; overrides `key` */
   keys?: string[];
   model: string;
+  /** more request headers (Anthropic's API straight at the mock: x-api-key, anthropic-version) */
+  headers?: Record<string, string>;
 }
 
 export interface LoadOptions {
@@ -239,6 +241,7 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
     'content-type': 'application/json',
     'content-length': Buffer.byteLength(body),
     accept: opts.stream ? 'text/event-stream' : 'application/json',
+    ...target.headers,
   };
   const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [undefined];
   const bases = (target.urls?.length ? target.urls : [target.url]).map((b) => new URL(b.replace(/\/$/, '') + route.path));
@@ -314,7 +317,11 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
 function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
   const route = ROUTE[opts.route ?? 'chat'];
   const url = target.url.replace(/\/$/, '') + route.path;
-  const headers: Record<string, string> = { 'content-type': 'application/json', accept: opts.stream ? 'text/event-stream' : 'application/json' };
+  const headers: Record<string, string> = {
+    'content-type': 'application/json',
+    accept: opts.stream ? 'text/event-stream' : 'application/json',
+    ...target.headers,
+  };
   const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [];
   let next = 0;
   return {
