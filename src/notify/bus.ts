@@ -115,6 +115,15 @@ export async function afterBalanceChange(
   return all;
 }
 
+/**
+ * Publishes events made in a transaction that has committed (e.g. key.revoked with its revocation),
+ * each logged. Never throws: what is not published stays for the notifier's relay.
+ */
+export async function publishMade(db: DbClient, nc: NatsConnection | null, events: NotifyEvent[], log: Logger): Promise<void> {
+  for (const e of events) log.info('notification event', { event_id: e.id, type: e.type, tenant_id: e.tenant_id });
+  await publishEvents(nc, db, events, log);
+}
+
 /** Makes events (a catraca_notify_* call) and publishes them; never throws (logged): e.g. key.revoked after a revocation. */
 export async function emitEvents(db: DbClient, nc: NatsConnection | null, make: (db: DbClient) => Promise<NotifyEvent[]>, log: Logger): Promise<NotifyEvent[]> {
   try {

@@ -63,9 +63,16 @@ export async function checkKeyLimits(db: DbClient, keyIds: string[]): Promise<No
   return (await db.query('select * from catraca_notify_keys($1::text[])', [keyIds])).rows;
 }
 
-/** key.revoked of a key just revoked (once per key). */
+/** key.revoked of a key just revoked (once per key): in the revocation's own transaction, so a crash after its commit loses nothing. */
 export async function keyRevokedEvent(db: DbClient, keyId: string): Promise<NotifyEvent[]> {
   return (await db.query('select * from catraca_notify_key_revoked($1)', [keyId])).rows;
+}
+
+/** key.revoked of each of these keys, in order (the transaction that revoked them). */
+export async function keysRevokedEvents(db: DbClient, keyIds: readonly string[]): Promise<NotifyEvent[]> {
+  const out: NotifyEvent[] = [];
+  for (const id of keyIds) out.push(...(await keyRevokedEvent(db, id)));
+  return out;
 }
 
 /** topup.credited of a credited charge (once per charge): in the credit's transaction. */

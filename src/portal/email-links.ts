@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { withTransaction } from '../db/pool.ts';
+import { keysRevokedEvents, type NotifyEvent } from '../notify/events.ts';
 import { hashPassword } from './auth.ts';
 
 // One-time links sent by e-mail (portal_email_tokens): `verify` proves the address before the
@@ -75,7 +76,11 @@ export async function verifyEmail(db: pg.Pool, token: string): Promise<boolean> 
  * and its sign-in failures forgotten. An account that was never verified is being claimed by the
  * owner of the address: whatever was set up before (its API keys) is not trusted and is revoked.
  */
-export async function resetPassword(db: pg.Pool, token: string, password: string): Promise<{ userId: string; tenantId: string; revokedKeys: string[] } | null> {
+export async function resetPassword(
+  db: pg.Pool,
+  token: string,
+  password: string,
+): Promise<{ userId: string; tenantId: string; revokedKeys: string[]; events: NotifyEvent[] } | null> {
   if (!TOKEN_RE.test(token)) return null;
   const passwordHash = await hashPassword(password);
   return withTransaction(db, async (c) => {
@@ -94,8 +99,12 @@ export async function resetPassword(db: pg.Pool, token: string, password: string
     await c.query('delete from portal_sessions where user_id = $1', [rows[0].user_id]);
     await c.query('delete from portal_login_failures where email = $1', [rows[0].email]);
     const revoked = users[0].was_unverified
-      ? (await c.query('update api_keys set revoked_at = now() where tenant_id = $1 and revoked_at is null returning id', [users[0].tenant_id])).rows
+      ? (await c.query('update api_keys set revoked_at = now() where tenant_id = $1 and revoked_at is null returning id', [users[0].tenant_id])).rows.map(
+          (k) => k.id as string,
+        )
       : [];
-    return { userId: rows[0].user_id, tenantId: users[0].tenant_id, revokedKeys: revoked.map((k) => k.id as string) };
+    // key.revoked of each, in this transaction (published by the caller after the commit, else by the relay)
+    const events = await keysRevokedEvents(c, revoked);
+    return { userId: rows[0].user_id, tenantId: users[0].tenant_id, revokedKeys: revoked, events };
   });
 }

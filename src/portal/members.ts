@@ -1,6 +1,7 @@
 import { createId } from '@paralleldrive/cuid2';
 import type pg from 'pg';
 import { type DbClient, withTransaction } from '../db/pool.ts';
+import { keysRevokedEvents, type NotifyEvent } from '../notify/events.ts';
 import { hashPassword, normalizeEmail, type User, validEmail } from './auth.ts';
 import { newLinkToken, TOKEN_RE, tokenHash } from './email-links.ts';
 import { isRole, may, type Role } from './roles.ts';
@@ -197,22 +198,23 @@ export async function changeRole(db: pg.Pool, a: { tenantId: string; actorId: st
 
 /**
  * Removes a member (or, actor = target, leaves): the login is deleted, and with it every session
- * (the next request of an open one is signed out) and e-mail link. A removed member's open
- * invitations are revoked, and with `revokeKeys` the keys they created: they hold those keys.
+ * (the next request of an open one is signed out) and e-mail link. The open invitations the member
+ * sent are revoked (removed or leaving), and with `revokeKeys` the keys they created — they hold
+ * those keys — each with its key.revoked event, made in the same transaction (returned to publish).
  */
 export async function removeMember(
   db: pg.Pool,
   a: { tenantId: string; actorId: string; targetId: string; revokeKeys: boolean },
-): Promise<{ result: MemberChange; revokedKeys: string[] }> {
+): Promise<{ result: MemberChange; revokedKeys: string[]; events: NotifyEvent[] }> {
   return withTransaction(db, async (c) => {
     const { roleOf, owners } = await lockMembers(c, a.tenantId, [a.actorId, a.targetId]);
     const from = roleOf.get(a.targetId);
-    if (!from) return { result: 'not_found', revokedKeys: [] };
+    if (!from) return { result: 'not_found', revokedKeys: [], events: [] };
     const leaving = a.actorId === a.targetId;
-    if (!leaving && !allowedChange(roleOf.get(a.actorId), from, null)) return { result: 'forbidden', revokedKeys: [] };
-    if (from === 'owner' && owners <= 1) return { result: 'last_owner', revokedKeys: [] };
-    if (!leaving)
-      await c.query('update portal_invitations set revoked_at = now() where invited_by = $1 and accepted_at is null and revoked_at is null', [a.targetId]);
+    if (!leaving && !allowedChange(roleOf.get(a.actorId), from, null)) return { result: 'forbidden', revokedKeys: [], events: [] };
+    if (from === 'owner' && owners <= 1) return { result: 'last_owner', revokedKeys: [], events: [] };
+    // removed or leaving: the invitations they sent stop working either way
+    await c.query('update portal_invitations set revoked_at = now() where invited_by = $1 and accepted_at is null and revoked_at is null', [a.targetId]);
     const revoked = a.revokeKeys
       ? (
           await c.query('update api_keys set revoked_at = now() where tenant_id = $1 and created_by = $2 and revoked_at is null returning id', [
@@ -221,7 +223,9 @@ export async function removeMember(
           ])
         ).rows.map((r) => r.id as string)
       : [];
+    // key.revoked of each, in this transaction (published by the caller after the commit, else by the relay)
+    const events = await keysRevokedEvents(c, revoked);
     await c.query('delete from portal_users where id = $1', [a.targetId]);
-    return { result: 'ok', revokedKeys: revoked };
+    return { result: 'ok', revokedKeys: revoked, events };
   });
 }

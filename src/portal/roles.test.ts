@@ -1,4 +1,4 @@
-import { Hono } from 'hono';
+import { Hono, type MiddlewareHandler } from 'hono';
 import { describe, expect, it } from 'vitest';
 import type { AppEnv } from './http.ts';
 import { translator } from './i18n/index.ts';
@@ -36,7 +36,8 @@ describe('authorize', () => {
     a.get('/files/*', (c) => c.text('open?'));
     a.get('/ledger/*', can('statement'), (c) => c.text('ledger files'));
     // marked middleware after authorize: no permission needed, it lets the endpoint decide
-    a.use('/ledger/*', ...middleware(async (_c, next) => next()));
+    const passOn: MiddlewareHandler<AppEnv> = async (_c, next) => next();
+    a.use('/ledger/*', ...middleware(passOn));
     return a;
   }
 

@@ -510,6 +510,40 @@ describe('removal ends access at once', () => {
     expect(keys.text).toMatch(/<td>admin-key<\/td>[\s\S]*?<td data-testid="key-creator">ex-membro<\/td>/);
   });
 
+  it('removing a member with a key, revoking it: exactly one key.revoked event for that key, made with the removal', async () => {
+    const o = await newOwner();
+    const dev = await memberInDb(o.tenantId, 'developer');
+    const key = await createApiKey(db, { tenantId: o.tenantId, label: 'dev-only', createdBy: dev.id });
+    const confirm = await o.c.get(`/members/${dev.id}/remove`);
+    expect((await o.c.post(`/members/${dev.id}/remove`, { _csrf: PortalClient.csrf(confirm.text), revoke_keys: '1' })).status).toBe(303);
+    const { rows } = await db.query(`select data, dedup_key from notify_events where tenant_id = $1 and type = 'key.revoked'`, [o.tenantId]);
+    expect(rows).toEqual([
+      {
+        dedup_key: `key.revoked:${key.record.id}`,
+        data: { tenant_id: o.tenantId, key_id: key.record.id, key_label: 'dev-only', key_hint: key.record.key_hint, revoked_at: expect.any(String) },
+      },
+    ]);
+    // the event's revoked_at is the key's: both written by the one transaction
+    const revokedAt = (await one('select revoked_at from api_keys where id = $1', [key.record.id])).revoked_at as Date;
+    expect(new Date(rows[0].data.revoked_at).getTime()).toBe(revokedAt.getTime());
+  });
+
+  it('a member who leaves: the invitations they sent are revoked, as on removal', async () => {
+    const o = await newOwner();
+    const admin = await member(o.c, 'admin');
+    const invited = `left-behind.${uniq()}@example.com`;
+    expect((await invite(admin.c, invited, 'developer')).status).toBe(303);
+    const link = await invitationLink(invited);
+    const kept = `kept.${uniq()}@example.com`;
+    expect((await invite(o.c, kept, 'developer')).status).toBe(303);
+    const left = await admin.c.post('/account/leave', { _csrf: await admin.c.csrfOf('/account') });
+    expect([left.status, left.location]).toEqual([303, '/login?left=1']);
+    expect(await one('select revoked_at is not null as revoked from portal_invitations where email = $1', [invited])).toEqual({ revoked: true });
+    expect((await client().get(link)).status).toBe(400);
+    // the owner's invitation, sent before, still works
+    expect((await client().get(await invitationLink(kept))).status).toBe(200);
+  });
+
   it('a change of role ends the member’s sessions: they sign in again under the new role', async () => {
     const o = await newOwner();
     const dev = await member(o.c, 'developer');

@@ -199,6 +199,11 @@ describe('sign-up does not tell whether an e-mail has an account', () => {
     expect(
       (await db.query('select bool_and(revoked_at is not null) as all_revoked from api_keys where tenant_id = $1', [row.tenant_id])).rows[0].all_revoked,
     ).toBe(true);
+    // key.revoked for the planted key, made with the revocation (once)
+    const { rows: revokedEvents } = await db.query(`select data->>'key_label' as label from notify_events where tenant_id = $1 and type = 'key.revoked'`, [
+      row.tenant_id,
+    ]);
+    expect(revokedEvents).toEqual([{ label: 'planted' }]);
     expect((await squatter.get('/dashboard')).location).toBe('/login');
     expect((await owner.signIn(email, 'the owner password!')).status).toBe(303);
   });

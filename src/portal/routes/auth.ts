@@ -2,8 +2,6 @@ import { Hono } from 'hono';
 import { getCookie } from 'hono/cookie';
 import type { NatsConnection } from 'nats';
 import type pg from 'pg';
-import { encode } from '../../bus/messages.ts';
-import { subjects } from '../../bus/subjects.ts';
 import { createLogger } from '../../log.ts';
 import { createSession, destroySession, destroySessionToken, logIn, MIN_PASSWORD, SESSION_TTL_MS, SIGNUP_WINDOW_MIN, signUp } from '../auth.ts';
 import { linkUsable, resetPassword, verifyEmail } from '../email-links.ts';
@@ -13,6 +11,7 @@ import { throttleKey } from '../../auth/client-address.ts';
 import type { Renderer } from '../render.ts';
 import * as V from '../views.ts';
 import { can } from '../authorize.ts';
+import { afterRevocation } from '../revocation.ts';
 
 // Sign-up, sign-in, sign-out, and the links sent by e-mail: the pages a browser without a session may see.
 
@@ -150,10 +149,7 @@ export function linkRoutes(d: AuthDeps, r: Renderer): Hono<AppEnv> {
     const done = await resetPassword(db, token, password);
     if (!done) return linkInvalid(c);
     log.info('password reset by e-mail link', { user: done.userId, tenant: done.tenantId, revoked_keys: done.revokedKeys.length });
-    if (d.nc && done.revokedKeys.length) {
-      for (const keyId of done.revokedKeys) d.nc.publish(subjects.keyInvalidated, encode({ key_id: keyId }));
-      await d.nc.flush().catch((err) => log.warn('nats flush after revocation failed', { err }));
-    }
+    await afterRevocation(d, done.revokedKeys, done.events, log);
     clearPortalCookie(c, SESSION_COOKIE);
     return redirect(c, '/login?reset=1');
   });

@@ -3,16 +3,15 @@ import { getCookie } from 'hono/cookie';
 import type { NatsConnection } from 'nats';
 import type pg from 'pg';
 import { checkNewKey, type KeyRuleError } from '../../billing/key-rules.ts';
-import { encode } from '../../bus/messages.ts';
-import { subjects } from '../../bus/subjects.ts';
 import { createApiKey, getKey, keyUsageWindows, listKeys, revokeKey } from '../../db/keys.ts';
 import { listModels } from '../../db/models.ts';
 import { createLogger } from '../../log.ts';
-import { emitEvents } from '../../notify/bus.ts';
+import { withTransaction } from '../../db/pool.ts';
 import { keyRevokedEvent } from '../../notify/events.ts';
 import { putFlash, takeFlash } from '../flash.ts';
 import { type AppEnv, type CreatedKeyFlash, type Ctx, type Form, one, redirect, SESSION_COOKIE, tenantOf } from '../http.ts';
 import type { Renderer } from '../render.ts';
+import { afterRevocation } from '../revocation.ts';
 import { may } from '../roles.ts';
 import { can } from '../authorize.ts';
 import * as V from '../views.ts';
@@ -52,13 +51,11 @@ export function keysRoutes(d: KeysDeps, r: Renderer): Hono<AppEnv> {
   app.post('/keys/:id{[A-Za-z0-9_-]{1,64}}/revoke', can('keys'), async (c) => {
     const keyId = c.req.param('id');
     const tenantId = tenantOf(c);
-    if (!(await revokeKey(db, keyId, tenantId, creatorScope(c)))) return r.notFound(c);
-    if (d.nc) {
-      d.nc.publish(subjects.keyInvalidated, encode({ key_id: keyId }));
-      await d.nc.flush().catch((err) => log.warn('nats flush after revocation failed', { err }));
-    }
+    // key.revoked is made in the revocation's transaction: a crash after the commit cannot lose it
+    const events = await withTransaction(db, async (tx) => ((await revokeKey(tx, keyId, tenantId, creatorScope(c))) ? await keyRevokedEvent(tx, keyId) : null));
+    if (!events) return r.notFound(c);
     log.info('api key revoked', { tenant: tenantId, key_id: keyId, by: c.var.session!.user.id });
-    await emitEvents(db, d.nc, (c) => keyRevokedEvent(c, keyId), log);
+    await afterRevocation(d, [keyId], events, log);
     return view(c, 200, { flash: c.var.t('keys.revoked_ok') });
   });
   return app;

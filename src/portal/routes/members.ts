@@ -2,8 +2,6 @@ import { Hono } from 'hono';
 import { getCookie } from 'hono/cookie';
 import type { NatsConnection } from 'nats';
 import type pg from 'pg';
-import { encode } from '../../bus/messages.ts';
-import { subjects } from '../../bus/subjects.ts';
 import { getTenant } from '../../db/tenants.ts';
 import { createLogger } from '../../log.ts';
 import { createSession, destroySessionToken, MIN_PASSWORD, SESSION_TTL_MS } from '../auth.ts';
@@ -22,6 +20,7 @@ import {
   revokeInvitation,
 } from '../members.ts';
 import type { Renderer } from '../render.ts';
+import { afterRevocation } from '../revocation.ts';
 import { isRole } from '../roles.ts';
 import { can, forbidden } from '../authorize.ts';
 import * as V from '../views.ts';
@@ -117,10 +116,10 @@ export function memberRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
     const me = c.var.session!.user;
     const targetId = c.req.param('id');
     const revokeKeys = one(c.var.form, 'revoke_keys') === '1';
-    const { result, revokedKeys } = await removeMember(db, { tenantId: tenantOf(c), actorId: me.id, targetId, revokeKeys });
+    const { result, revokedKeys, events } = await removeMember(db, { tenantId: tenantOf(c), actorId: me.id, targetId, revokeKeys });
     if (result !== 'ok') return refused(c, result);
     log.info('member removed', { tenant: tenantOf(c), by: me.id, member: targetId, revoked_keys: revokedKeys.length });
-    await broadcastRevoked(d.nc, revokedKeys);
+    await afterRevocation(d, revokedKeys, events, log);
     if (targetId === me.id) return signedOut(c, '/login?left=1');
     return redirect(c, '/members?done=removed');
   });
@@ -195,10 +194,4 @@ export function invitationRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
 function signedOut(c: Ctx, to: string): Response {
   clearPortalCookie(c, SESSION_COOKIE);
   return redirect(c, to);
-}
-
-async function broadcastRevoked(nc: NatsConnection | null, keyIds: string[]): Promise<void> {
-  if (!nc || keyIds.length === 0) return;
-  for (const keyId of keyIds) nc.publish(subjects.keyInvalidated, encode({ key_id: keyId }));
-  await nc.flush().catch((err) => log.warn('nats flush after revocation failed', { err }));
 }

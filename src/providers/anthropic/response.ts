@@ -52,6 +52,41 @@ export function inputCounts(u: Usage): InputCounts {
 
 const hasInput = (u: Usage) => u.input_tokens != null || u.cache_read_input_tokens != null || u.cache_creation_input_tokens != null;
 
+/**
+ * message_start's usage (a whole Usage, with the cache_creation lifetime split) updated by a
+ * message_delta's (MessageDeltaUsage: cumulative input_tokens, cache_read_input_tokens and
+ * cache_creation_input_tokens, but no cache_creation split). A count the delta carries replaces
+ * message_start's; the split is the delta's own when it has one, else message_start's, and when
+ * the delta's write total differs from that split's total the difference is attributed so:
+ *   - more writes: to the 1-hour writes when every write message_start reported was a 1-hour one
+ *     (the same request's markers), else to the 5-minute writes (a write without a split is a
+ *     5-minute write: docs/billing.md);
+ *   - fewer writes: taken from the 5-minute writes first, then from the 1-hour ones (when every
+ *     write was a 1-hour one, from those).
+ */
+export function mergeDeltaUsage(start: Usage, delta: Usage): Usage {
+  const merged: Usage = {
+    ...start,
+    input_tokens: delta.input_tokens ?? start.input_tokens,
+    cache_read_input_tokens: delta.cache_read_input_tokens ?? start.cache_read_input_tokens,
+  };
+  if (delta.cache_creation) return { ...merged, cache_creation_input_tokens: delta.cache_creation_input_tokens, cache_creation: delta.cache_creation };
+  const total = delta.cache_creation_input_tokens;
+  if (total == null) return merged;
+  const w5m = start.cache_creation?.ephemeral_5m_input_tokens ?? 0;
+  const w1h = start.cache_creation?.ephemeral_1h_input_tokens ?? 0;
+  // message_start's writes with no split (or none at all): the delta's total is all 5-minute writes (inputCounts)
+  if (!start.cache_creation) return { ...merged, cache_creation_input_tokens: total, cache_creation: null };
+  const diff = total - (w5m + w1h);
+  let split: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
+  if (diff >= 0) split = w5m === 0 && w1h > 0 ? { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: w1h + diff } : { ephemeral_5m_input_tokens: w5m + diff, ephemeral_1h_input_tokens: w1h };
+  else {
+    const from5m = Math.min(w5m, -diff);
+    split = { ephemeral_5m_input_tokens: w5m - from5m, ephemeral_1h_input_tokens: Math.max(0, w1h - (-diff - from5m)) };
+  }
+  return { ...merged, cache_creation_input_tokens: total, cache_creation: split };
+}
+
 function streamError(err: { type?: unknown; message?: unknown } | undefined, secret: string | null): UpstreamError {
   if (err?.type === 'overloaded_error') return new UpstreamError(503, 'upstream_overloaded', 'The upstream provider is overloaded; retry shortly.');
   const m = typeof err?.message === 'string' ? redact(err.message, secret).slice(0, 500) : 'unknown error';
@@ -126,7 +161,8 @@ export function createStreamDecoder(secret: string | null) {
       switch (ev.type) {
         case 'message_start':
           if (ev.message?.usage) {
-            input = inputCounts(ev.message.usage);
+            startUsage = ev.message.usage;
+            input = inputCounts(startUsage);
             output = ev.message.usage.output_tokens ?? 0;
             // the exact prompt count, known before any output: what a cancel bills for the prompt
             out.push({ type: 'prompt_usage', ...input });
@@ -137,9 +173,13 @@ export function createStreamDecoder(secret: string | null) {
         case 'content_block_delta':
           return blockDelta(ev, toolIndexOfBlock, out);
         case 'message_delta':
-          // usage here is cumulative; input counts are repeated by newer API versions
+          // usage here is cumulative; input counts are repeated by newer API versions, without the
+          // cache_creation lifetime split: message_start's split is kept (mergeDeltaUsage)
           if (typeof ev.usage?.output_tokens === 'number') output = ev.usage.output_tokens;
-          if (ev.usage && hasInput(ev.usage)) input = inputCounts(ev.usage);
+          if (ev.usage && hasInput(ev.usage)) {
+            startUsage = mergeDeltaUsage(startUsage, ev.usage);
+            input = inputCounts(startUsage);
+          }
           reasoning = thinkingTokens(ev.usage) ?? reasoning;
           if (ev.delta?.stop_reason != null) out.push(finishEvent(ev.delta.stop_reason, ev.delta.stop_sequence));
           return;
