@@ -38,7 +38,8 @@ describe('run-stack: the routes side by side', () => {
   it('one column per route: CPU per process, the stack, added latency; means over the rounds', async () => {
     const { sideBySide } = await import('./run-stack.ts');
     const h = (p50: number, p99: number) => ({ count: 1, mean: p50, p50, p90: p99, p99, max: p99 }) as never;
-    const target = (name: string, load: number) => ({ target: name, loadavg_1m: { start: load, end: load }, errors: { total: 0, by_status: {}, by_type: {} }, total_ms: h(0, 0) }) as never;
+    const target = (name: string, load: number) =>
+      ({ target: name, loadavg_1m: { start: load, end: load }, errors: { total: 0, by_status: {}, by_type: {} }, total_ms: h(0, 0) }) as never;
     const phase = (route: 'chat' | 'messages-native', round: number, gateway: number, added: number) => ({
       route,
       round,
@@ -51,9 +52,20 @@ describe('run-stack: the routes side by side', () => {
       goals: [],
       metering_lag: {} as never,
       cpu_pct_gateway_phase: {},
-      cpu_ms_per_request: { requests: 100, ms: { gateway: gateway, 'mock-upstream': 0.5 }, idle_pct: {}, stack_ms: gateway, mock_direct_ms: 0.5, ratio_to_mock: 2 },
+      cpu_ms_per_request: {
+        requests: 100,
+        ms: { gateway: gateway, 'mock-upstream': 0.5 },
+        idle_pct: {},
+        stack_ms: gateway,
+        mock_direct_ms: 0.5,
+        ratio_to_mock: 2,
+      },
     });
-    const text = sideBySide([phase('chat', 1, 1, 1), phase('messages-native', 1, 2, 2), phase('chat', 2, 1.5, 3), phase('messages-native', 2, 2, 2)], parseRoutes('chat,messages-native'), 2);
+    const text = sideBySide(
+      [phase('chat', 1, 1, 1), phase('messages-native', 1, 2, 2), phase('chat', 2, 1.5, 3), phase('messages-native', 2, 2, 2)],
+      parseRoutes('chat,messages-native'),
+      2,
+    );
     const lines = text.split('\n');
     expect(lines[1]).toMatch(/^ms per request, mean of 2 rounds\s+chat\s+messages-native$/);
     expect(lines.find((l) => l.startsWith('gateway '))).toMatch(/1\.25\s+2$/);
