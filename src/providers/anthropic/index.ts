@@ -1,7 +1,7 @@
 import { estimateTokens } from '../shared/estimate.ts';
 import { mapHttpError } from '../shared/upstream-errors.ts';
 import { createHttpStreamAdapter, type HttpStreamAdapterOptions, type VendorProtocol } from '../shared/http-stream.ts';
-import { type Adapter, type UpstreamCall, UpstreamError } from '../types.ts';
+import { type Adapter, type AdapterEvent, type UpstreamCall, UpstreamError } from '../types.ts';
 import { callUrl, requestHeaders } from './api.ts';
 import { estimateMessagesPrompt } from './estimate.ts';
 import { buildCountTokensBody, buildMessagesBody } from './messages.ts';
@@ -41,10 +41,40 @@ function protocolOf(call: UpstreamCall): VendorProtocol {
   };
 }
 
+type UsageEvent = Extract<AdapterEvent, { type: 'usage' }>;
+
+/**
+ * Reasoning tokens of an answer whose usage does not give them: Anthropic bills thinking inside
+ * output_tokens and (before `output_tokens_details`) reports no part of it as thinking. They are
+ * then the tokenizer's count (o200k_base, as every estimate of ours) of the thinking text received,
+ * at most output_tokens; billing is unchanged (all output at the output price).
+ */
+export async function withReasoningTokens(usage: UsageEvent, thinking: string): Promise<UsageEvent> {
+  if (usage.reasoning_tokens !== undefined || thinking.length === 0) return usage;
+  return { ...usage, reasoning_tokens: Math.min(await estimateTokens(thinking), usage.completion_tokens) };
+}
+
 export function createAnthropicAdapter(opts: HttpStreamAdapterOptions): Adapter {
   const http = createHttpStreamAdapter('anthropic', protocolOf, opts);
   return {
     ...http,
+    // the usage event waits for the count of the thinking text before it (it is the last event)
+    async stream(call, signal, emit) {
+      let thinking = '';
+      let usage: UsageEvent | undefined;
+      try {
+        await http.stream(call, signal, (ev) => {
+          if (ev.type === 'reasoning') thinking += ev.content;
+          else if (ev.type === 'usage' && ev.reasoning_tokens === undefined && thinking.length > 0) {
+            usage = ev;
+            return;
+          }
+          emit(ev);
+        });
+      } finally {
+        if (usage) emit(await withReasoningTokens(usage, thinking));
+      }
+    },
     // a Messages job's prompt is Anthropic's shape (system apart, content blocks), not chat's
     async countUsage(call, output) {
       if (call.job.api !== 'messages') return http.countUsage(call, output);

@@ -142,10 +142,20 @@ function blockDelta(ev: StreamEvent, toolIndexOfBlock: Map<number, number>, out:
 const finishEvent = (stop: unknown, sequence: unknown): AdapterEvent =>
   typeof sequence === 'string' ? { type: 'finish', reason: finishReason(stop), stop_sequence: sequence } : { type: 'finish', reason: finishReason(stop) };
 
-const thinkingTokens = (u: Usage | undefined) => u?.output_tokens_details?.thinking_tokens ?? undefined;
+/**
+ * The vendor's own count of the output spent thinking: `output_tokens_details.thinking_tokens`,
+ * which newer versions of the Messages API send (a part of output_tokens, never more); older ones
+ * send nothing, and the adapter counts the thinking text it received instead (index.ts).
+ */
+const thinkingTokens = (u: Usage | undefined) => {
+  const n = u?.output_tokens_details?.thinking_tokens;
+  return typeof n === 'number' && Number.isInteger(n) && n >= 0 ? Math.min(n, u?.output_tokens ?? n) : undefined;
+};
 
 export function createStreamDecoder(secret: string | null) {
   let input: InputCounts = { prompt_tokens: 0 };
+  /** message_start's usage as the deltas updated it */
+  let startUsage: Usage = {};
   let output = 0;
   let reasoning: number | undefined;
   // Anthropic numbers content blocks (text, thinking and tool_use together); OpenAI numbers tool calls.
