@@ -192,11 +192,24 @@ describe('chat completions through the whole path', () => {
       ids.push(r.response.headers.get('x-request-id')!);
     }
     await stack.waitSettled(ids);
-    const { rows } = await stack.db.query(
-      `select model, count(*)::int as n, sum(amount_micros)::bigint as amount, sum(input_tokens)::int as prompt, sum(output_tokens)::int as completion
-         from ledger where tenant_id = $1 and kind = 'debit' group by model order by model`,
+    // debits that are no usage: a Pix refund and an operator's adjustments (one naming a request's model), written as their functions write them
+    await stack.db.query(
+      `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, model, note) values
+         ($1, 'debit', 1000, 0, 'pix_refund', 'refund-' || $1, null, 'test'),
+         ($1, 'debit', 2000, 0, 'adjustment', 'console:adj-' || $1, null, 'test'),
+         ($1, 'debit', 3000, 0, 'adjustment', 'console:adj2-' || $1, 'sim/echo', 'test'),
+         ($1, 'credit', 4000, 0, 'adjustment', 'console:adj3-' || $1, 'sim/echo', 'test')`,
       [t.tenantId],
     );
+    const { rows } = await stack.db.query(
+      `select model, count(*)::int as n, sum(amount_micros)::bigint as amount, sum(input_tokens)::int as prompt, sum(output_tokens)::int as completion
+         from ledger where tenant_id = $1 and kind = 'debit' and source = 'request' group by model order by model`,
+      [t.tenantId],
+    );
+    expect(rows.map((r) => [r.model, r.n])).toEqual([
+      ['sim/echo', 2],
+      ['sim/lorem', 1],
+    ]);
     const today = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo' }).format(new Date());
     const res = await fetch(`${stack.baseUrl}/activity`, { headers: { authorization: `Bearer ${t.key}` } });
     expect(res.status).toBe(200);

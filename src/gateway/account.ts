@@ -209,7 +209,8 @@ const DAY = /^\d{4}-\d{2}-\d{2}$/;
 /**
  * GET /v1/activity (OpenRouter's activity shape): the tenant's usage by day and model over the
  * last 30 days, days in São Paulo time (the tenant's), amounts in BRL. `date=YYYY-MM-DD` keeps one
- * day. Any key of the tenant may read it.
+ * day. Any key of the tenant may read it. Usage is what requests were debited (source 'request'):
+ * a Pix refund or an operator's adjustment, debits too, is no usage.
  */
 export async function activityBody(db: Db, key: ApiKeyRecord, date: string | null) {
   if (date !== null && (!DAY.test(date) || Number.isNaN(Date.parse(`${date}T00:00:00Z`)))) {
@@ -221,7 +222,7 @@ export async function activityBody(db: Db, key: ApiKeyRecord, date: string | nul
             sum(input_tokens)::bigint as prompt, sum(output_tokens)::bigint as completion,
             coalesce(sum(reasoning_tokens), 0)::bigint as reasoning
        from ledger
-      where tenant_id = $1 and kind = 'debit'
+      where tenant_id = $1 and kind = 'debit' and source = 'request'
         and created_at >= ((now() at time zone $2)::date - 29) at time zone $2
         and ($3::date is null or (created_at at time zone $2)::date = $3::date)
       group by 1, 2 order by 1 desc, 2`,
