@@ -19,12 +19,22 @@ beforeAll(async () => {
   stack = await startStack({
     gateways: 2,
     workers: 1,
-    pools: 'openai',
+    pools: 'openai,anthropic',
     env: { MOCK_UPSTREAM_KEY: 'sk-upstream-underheld-0123456789', WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
   });
   const common = { pool: 'openai', upstream_model: 'gpt-4o-mini', base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', output_price: 1_000_000n };
   // no context length given: the default 128 000 is not a bound on what the vendor bills
   await upsertModel(stack.db, { id: 'long/unset', input_price: 1_000_000n, ...common });
+  // the same, spoken natively on /v1/messages (an Anthropic-protocol vendor)
+  await upsertModel(stack.db, {
+    id: 'longclaude/unset',
+    pool: 'anthropic',
+    upstream_model: 'mock-claude',
+    base_url: mock.url,
+    api_key_env: 'MOCK_UPSTREAM_KEY',
+    input_price: 1_000_000n,
+    output_price: 1_000_000n,
+  });
   // an image bound far below what the vendor bills for one image (25 501 tokens): an operator's mistake
   await upsertModel(stack.db, {
     id: 'vision/wrong',
@@ -59,6 +69,69 @@ describe('a model without a context length', () => {
     expect(mock.stats.requests).toBe(before);
     const holds = await stack.db.query('select count(*)::int as n from holds where tenant_id = $1', [t.tenantId]);
     expect(holds.rows[0].n).toBe(0);
+  });
+});
+
+describe('a model without a context length, on /v1/messages (Anthropic-protocol vendor)', () => {
+  const messages = (key: string, body: Record<string, unknown>) =>
+    fetch(`${stack.urlOf(stack.gateways[0])}/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+  // 1 500 000 bytes of text: 8 per request + 8 per message + the string's bytes + 2 = 1 500 018 tokens
+  // at R$ 1 per 1M (R$ 1,500018); one output token at R$ 1 per 1M: a hold of 1 500 019 µBRL.
+  // Capped at the default 128 000 it would have been 128 001 µBRL.
+  const body = { model: 'longclaude/unset', max_tokens: 1, messages: [{ role: 'user', content: 'x '.repeat(750_000) }] };
+  const holds = async (tenantId: string) => (await stack.db.query('select count(*)::int as n from holds where tenant_id = $1', [tenantId])).rows[0].n;
+  const balance = async (tenantId: string): Promise<bigint> =>
+    (await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros;
+
+  it('1.5 MB of prompt on R$ 1,00 is refused (402 billing_error), nothing held, the vendor never asked', async () => {
+    const t = await stack.tenant('1.00');
+    const before = mock.stats.requests;
+    const res = await messages(t.key, body);
+    expect(res.status).toBe(402);
+    expect(await res.json()).toEqual({
+      type: 'error',
+      error: {
+        type: 'billing_error',
+        message: 'This request requires more credits: its input alone can cost up to R$ 1.500018, more than your available balance of R$ 1.000000.',
+      },
+    });
+    expect(mock.stats.requests).toBe(before);
+    expect(await holds(t.tenantId)).toBe(0);
+    expect(await balance(t.tenantId)).toBe(1_000_000n);
+  });
+
+  it('is held in full: 900 000 bytes need R$ 0,900019; one micro-real less is a 402 (nothing held), that much is admitted and debited what the vendor billed', async () => {
+    // under NATS's 1 MiB max_payload, so the job can go: 8 + 8 + 900 002 = 900 018 tokens (R$ 0,900018), one output token
+    const fits = { ...body, messages: [{ role: 'user', content: 'x '.repeat(450_000) }] };
+    const short = await stack.tenant('0.900018');
+    const before = mock.stats.requests;
+    const refused = await messages(short.key, fits);
+    expect(refused.status).toBe(402);
+    expect(await refused.json()).toEqual({
+      type: 'error',
+      error: {
+        type: 'billing_error',
+        message: 'This request requires more credits, or fewer max_tokens. You requested up to 1 tokens, but can only afford 0 with your available balance of R$ 0.900018.',
+      },
+    });
+    expect(mock.stats.requests).toBe(before);
+    expect(await holds(short.tenantId)).toBe(0);
+    expect(await balance(short.tenantId)).toBe(900_018n);
+    const t = await stack.tenant('0.900019');
+    const res = await messages(t.key, fits);
+    expect(res.status).toBe(200);
+    const msg = await res.json();
+    // the mock bills 3 per request + 3 per message + 450 000 words; one output token
+    expect(msg.usage).toMatchObject({ input_tokens: 450_006, output_tokens: 1 });
+    await stack.waitSettled([msg.id]);
+    const debit = await stack.db.query('select amount_micros from ledger where request_id = $1', [msg.id]);
+    expect(debit.rows[0].amount_micros).toBe(450_007n);
+    expect(await balance(t.tenantId)).toBe(900_019n - 450_007n);
+    expect(await holds(t.tenantId)).toBe(0);
   });
 });
 
