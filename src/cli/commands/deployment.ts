@@ -20,7 +20,20 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
   const flags = parseFlags(
     args,
     {
-      values: ['model', 'name', 'base-url', 'api-key-env', 'upstream-model', 'protocol', 'weight', 'input-price', 'output-price'],
+      values: [
+        'model',
+        'name',
+        'base-url',
+        'api-key-env',
+        'upstream-model',
+        'protocol',
+        'weight',
+        'input-price',
+        'output-price',
+        'cached-input-price',
+        'cache-write-price',
+        'cache-write-1h-price',
+      ],
       required: ['model', 'base-url'],
     },
     cmd,
@@ -54,6 +67,10 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         weight: weight ?? 1,
         input_price: brlFlag(flags, 'input-price', cmd) ?? null,
         output_price: brlFlag(flags, 'output-price', cmd) ?? null,
+        // the cache prices of this deployment's vendor (null: the model's, as for the other prices)
+        cached_input_price: brlFlag(flags, 'cached-input-price', cmd) ?? null,
+        cache_write_price: brlFlag(flags, 'cache-write-price', cmd) ?? null,
+        cache_write_1h_price: brlFlag(flags, 'cache-write-1h-price', cmd) ?? null,
       }),
       pool: model.pool,
     };
@@ -75,6 +92,9 @@ export function deploymentView(d: DeploymentRecord) {
     weight: d.weight,
     input_price: d.input_price === null ? null : brlString(d.input_price),
     output_price: d.output_price === null ? null : brlString(d.output_price),
+    cached_input_price: d.cached_input_price === null ? null : brlString(d.cached_input_price),
+    cache_write_price: d.cache_write_price === null ? null : brlString(d.cache_write_price),
+    cache_write_1h_price: d.cache_write_1h_price === null ? null : brlString(d.cache_write_1h_price),
   };
 }
 
@@ -95,6 +115,9 @@ export async function deploymentList(ctx: CliContext, args: string[]): Promise<v
       weight: model.weight,
       input_price: brlString(model.input_price),
       output_price: brlString(model.output_price),
+      cached_input_price: model.cached_input_price === null ? null : brlString(model.cached_input_price),
+      cache_write_price: model.cache_write_price === null ? null : brlString(model.cache_write_price),
+      cache_write_1h_price: model.cache_write_1h_price === null ? null : brlString(model.cache_write_1h_price),
     };
     return [primary, ...(await listDeployments(db, modelId)).map(deploymentView)];
   });
