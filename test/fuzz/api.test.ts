@@ -506,6 +506,42 @@ describe('fuzz: strings PostgreSQL cannot take, on every route', () => {
     expectNoServerErrors();
   }, 120000);
 
+  it("/v1/messages and /v1/messages/count_tokens (x-api-key): a control character in model or metadata.user_id is a 400 in Anthropic's shape naming the field; nothing held", async () => {
+    const anthropicCases: Array<{ route: string; param: string; body: (v: string) => Record<string, unknown> }> = [
+      { route: '/v1/messages', param: 'model', body: (v) => ({ model: v, max_tokens: 5, messages: msgs }) },
+      { route: '/v1/messages', param: 'metadata.user_id', body: (v) => ({ model: 'sim/echo', max_tokens: 5, messages: msgs, metadata: { user_id: v } }) },
+      { route: '/v1/messages/count_tokens', param: 'model', body: (v) => ({ model: v, messages: msgs }) },
+      { route: '/v1/messages/count_tokens', param: 'metadata.user_id', body: (v) => ({ model: 'sim/echo', messages: msgs, metadata: { user_id: v } }) },
+    ];
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...anthropicCases), fc.oneof(control, nul), async (c, v) => {
+        const r = await rawRequest({
+          port,
+          path: c.route,
+          headers: [
+            ['x-api-key', fuzzed.key],
+            ['anthropic-version', '2023-06-01'],
+            ['content-type', 'application/json'],
+          ],
+          body: JSON.stringify(c.body(v)),
+          timeoutMs: 20000,
+        });
+        const where = `${c.route} ${c.param} ${JSON.stringify(v)}`;
+        expect(r.status, where).toBe(400);
+        const body = r.json as { type: string; error: { type: string; message: string } };
+        expect(Object.keys(body), where).toEqual(['type', 'error']);
+        expect(body.type, where).toBe('error');
+        expect(Object.keys(body.error), where).toEqual(['type', 'message']);
+        expect(body.error.type, where).toBe('invalid_request_error');
+        expect(body.error.message, where).toBe(`Invalid value for '${c.param}': control characters are not allowed.`);
+        await expectUntouched();
+      }),
+      runs(100),
+    );
+    await expectServing();
+    expectNoServerErrors();
+  }, 120000);
+
   it('responses with store: false relay a NUL to the vendor as it is (nothing to store)', async () => {
     const client = new OpenAI({ baseURL: stack.baseUrl, apiKey: canary.key, maxRetries: 0 });
     const r = await client.responses.create({ model: 'sim/echo', input: 'um\u0000dois', store: false });

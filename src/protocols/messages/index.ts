@@ -6,6 +6,7 @@ import type { CatalogEntry } from '../../catalog/catalog.ts';
 import { checkParams, type ParamRefusal } from '../../chat/params.ts';
 import { type CatracaError, errors } from '../../errors.ts';
 import type { Collected } from '../collector.ts';
+import { storableText } from '../stored-text.ts';
 import type { ParsedRequest, Protocol, ResponseEncoder } from '../types.ts';
 import { anthropicInputBound } from './bound.ts';
 import { MessagesEncoder } from './encoder.ts';
@@ -130,6 +131,9 @@ export const countTokens: Protocol<MessagesParsed> = {
   parse(json) {
     const body = parseAnthropic(CountTokensRequestSchema, json);
     const { model, ...rest } = body;
+    // the same body as /v1/messages, the same refusals: an end user that could not be stored there is a 400 here too
+    const user = (body.metadata as { user_id?: unknown } | undefined)?.user_id;
+    if (typeof user === 'string') storableText(user, 'metadata.user_id', 256);
     return { model, stream: false, body: rest, anthropic: body as AnthropicBody, betas: [] };
   },
   check: (req, model) => check(req, model, 'count_tokens'),
