@@ -79,7 +79,12 @@ async function ledgerRow(requestId: string) {
 const events = (text: string) =>
   text
     .split('\n\n')
-    .map((e) => e.split('\n').find((l) => l.startsWith('data: '))?.slice(6))
+    .map((e) =>
+      e
+        .split('\n')
+        .find((l) => l.startsWith('data: '))
+        ?.slice(6),
+    )
     .filter((d): d is string => d !== undefined && d !== '[DONE]')
     .map((d) => JSON.parse(d));
 
@@ -107,7 +112,13 @@ const freshSystem = (ttl?: '1h') => {
 describe('one-hour cache writes are billed at the one-hour price (the split comes from message_start)', () => {
   it.each([false, true])('/v1/messages (streamed: %s)', async (stream) => {
     const t = await stack.tenant('1.00');
-    const res = await messages(t.key, { model: 'cachebill/claude', max_tokens: 5, stream, system: freshSystem('1h'), messages: [{ role: 'user', content: 'hi' }] });
+    const res = await messages(t.key, {
+      model: 'cachebill/claude',
+      max_tokens: 5,
+      stream,
+      system: freshSystem('1h'),
+      messages: [{ role: 'user', content: 'hi' }],
+    });
     expect(res.status).toBe(200);
     const id = res.headers.get('x-request-id')!;
     const v = vendorUsage();
@@ -162,7 +173,12 @@ describe('one-hour cache writes are billed at the one-hour price (the split come
       prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: v.cache_creation_input_tokens },
     });
     const exact = expectedMicros({ input: v.input_tokens, write1h: v.cache_creation_input_tokens, output: v.output_tokens });
-    expect(await ledgerRow(id)).toMatchObject({ amount_micros: exact, cache_write_tokens: null, cache_write_1h_tokens: v.cache_creation_input_tokens, route: 'chat' });
+    expect(await ledgerRow(id)).toMatchObject({
+      amount_micros: exact,
+      cache_write_tokens: null,
+      cache_write_1h_tokens: v.cache_creation_input_tokens,
+      route: 'chat',
+    });
   });
 
   it('5-minute and 1-hour writes in one streamed request keep their own prices; a read of them is billed at the read price', async () => {
@@ -217,7 +233,11 @@ describe('Anthropic reasoning tokens: the thinking text received, counted; bille
     const v = vendorUsage();
     const thinking = await estimateTokens(MOCK_REASONING.join(''));
     expect(thinking).toBeGreaterThan(0);
-    expect(usage).toMatchObject({ prompt_tokens: v.input_tokens, completion_tokens: v.output_tokens, completion_tokens_details: { reasoning_tokens: thinking } });
+    expect(usage).toMatchObject({
+      prompt_tokens: v.input_tokens,
+      completion_tokens: v.output_tokens,
+      completion_tokens_details: { reasoning_tokens: thinking },
+    });
     expect(usage.completion_tokens_details.reasoning_tokens).toBeLessThanOrEqual(usage.completion_tokens);
     // all output, reasoning included, at the output price: nothing more, nothing less
     expect(await ledgerRow(id)).toMatchObject({

@@ -79,7 +79,11 @@ export function mergeDeltaUsage(start: Usage, delta: Usage): Usage {
   if (!start.cache_creation) return { ...merged, cache_creation_input_tokens: total, cache_creation: null };
   const diff = total - (w5m + w1h);
   let split: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
-  if (diff >= 0) split = w5m === 0 && w1h > 0 ? { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: w1h + diff } : { ephemeral_5m_input_tokens: w5m + diff, ephemeral_1h_input_tokens: w1h };
+  if (diff >= 0)
+    split =
+      w5m === 0 && w1h > 0
+        ? { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: w1h + diff }
+        : { ephemeral_5m_input_tokens: w5m + diff, ephemeral_1h_input_tokens: w1h };
   else {
     const from5m = Math.min(w5m, -diff);
     split = { ephemeral_5m_input_tokens: w5m - from5m, ephemeral_1h_input_tokens: Math.max(0, w1h - (-diff - from5m)) };

@@ -24,7 +24,12 @@ const STOP = { type: 'message_stop' };
 describe('cache writes by lifetime when message_delta repeats the input counts', () => {
   it('a one-hour write stays a one-hour write: message_delta (no split) keeps message_start’s split', () => {
     const out = decode([
-      start({ input_tokens: 7, cache_read_input_tokens: 0, cache_creation_input_tokens: 92, cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 92 } }),
+      start({
+        input_tokens: 7,
+        cache_read_input_tokens: 0,
+        cache_creation_input_tokens: 92,
+        cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 92 },
+      }),
       delta({ input_tokens: 7, cache_creation_input_tokens: 92, cache_read_input_tokens: 0, output_tokens: 5 }),
       STOP,
     ]);
@@ -42,7 +47,9 @@ describe('cache writes by lifetime when message_delta repeats the input counts',
 
   it('a delta with a split of its own is taken as it is', () => {
     const s = { input_tokens: 1, cache_creation_input_tokens: 10, cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 10 } };
-    expect(mergeDeltaUsage(s, { cache_creation_input_tokens: 12, cache_creation: { ephemeral_5m_input_tokens: 4, ephemeral_1h_input_tokens: 8 } })).toMatchObject({
+    expect(
+      mergeDeltaUsage(s, { cache_creation_input_tokens: 12, cache_creation: { ephemeral_5m_input_tokens: 4, ephemeral_1h_input_tokens: 8 } }),
+    ).toMatchObject({
       input_tokens: 1,
       cache_creation_input_tokens: 12,
       cache_creation: { ephemeral_5m_input_tokens: 4, ephemeral_1h_input_tokens: 8 },
@@ -50,16 +57,21 @@ describe('cache writes by lifetime when message_delta repeats the input counts',
   });
 
   it('a total that differs from message_start’s split: more goes to 1 h only when every write was 1 h, else to 5 min; less comes out of 5 min first', () => {
-    const split = (w5m: number, w1h: number) => ({ cache_creation_input_tokens: w5m + w1h, cache_creation: { ephemeral_5m_input_tokens: w5m, ephemeral_1h_input_tokens: w1h } });
-    const after = (s: ReturnType<typeof split>, total: number) => mergeDeltaUsage(s, { cache_creation_input_tokens: total }).cache_creation;
-    expect(after(split(0, 10), 15)).toEqual({ ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 15 });
-    expect(after(split(4, 10), 15)).toEqual({ ephemeral_5m_input_tokens: 5, ephemeral_1h_input_tokens: 10 });
-    expect(after(split(0, 0), 6)).toEqual({ ephemeral_5m_input_tokens: 6, ephemeral_1h_input_tokens: 0 });
-    expect(after(split(4, 10), 12)).toEqual({ ephemeral_5m_input_tokens: 2, ephemeral_1h_input_tokens: 10 });
-    expect(after(split(4, 10), 8)).toEqual({ ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 8 });
-    expect(after(split(0, 10), 3)).toEqual({ ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 3 });
+    const split = (w5m: number, w1h: number) => ({
+      cache_creation_input_tokens: w5m + w1h,
+      cache_creation: { ephemeral_5m_input_tokens: w5m, ephemeral_1h_input_tokens: w1h },
+    });
+    const splitAfter = (s: ReturnType<typeof split>, total: number) => mergeDeltaUsage(s, { cache_creation_input_tokens: total }).cache_creation;
+    expect(splitAfter(split(0, 10), 15)).toEqual({ ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 15 });
+    expect(splitAfter(split(4, 10), 15)).toEqual({ ephemeral_5m_input_tokens: 5, ephemeral_1h_input_tokens: 10 });
+    expect(splitAfter(split(0, 0), 6)).toEqual({ ephemeral_5m_input_tokens: 6, ephemeral_1h_input_tokens: 0 });
+    expect(splitAfter(split(4, 10), 12)).toEqual({ ephemeral_5m_input_tokens: 2, ephemeral_1h_input_tokens: 10 });
+    expect(splitAfter(split(4, 10), 8)).toEqual({ ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 8 });
+    expect(splitAfter(split(0, 10), 3)).toEqual({ ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 3 });
     // message_start without a split: the delta's writes are 5-minute writes, as an unsplit write always is
-    expect(decode([start({ input_tokens: 2, cache_creation_input_tokens: 5 }), delta({ cache_creation_input_tokens: 9, output_tokens: 1 }), STOP]).at(-1)).toEqual({
+    expect(
+      decode([start({ input_tokens: 2, cache_creation_input_tokens: 5 }), delta({ cache_creation_input_tokens: 9, output_tokens: 1 }), STOP]).at(-1),
+    ).toEqual({
       type: 'usage',
       prompt_tokens: 11,
       cache_write_tokens: 9,
@@ -89,7 +101,11 @@ describe('reasoning tokens', () => {
       reasoning_tokens: 10,
     });
     const out: AdapterEvent[] = [];
-    completionEvents({ content: [], stop_reason: 'end_turn', usage: { input_tokens: 1, output_tokens: 9, output_tokens_details: { thinking_tokens: 4 } } }, out, null);
+    completionEvents(
+      { content: [], stop_reason: 'end_turn', usage: { input_tokens: 1, output_tokens: 9, output_tokens_details: { thinking_tokens: 4 } } },
+      out,
+      null,
+    );
     expect(out.at(-1)).toEqual({ type: 'usage', prompt_tokens: 1, completion_tokens: 9, reasoning_tokens: 4 });
   });
 

@@ -62,7 +62,11 @@ describe('request transform', () => {
 describe('the output cap: max_completion_tokens for reasoning models and OpenAI itself, max_tokens for other OpenAI-compatible hosts', () => {
   const cap = (upstream: Record<string, unknown>, body: Record<string, unknown> = {}) => {
     const out = buildUpstreamBody(
-      makeCall('p', { upstream: { id: 'vendor/cap', protocol: 'openai', upstream_model: 'm', ...upstream }, body: { messages: [{ role: 'user', content: 'x' }], ...body }, max_tokens: 40 }),
+      makeCall('p', {
+        upstream: { id: 'vendor/cap', protocol: 'openai', upstream_model: 'm', ...upstream },
+        body: { messages: [{ role: 'user', content: 'x' }], ...body },
+        max_tokens: 40,
+      }),
     );
     return { max_tokens: out.max_tokens, max_completion_tokens: out.max_completion_tokens };
   };
@@ -75,7 +79,12 @@ describe('the output cap: max_completion_tokens for reasoning models and OpenAI 
     expect(cap({ base_url: 'https://API.openai.com:443/v1/' })).toEqual({ max_tokens: undefined, max_completion_tokens: 40 });
   });
   it('a generic OpenAI-compatible host keeps max_tokens unless the client used max_completion_tokens', () => {
-    for (const base_url of ['http://127.0.0.1:8000/v1', 'https://openrouter.ai/api/v1', 'https://api.openai.com.example.net/v1', 'https://proxy.example/api.openai.com/v1']) {
+    for (const base_url of [
+      'http://127.0.0.1:8000/v1',
+      'https://openrouter.ai/api/v1',
+      'https://api.openai.com.example.net/v1',
+      'https://proxy.example/api.openai.com/v1',
+    ]) {
       expect(cap({ base_url }, { max_tokens: 900 })).toEqual({ max_tokens: 40, max_completion_tokens: undefined });
       expect(cap({ base_url }, { max_completion_tokens: 900 })).toEqual({ max_tokens: undefined, max_completion_tokens: 40 });
     }
