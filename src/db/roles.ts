@@ -10,8 +10,11 @@ import type pg from 'pg';
 //   catraca_metering  settlement functions, the hold sweeper, expired responses
 //   catraca_portal    its own tables, tenant and key creation, Pix top-ups, usage reads
 //   catraca_admin     the admin CLI (`catraca …`)
-//   catraca_console   the operator's console (src/console/): reads across tenants, audited writes
-// What each may do is granted by migrations/034_roles.sql (catraca_console: 039_console.sql) and the
+//   catraca_console   the operator's console (src/console/): reads across tenants, audited writes (sale
+//                     prices only of a model; money, key revocation, disabling an operator and the
+//                     audit log only through its SECURITY DEFINER functions)
+// What each may do is granted by migrations/034_roles.sql (catraca_console: 039_console.sql, narrowed
+// by 042_console_least_privilege.sql) and the
 // functions/*.sql files (EXECUTE); the functions that write what their callers may not touch run as the owner (SECURITY DEFINER).
 //
 // bootstrapRoles() runs at the start of every migration run, under its advisory lock. Connected as

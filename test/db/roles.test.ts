@@ -57,9 +57,8 @@ import * as notify from '../../src/notify/events.ts';
 import * as notifySettings from '../../src/notify/settings.ts';
 import * as deliveries from '../../src/notify/deliveries.ts';
 import { ledgerCheck } from '../../src/billing/ledger-check.ts';
-import { setModel } from '../../src/catalog/model-set.ts';
 import { audit, listAudit } from '../../src/console/audit.ts';
-import { createOperator, listOperators, operatorSessions } from '../../src/console/auth.ts';
+import { createOperator, disableOperator, listOperators, operatorSessions } from '../../src/console/auth.ts';
 import { loadCatalog, setVendorCost } from '../../src/console/catalog.ts';
 import { marginRows, shortfalls } from '../../src/console/money.ts';
 import { chargeStates, listCharges, reconcilerStatus } from '../../src/console/pix.ts';
@@ -376,7 +375,8 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       const s = await operatorSessions.create(db, f.operatorId, '198.51.100.9');
       expect((await operatorSessions.load(db, s.token))?.subjectId).toBe(f.operatorId);
       await operatorSessions.destroyToken(db, s.token);
-      await db.query(`insert into operator_login_failures (email, ip) values ('x@example.com', '198.51.100.9')`);
+      await db.query(`insert into operator_login_failures (email, ip, kind) values ('x@example.com', '198.51.100.9', 'password')`);
+      await db.query(`update operator_login_failures set kind = 'code' where email = 'x@example.com'`);
       await db.query(`delete from operator_login_failures where email = 'x@example.com'`);
       await db.query('update operators set totp_last_step = totp_last_step where id = $1', [f.operatorId]);
       await audit(db, { operatorId: f.operatorId, action: 'login', ip: '198.51.100.9' });
@@ -412,11 +412,27 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       expect(adjust.rows[0].status).toBe('debited');
       await db.query('update tenants set suspended_at = now(), suspended_reason = $2 where id = $1', [f.tenant, 'roles']);
       await db.query('update tenants set suspended_at = null, suspended_reason = null where id = $1', [f.tenant]);
-      await db.query('update api_keys set revoked_at = now() where id = $1 and tenant_id = $2', [f.keyId, f.tenant]);
+      const revoked = await db.query('select status from catraca_console_revoke_key($1, $2, $3, $4)', [f.operatorId, '198.51.100.9', f.tenant, f.keyId]);
+      expect(['revoked', 'already']).toContain(revoked.rows[0].status);
     },
-    'catalog: prices as model set makes them, deployments, vendor costs; margin and shortfalls': async (db) => {
-      const saved = await setModel(db, { id: 'roles/echo', pool: 'sim', input_price: 1_000_000n, output_price: 2_000_000n });
-      expect(saved.ok).toBe(true);
+    'operators: create one, disable it through its function': async (db) => {
+      // (the columns createOperator inserts; it runs its own transaction, this case is one already)
+      const id = `opr_roles_${uniq()}`;
+      await db.query(`insert into operators (id, email, password_hash, totp_secret, created_by) values ($1, $2, 'x', 'JBSWY3DPEHPK3PXP', $3)`, [
+        id,
+        `roles.made.${uniq()}@example.com`,
+        f.operatorId,
+      ]);
+      await audit(db, { operatorId: f.operatorId, action: 'operator_create', ip: '198.51.100.9', target: id });
+      expect(await disableOperator(db, id, { operatorId: f.operatorId, ip: '198.51.100.9' })).toBe(true);
+    },
+    'catalog: a model’s sale prices, deployments, vendor costs; margin and shortfalls': async (db) => {
+      await db.query('select 1 from models where id = $1 for update', ['roles/echo']);
+      const saved = await db.query(
+        'update models set input_price = $2, output_price = $3, cached_input_price = null, updated_at = now() where id = $1 returning input_price',
+        ['roles/echo', 1_000_000n, 2_000_000n],
+      );
+      expect(saved.rowCount).toBe(1);
       await updateDeploymentPrices(db, f.depId, { input_price: 1n, output_price: 1n, cached_input_price: null, weight: 2 });
       await setVendorCost(
         db,
@@ -542,6 +558,13 @@ const REFUSED: Record<LoginRole, Record<string, () => [string, unknown[]?]>> = {
     'change a charge': () => [`update pix_charges set status = 'CONCLUIDA' where txid = $1`, [f.txid]],
     'lift a key limit': () => ['update api_keys set limit_micros = null where id = $1', [K()]],
     'rewrite vendor costs': () => ['update model_vendor_costs set input_price = 0'],
+    're-enable a disabled operator': () => ['update operators set disabled_at = null where id = $1', [f.operatorId]],
+    'disable an operator without its audit row': () => ['update operators set disabled_at = now() where id = $1', [f.operatorId]],
+    'insert into the audit log directly': () => [`insert into console_audit (operator_id, action, ip) values ($1, 'login', '198.51.100.9')`, [f.operatorId]],
+    'add a model': () => [`insert into models (id, pool, upstream_model, input_price, output_price) values ('x/forged', 'sim', 'echo', 0, 0)`],
+    'change a model’s upstream': () => [`update models set base_url = 'http://198.51.100.9' where id = 'roles/echo'`],
+    'change a model’s pool': () => [`update models set pool = 'other' where id = 'roles/echo'`],
+    'revoke a key without its audit row': () => ['update api_keys set revoked_at = now() where id = $1', [K()]],
     'copy … to program': () => [`copy (select 1) to program 'id'`],
   },
   admin: {
@@ -660,6 +683,9 @@ const EXECUTE: Record<string, { roles: LoginRole[]; definer: boolean }> = {
   catraca_console_grant: { roles: ['console'], definer: true },
   catraca_console_adjust: { roles: ['console'], definer: true },
   catraca_console_audit_append_only: { roles: [], definer: false },
+  catraca_console_audit: { roles: ['console', 'admin'], definer: true },
+  catraca_console_disable_operator: { roles: ['console', 'admin'], definer: true },
+  catraca_console_revoke_key: { roles: ['console'], definer: true },
 };
 
 describe('the invariants that keep it so', () => {

@@ -1,5 +1,4 @@
 import QRCode from 'qrcode';
-import { audit } from '../../console/audit.ts';
 import { createOperator, disableOperator, MIN_OPERATOR_PASSWORD, type OperatorSetup, resetOperator } from '../../console/auth.ts';
 import { parseFlags, str } from '../args.ts';
 import { CliError, type CliContext, UsageError } from '../context.ts';
@@ -53,12 +52,8 @@ export async function operatorCreate(ctx: CliContext, args: string[]): Promise<v
   const cmd = 'operator create';
   const flags = parseFlags(args, { values: ['email'], booleans: ['password-stdin'], required: ['email'] }, cmd);
   const password = await readPassword(flags['password-stdin'] === true, cmd);
-  const res = await withDb(ctx, async (db) => {
-    const r = await createOperator(db, { email: str(flags, 'email')!, createdBy: null, password });
-    if (r.ok)
-      await audit(db, { operatorId: null, action: 'operator_create', ip: 'cli', target: r.setup.operator.id, after: { email: r.setup.operator.email } });
-    return r;
-  });
+  // audited (operator_create, from `cli`) in the creation's transaction
+  const res = await withDb(ctx, (db) => createOperator(db, { email: str(flags, 'email')!, createdBy: null, password, ip: 'cli' }));
   if (!res.ok) {
     if (res.error === 'taken') throw new CliError(`${cmd}: an operator with that e-mail exists (catraca operator reset --email … gives it new credentials)`);
     throw new UsageError(`${cmd}: ${res.error === 'bad_email' ? '--email must be a valid e-mail address' : 'the password is too short'}`);
@@ -70,11 +65,8 @@ export async function operatorReset(ctx: CliContext, args: string[]): Promise<vo
   const cmd = 'operator reset';
   const flags = parseFlags(args, { values: ['email'], booleans: ['password-stdin'], required: ['email'] }, cmd);
   const password = await readPassword(flags['password-stdin'] === true, cmd);
-  const setup = await withDb(ctx, async (db) => {
-    const s = await resetOperator(db, str(flags, 'email')!, password);
-    if (s) await audit(db, { operatorId: null, action: 'operator_reset', ip: 'cli', target: s.operator.id, after: { email: s.operator.email } });
-    return s;
-  });
+  // audited (operator_reset, from `cli`) in the reset's transaction
+  const setup = await withDb(ctx, (db) => resetOperator(db, str(flags, 'email')!, password));
   if (!setup) throw new CliError(`${cmd}: no operator with e-mail ${JSON.stringify(str(flags, 'email'))}`);
   await printSetup(ctx, 'reset', setup, password === undefined);
 }
@@ -110,8 +102,8 @@ export async function operatorDisable(ctx: CliContext, args: string[]): Promise<
   const id = await withDb(ctx, async (db) => {
     const { rows } = await db.query('select id from operators where email = $1', [email]);
     if (!rows[0]) return null;
-    await disableOperator(db, rows[0].id);
-    await audit(db, { operatorId: null, action: 'operator_disable', ip: 'cli', target: rows[0].id });
+    // disabled, sessions ended and audited (operator_disable, from `cli`) in one transaction
+    await disableOperator(db, rows[0].id, { operatorId: null, ip: 'cli' });
     return rows[0].id as string;
   });
   if (!id) throw new CliError(`${cmd}: no operator with e-mail ${JSON.stringify(email)}`);

@@ -3,7 +3,6 @@ import type { NatsConnection } from 'nats';
 import type pg from 'pg';
 import { parseAmountInput } from '../../billing/amount-input.ts';
 import { subjects } from '../../bus/subjects.ts';
-import { setModel } from '../../catalog/model-set.ts';
 import { getModel, listDeployments, type ModelRecord, updateDeploymentPrices } from '../../db/models.ts';
 import { withTransaction } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
@@ -17,9 +16,10 @@ import type { ConsoleRenderer } from '../render.ts';
 import { catalogPage, modelPage } from '../views/catalog.ts';
 import { amountError } from './tenants.ts';
 
-// The catalog: models and deployments with their prices, health and key variables; price changes
-// as `catraca model set` makes them (src/catalog/model-set.ts, then catalog.changed on NATS so every
-// door and worker reloads at once), vendor costs for the margin views. Every change is audited.
+// The catalog: models and deployments with their prices, health and key variables; a model's sale
+// prices (input, cached input, output: the only columns of models the console's role may update),
+// then catalog.changed on NATS so every door and worker reloads at once, as after `catraca model
+// set`; vendor costs for the margin views. Every change is audited.
 
 const log = createLogger('console');
 const MODEL = '/catalog/models/:vendor{[a-z0-9][a-z0-9._-]*}/:name{[A-Za-z0-9][A-Za-z0-9._:-]*}';
@@ -90,16 +90,16 @@ export function catalogRoutes(d: CatalogRoutesDeps, r: ConsoleRenderer): Hono<Co
     if (!p.ok) return show(c, id, 400, { error: p.error, form: keep });
     const operatorId = operatorOf(c).operator.id;
     const saved = await withTransaction(db, async (tx) => {
+      await tx.query('select 1 from models where id = $1 for update', [id]);
       const prev = await getModel(tx, id);
       if (!prev) return null;
-      const res = await setModel(tx, {
-        id,
-        pool: prev.pool,
-        input_price: p.values.input_price!,
-        output_price: p.values.output_price!,
-        cached_input_price: p.values.cached_input_price,
-      });
-      if (!res.ok) throw new Error(`setModel refused an existing model's prices: ${res.error.code}`);
+      // the sale prices only: the console's role may update no other column of a model
+      const { rows } = await tx.query(
+        `update models set input_price = $2, output_price = $3, cached_input_price = $4, updated_at = now() where id = $1
+         returning input_price, cached_input_price, output_price`,
+        [id, p.values.input_price!, p.values.output_price!, p.values.cached_input_price],
+      );
+      const res = { model: rows[0] as Pick<ModelRecord, 'input_price' | 'cached_input_price' | 'output_price'> };
       await audit(tx, {
         operatorId,
         action: 'price_change',

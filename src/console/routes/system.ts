@@ -106,9 +106,9 @@ function operatorRoutes(app: Hono<ConsoleEnv>, db: pg.Pool, r: ConsoleRenderer):
   app.get('/operators', (c) => list(c, 200, { flash: c.var.url.searchParams.has('disabled') ? c.var.t('operators.disabled_ok') : undefined }));
   app.post('/operators', async (c) => {
     const me = operatorOf(c).operator.id;
-    const res = await createOperator(db, { email: one(c.var.form, 'email'), createdBy: me });
+    // audited (operator_create) in the creation's transaction
+    const res = await createOperator(db, { email: one(c.var.form, 'email'), createdBy: me, ip: c.var.ip });
     if (!res.ok) return list(c, res.error === 'taken' ? 409 : 400, { error: c.var.t(`operators.${res.error}`) });
-    await audit(db, { operatorId: me, action: 'operator_create', ip: c.var.ip, target: res.setup.operator.id, after: { email: res.setup.operator.email } });
     log.info('console: operator created', { by: me, operator: res.setup.operator.id });
     const qr = await QRCode.toDataURL(res.setup.otpauthUrl, { margin: 1, width: 220 });
     return r.page(c, 200, c.var.t('operators.title'), (vc) => operatorSetupPage(vc, res.setup, qr));
@@ -117,8 +117,8 @@ function operatorRoutes(app: Hono<ConsoleEnv>, db: pg.Pool, r: ConsoleRenderer):
     const me = operatorOf(c).operator.id;
     const id = c.req.param('id');
     if (id === me) return list(c, 400, { error: c.var.t('operators.not_self') });
-    if (!(await disableOperator(db, id))) return r.notFound(c);
-    await audit(db, { operatorId: me, action: 'operator_disable', ip: c.var.ip, target: id });
+    // disabled, sessions ended and audited in one transaction (catraca_console_disable_operator)
+    if (!(await disableOperator(db, id, { operatorId: me, ip: c.var.ip }))) return r.notFound(c);
     return redirect(c, '/operators?disabled=1');
   });
 }

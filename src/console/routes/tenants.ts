@@ -246,24 +246,11 @@ async function revoke(c: CCtx, d: TenantRoutesDeps, r: ConsoleRenderer): Promise
   const id = c.req.param('id')!;
   const keyId = c.req.param('key')!;
   const operatorId = operatorOf(c).operator.id;
-  // the key must be this tenant's: another tenant's key id under this tenant's path is a 404
-  const outcome = await withTransaction(d.db, async (tx) => {
-    const { rows } = await tx.query('select revoked_at from api_keys where id = $1 and tenant_id = $2 for update', [keyId, id]);
-    if (!rows[0]) return 'unknown';
-    if (rows[0].revoked_at) return 'already';
-    const { rows: after } = await tx.query('update api_keys set revoked_at = now() where id = $1 and tenant_id = $2 returning revoked_at', [keyId, id]);
-    await audit(tx, {
-      operatorId,
-      action: 'key_revoke',
-      ip: c.var.ip,
-      tenantId: id,
-      target: keyId,
-      before: { revoked_at: null },
-      after: { revoked_at: after[0].revoked_at },
-    });
-    return 'revoked';
-  });
-  if (outcome === 'unknown') return r.notFound(c);
+  // the key must be this tenant's: another tenant's key id under this tenant's path is a 404.
+  // Revocation, key.revoked and the audit row in one transaction (catraca_console_revoke_key).
+  const { rows } = await d.db.query('select status from catraca_console_revoke_key($1, $2, $3, $4)', [operatorId, c.var.ip, id, keyId]);
+  const outcome = rows[0].status as 'revoked' | 'already' | 'unknown' | 'unknown_operator';
+  if (outcome === 'unknown' || outcome === 'unknown_operator') return r.notFound(c);
   if (outcome === 'already') return redirect(c, `/tenants/${id}?done=already_revoked`);
   log.info('console: key revoked', { operator: operatorId, tenant: id, key_id: keyId });
   const told = await broadcast(d.nc, subjects.keyInvalidated, { key_id: keyId });

@@ -1,6 +1,6 @@
--- An operator's adjustment from the console, exact to the micro-real, with its audit row in the
--- same transaction (source 'adjustment'; the ledger's kinds stay credit and debit, so `catraca
--- ledger check` holds):
+-- An operator's adjustment from the console, exact to the micro-real, with its audit row and the
+-- balance notifications it makes (catraca_notify_balance) in the same transaction (source
+-- 'adjustment'; the ledger's kinds stay credit and debit, so `catraca ledger check` holds):
 --   credit  gives back what a request should not have cost (a failed vendor call): with a request,
 --           at most what that request was debited less what earlier adjustments gave back for it;
 --   debit   takes what a tenant owes (a shortfall): never more than the available balance
@@ -56,6 +56,8 @@ begin
   insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, ref_request_id, note)
     values (p_tenant, p_kind, p_amount, v_balance, 'adjustment', 'console:' || p_nonce, p_request_id, nullif(btrim(p_note), ''))
     returning id into v_ledger;
+  -- balance.low / balance.depleted (or their re-arming), in this transaction: the notifier's relay publishes them
+  perform catraca_notify_balance(array[p_tenant]);
   insert into console_audit (operator_id, action, ip, tenant_id, target, reason, before, after)
     values (p_operator, 'adjustment', p_ip, p_tenant, coalesce(p_request_id, v_ledger::text), btrim(p_reason),
             jsonb_build_object('balance_micros', v_before::text, 'held_micros', v_held::text),

@@ -1,5 +1,6 @@
--- An operator's grant of credit from the console: the ledger's credit (source 'grant', the note)
--- and the audit row (operator, address, reason, balance before and after) in one transaction.
+-- An operator's grant of credit from the console: the ledger's credit (source 'grant', the note),
+-- the audit row (operator, address, reason, balance before and after) and the balance notifications
+-- (catraca_notify_balance) in one transaction.
 -- p_nonce is the form's: a form sent twice grants once ('duplicate').
 create or replace function catraca_console_grant(p_operator text, p_ip text, p_tenant text, p_amount bigint, p_note text, p_reason text, p_nonce text)
 returns table (status text, balance bigint)
@@ -30,6 +31,8 @@ begin
   insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, note)
     values (p_tenant, 'credit', p_amount, v_balance, 'grant', 'console:' || p_nonce, nullif(btrim(p_note), ''))
     returning id into v_ledger;
+  -- balance.low / balance.depleted (or their re-arming), in this transaction: the notifier's relay publishes them
+  perform catraca_notify_balance(array[p_tenant]);
   insert into console_audit (operator_id, action, ip, tenant_id, target, reason, before, after)
     values (p_operator, 'grant', p_ip, p_tenant, v_ledger::text, btrim(p_reason),
             jsonb_build_object('balance_micros', v_before::text, 'held_micros', v_held::text),
