@@ -1,13 +1,16 @@
-import type { DbClient } from '../db/pool.ts';
+import type pg from 'pg';
+import { type DbClient, withTransaction } from '../db/pool.ts';
 
 // The console's audit log (console_audit, append-only in the database): every operator action,
-// sign-in and failed sign-in. Grants and adjustments write their row inside their SQL function
-// (catraca_console_grant / _adjust), in the transaction that moves the money; everything else
-// here, in the transaction of the change it records.
+// sign-in and failed sign-in. Grants, adjustments, key revocations and operator disabling write
+// their row inside their SQL function (catraca_console_grant / _adjust / _revoke_key /
+// _disable_operator), in the transaction of the change; everything else here, through
+// catraca_console_audit, in the transaction of the change it records.
 
 export const AUDIT_ACTIONS = [
   'login',
   'login_failed',
+  'login_throttled',
   'totp_failed',
   'recovery_code_used',
   'logout',
@@ -40,21 +43,40 @@ export interface AuditEntry {
 }
 
 export async function audit(db: DbClient, e: AuditEntry): Promise<void> {
-  await db.query(
-    `insert into console_audit (operator_id, operator_email, action, ip, tenant_id, target, reason, before, after)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-    [
-      e.operatorId,
-      e.operatorEmail ?? null,
-      e.action,
-      e.ip,
-      e.tenantId ?? null,
-      e.target ?? null,
-      e.reason ?? null,
-      e.before === undefined ? null : JSON.stringify(e.before),
-      e.after === undefined ? null : JSON.stringify(e.after),
-    ],
-  );
+  // through catraca_console_audit (SECURITY DEFINER): the roles may not insert into console_audit
+  await db.query('select catraca_console_audit($1, $2, $3, $4, $5, $6, $7, $8, $9)', [
+    e.operatorId,
+    e.operatorEmail ?? null,
+    e.action,
+    e.ip,
+    e.tenantId ?? null,
+    e.target ?? null,
+    e.reason ?? null,
+    e.before === undefined ? null : JSON.stringify(e.before),
+    e.after === undefined ? null : JSON.stringify(e.after),
+  ]);
+}
+
+/** How long one login_throttled row stands for an address: the sign-in throttle's window (OPERATOR_LOGIN_WINDOW_MIN). */
+export const THROTTLE_AUDIT_WINDOW_MIN = 15;
+const LOCK_THROTTLE_AUDIT = 7261203;
+
+/**
+ * A sign-in attempt the throttle held (429): one login_throttled row per address per
+ * THROTTLE_AUDIT_WINDOW_MIN (under an advisory lock on the address, so parallel requests see each
+ * other), so that a flood cannot grow the append-only table. True when this call wrote the row.
+ */
+export async function auditThrottled(db: pg.Pool, a: { ip: string; email: string; retryAfterS: number }): Promise<boolean> {
+  return withTransaction(db, async (tx) => {
+    await tx.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_THROTTLE_AUDIT, a.ip]);
+    const { rowCount } = await tx.query(
+      `select 1 from console_audit where action = 'login_throttled' and ip = $1 and at > now() - make_interval(mins => $2) limit 1`,
+      [a.ip, THROTTLE_AUDIT_WINDOW_MIN],
+    );
+    if (rowCount) return false;
+    await audit(tx, { operatorId: null, operatorEmail: a.email, action: 'login_throttled', ip: a.ip, after: { retry_after_s: a.retryAfterS } });
+    return true;
+  });
 }
 
 export interface AuditRow {

@@ -6,6 +6,7 @@ import type pg from 'pg';
 import { type DbClient, withTransaction } from '../db/pool.ts';
 import { hashPassword, normalizeEmail, validEmail } from '../portal/auth.ts';
 import { sessionStore, sha256 } from '../web/sessions.ts';
+import { audit } from './audit.ts';
 
 // Operator accounts of the console: a password (argon2id, as the portal's) and a TOTP code (RFC
 // 6238: SHA-1, 6 digits, 30 s, one step of drift either way, each step good once), or one of ten
@@ -15,20 +16,38 @@ import { sessionStore, sha256 } from '../web/sessions.ts';
 export const ISSUER = 'catraca console';
 export const MIN_OPERATOR_PASSWORD = 12;
 export const RECOVERY_CODES = 10;
-/** Sign-in throttle: failed (or in-flight) attempts within the window, per e-mail and per client address. */
+/**
+ * Sign-in throttle, as the portal's (src/portal/auth.ts), over failed (or in-flight) attempts
+ * within OPERATOR_LOGIN_WINDOW_MIN:
+ *   wrong passwords  OPERATOR_LOGIN_MAX_PER_PAIR per (e-mail, address) pair lock that pair; the
+ *                    e-mail as a whole has OPERATOR_LOGIN_EMAIL_FREE free, then each further attempt
+ *                    waits twice as long after the last failure as the one before (1 s, 2 s, 4 s …
+ *                    at most OPERATOR_LOGIN_EMAIL_MAX_DELAY_S): wrong passwords from elsewhere never
+ *                    lock the operator out of their own address;
+ *   wrong codes      (a TOTP or recovery code after a correct password) OPERATOR_LOGIN_MAX_CODE per
+ *                    operator lock the operator: only someone who knows the password gets there;
+ *   per address      OPERATOR_LOGIN_MAX_PER_IP failures of any kind lock the address.
+ */
 export const OPERATOR_LOGIN_WINDOW_MIN = 15;
-export const OPERATOR_LOGIN_MAX_PER_EMAIL = 5;
+export const OPERATOR_LOGIN_MAX_PER_PAIR = 5;
+export const OPERATOR_LOGIN_EMAIL_FREE = 10;
+export const OPERATOR_LOGIN_EMAIL_MAX_DELAY_S = 900;
+export const OPERATOR_LOGIN_MAX_CODE = 5;
 export const OPERATOR_LOGIN_MAX_PER_IP = 20;
+/** Rows of operator_login_failures are kept this long (src/console/cleanup.ts), well past the window. */
+export const OPERATOR_LOGIN_RETENTION_MIN = 60;
 // Advisory lock namespaces (see src/portal/auth.ts for the portal's): e-mail first, then address.
 const LOCK_OPERATOR_EMAIL = 7261201;
 const LOCK_OPERATOR_IP = 7261202;
 
-/** An operator's session: 12 hours at most, 15 minutes without a request ends it. */
+/** 15 minutes without a request end an operator's session. */
+export const OPERATOR_SESSION_IDLE_MS = 15 * 60 * 1000;
+/** An operator's session: 12 hours at most, OPERATOR_SESSION_IDLE_MS without a request ends it. */
 export const operatorSessions = sessionStore({
   table: 'operator_sessions',
   subject: 'operator_id',
   ttlMs: 12 * 3600 * 1000,
-  idleMs: 15 * 60 * 1000,
+  idleMs: OPERATOR_SESSION_IDLE_MS,
   touchMs: 60 * 1000,
 });
 
@@ -78,10 +97,10 @@ async function credentials(password?: string): Promise<{ password: string; passw
 
 export type CreateOperatorError = 'bad_email' | 'taken' | 'weak_password';
 
-/** A new operator with a password (given, or generated), a TOTP secret and recovery codes: returned once. */
+/** A new operator with a password (given, or generated), a TOTP secret and recovery codes: returned once; audited (operator_create) in the same transaction. */
 export async function createOperator(
   db: pg.Pool,
-  a: { email: string; createdBy: string | null; password?: string },
+  a: { email: string; createdBy: string | null; password?: string; ip?: string },
 ): Promise<{ ok: true; setup: OperatorSetup } | { ok: false; error: CreateOperatorError }> {
   const email = normalizeEmail(a.email);
   if (!validEmail(email)) return { ok: false, error: 'bad_email' };
@@ -95,6 +114,8 @@ export async function createOperator(
         [`opr_${createId()}`, email, c.passwordHash, c.totpSecret, a.createdBy],
       );
       await insertRecoveryCodes(tx, rows[0].id, c.recoveryCodes);
+      // audited in the creation's transaction: by the operator who made it, or the CLI
+      await audit(tx, { operatorId: a.createdBy, action: 'operator_create', ip: a.ip ?? 'cli', target: rows[0].id, after: { email } });
       return rows[0] as Operator;
     });
     return { ok: true, setup: setupOf(operator, c) };
@@ -104,7 +125,7 @@ export async function createOperator(
   }
 }
 
-/** New password, TOTP secret and recovery codes for an operator who lost them (the CLI's `operator reset`); every session ends. */
+/** New password, TOTP secret and recovery codes for an operator who lost them (the CLI's `operator reset`); every session ends; audited (operator_reset, from `cli`) in the same transaction. */
 export async function resetOperator(db: pg.Pool, emailText: string, password?: string): Promise<OperatorSetup | null> {
   const email = normalizeEmail(emailText);
   const c = await credentials(password);
@@ -118,6 +139,7 @@ export async function resetOperator(db: pg.Pool, emailText: string, password?: s
     await tx.query('delete from operator_recovery_codes where operator_id = $1', [rows[0].id]);
     await insertRecoveryCodes(tx, rows[0].id, c.recoveryCodes);
     await operatorSessions.destroyAllOf(tx, rows[0].id);
+    await audit(tx, { operatorId: null, action: 'operator_reset', ip: 'cli', target: rows[0].id, after: { email: rows[0].email } });
     return setupOf(rows[0], c);
   });
 }
@@ -136,13 +158,14 @@ function setupOf(operator: Operator, c: { password: string; totpSecret: string; 
   };
 }
 
-/** Disables an operator (they can no longer sign in; their sessions end). False: no such operator. */
-export async function disableOperator(db: pg.Pool, id: string): Promise<boolean> {
-  return withTransaction(db, async (tx) => {
-    const { rowCount } = await tx.query('update operators set disabled_at = coalesce(disabled_at, now()) where id = $1', [id]);
-    await operatorSessions.destroyAllOf(tx, id);
-    return (rowCount ?? 0) > 0;
-  });
+/**
+ * Disables an operator (they can no longer sign in; their sessions end), audited (operator_disable,
+ * by `by`, or the CLI when null) in the same transaction: catraca_console_disable_operator.
+ * False: no such operator.
+ */
+export async function disableOperator(db: DbClient, id: string, by: { operatorId: string | null; ip: string }): Promise<boolean> {
+  const { rows } = await db.query('select catraca_console_disable_operator($1, $2, $3) as ok', [by.operatorId, by.ip, id]);
+  return rows[0].ok === true;
 }
 
 export async function getOperator(db: DbClient, id: string): Promise<Operator | null> {
@@ -157,26 +180,42 @@ export async function listOperators(db: DbClient): Promise<Operator[]> {
 
 export type SignInResult =
   | { ok: true; operator: Operator; recoveryCodesLeft: number | null }
-  | { ok: false; error: 'rate_limited'; minutes: number }
+  | { ok: false; error: 'rate_limited'; minutes?: number; seconds?: number }
   | { ok: false; error: 'bad_credentials'; failed: 'password' | 'code'; operator: Operator | null };
+
+type Reservation = { ok: true; id: string } | { ok: false; minutes: number } | { ok: false; seconds: number };
 
 /**
  * Counts and records one attempt (before anything is checked, under advisory locks on the e-mail
- * and the address), so that parallel guesses see each other: at most OPERATOR_LOGIN_MAX_PER_EMAIL
- * per e-mail and OPERATOR_LOGIN_MAX_PER_IP per address are checked in a window.
+ * and the address, in that order), so that parallel guesses see each other: the limits above are
+ * checked against every failed or in-flight attempt of the window. The row is recorded as a
+ * password failure; a correct password turns it into a code attempt (see signIn).
  */
-async function reserveAttempt(db: pg.Pool, email: string, ip: string): Promise<boolean> {
+async function reserveAttempt(db: pg.Pool, email: string, ip: string): Promise<Reservation> {
   return withTransaction(db, async (c) => {
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_OPERATOR_EMAIL, email]);
     await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_OPERATOR_IP, ip]);
     const { rows } = await c.query(
-      `select count(*) filter (where email = $1)::int as by_email, count(*) filter (where ip = $2)::int as by_ip
+      `select count(*) filter (where email = $1 and ip = $2 and kind = 'password')::int as by_pair,
+              count(*) filter (where ip = $2)::int as by_ip,
+              count(*) filter (where email = $1 and kind = 'password')::int as by_email,
+              count(*) filter (where email = $1 and kind = 'code')::int as codes,
+              extract(epoch from now() - max(created_at) filter (where email = $1 and kind = 'password'))::float8 as since_last_s
          from operator_login_failures where created_at > now() - make_interval(mins => $3) and (email = $1 or ip = $2)`,
       [email, ip, OPERATOR_LOGIN_WINDOW_MIN],
     );
-    if (rows[0].by_email >= OPERATOR_LOGIN_MAX_PER_EMAIL || rows[0].by_ip >= OPERATOR_LOGIN_MAX_PER_IP) return false;
-    await c.query('insert into operator_login_failures (email, ip) values ($1, $2)', [email, ip]);
-    return true;
+    const r = rows[0];
+    if (r.by_pair >= OPERATOR_LOGIN_MAX_PER_PAIR || r.by_ip >= OPERATOR_LOGIN_MAX_PER_IP || r.codes >= OPERATOR_LOGIN_MAX_CODE)
+      return { ok: false, minutes: OPERATOR_LOGIN_WINDOW_MIN };
+    if (r.by_email >= OPERATOR_LOGIN_EMAIL_FREE) {
+      const delay = Math.min(2 ** (r.by_email - OPERATOR_LOGIN_EMAIL_FREE), OPERATOR_LOGIN_EMAIL_MAX_DELAY_S);
+      if (r.since_last_s < delay) return { ok: false, seconds: Math.max(1, Math.ceil(delay - r.since_last_s)) };
+    }
+    const { rows: ins } = await c.query(`insert into operator_login_failures (email, ip, kind) values ($1, $2, 'password') returning id::text as id`, [
+      email,
+      ip,
+    ]);
+    return { ok: true, id: ins[0].id };
   });
 }
 
@@ -185,7 +224,8 @@ let dummyHash: Promise<string> | null = null;
 /** Password and code (TOTP, or a recovery code) in one step; whichever is wrong, the answer is the same. */
 export async function signIn(db: pg.Pool, a: { email: string; password: string; code: string; ip: string; now?: number }): Promise<SignInResult> {
   const email = normalizeEmail(a.email).slice(0, 254);
-  if (!(await reserveAttempt(db, email, a.ip))) return { ok: false, error: 'rate_limited', minutes: OPERATOR_LOGIN_WINDOW_MIN };
+  const reserved = await reserveAttempt(db, email, a.ip);
+  if (!reserved.ok) return { error: 'rate_limited', ...reserved };
   const { rows } = await db.query(
     'select id, email, created_at, created_by, disabled_at, password_hash, totp_secret from operators where email = $1 and disabled_at is null',
     [email],
@@ -195,7 +235,10 @@ export async function signIn(db: pg.Pool, a: { email: string; password: string; 
   dummyHash ??= hashPassword(randomBytes(16).toString('hex'));
   const passwordOk = row ? await verify(row.password_hash, pw).catch(() => false) : (await verify(await dummyHash, pw).catch(() => false)) && false;
   const { password_hash: _h, totp_secret: secret, ...operator } = row ?? {};
+  // a wrong password keeps the row recorded above (a password failure of this pair and e-mail)
   if (!passwordOk) return { ok: false, error: 'bad_credentials', failed: 'password', operator: row ? (operator as Operator) : null };
+  // the password was right: from here the attempt counts against the operator's codes, not the pair's passwords
+  await db.query(`update operator_login_failures set kind = 'code' where id = $1`, [reserved.id]);
   const code = String(a.code ?? '').trim();
   let recoveryCodesLeft: number | null = null;
   if (/^\d{6}$/.test(code)) {

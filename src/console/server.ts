@@ -7,6 +7,7 @@ import { createLogger } from '../log.ts';
 import { TEXT } from '../portal/http.ts';
 import { compileTrust } from '../portal/proxy.ts';
 import { createConsoleApp } from './app.ts';
+import { startConsoleCleanup } from './cleanup.ts';
 import { checkConsolePort } from './config.ts';
 
 // The console's HTTP server: its own process, address and port (src/console/main.ts), never the
@@ -26,6 +27,8 @@ export interface StartConsoleOptions {
   /** Ports the console must not take (the front door's and the portal's). */
   reservedPorts?: Array<{ name: string; port: number }>;
   onResponse?: (status: number) => void;
+  /** Run the periodic cleanup (src/console/cleanup.ts) while the server runs; default true. */
+  cleanup?: boolean;
 }
 
 export interface ConsoleServer {
@@ -60,6 +63,7 @@ export async function startConsole(o: StartConsoleOptions): Promise<ConsoleServe
     server.once('error', reject);
     server.listen(o.port ?? 0, o.host ?? '127.0.0.1', () => resolve());
   });
+  const stopCleanup = o.cleanup === false ? () => {} : startConsoleCleanup(o.db);
   const addr = server.address() as AddressInfo;
   const host = addr.address === '0.0.0.0' || addr.address === '::' ? '127.0.0.1' : addr.address.includes(':') ? `[${addr.address}]` : addr.address;
   const url = `http://${host}:${addr.port}`;
@@ -67,6 +71,7 @@ export async function startConsole(o: StartConsoleOptions): Promise<ConsoleServe
     url,
     close: () =>
       new Promise<void>((resolve) => {
+        stopCleanup();
         server.close(() => resolve());
         server.closeIdleConnections();
         setTimeout(() => server.closeAllConnections(), 2000).unref();

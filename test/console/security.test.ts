@@ -9,7 +9,8 @@ import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credit } from '../../src/billing/ledger.ts';
 import { createConsoleApp } from '../../src/console/app.ts';
-import { createOperator, normalizeRecoveryCode, OPERATOR_LOGIN_MAX_PER_EMAIL, type OperatorSetup, totpFor } from '../../src/console/auth.ts';
+import { createOperator, normalizeRecoveryCode, OPERATOR_LOGIN_MAX_CODE, type OperatorSetup, totpFor } from '../../src/console/auth.ts';
+import { cleanUpConsole } from '../../src/console/cleanup.ts';
 import { checkConsolePort } from '../../src/console/config.ts';
 import { type ConsoleServer, startConsole } from '../../src/console/server.ts';
 import { createApiKey } from '../../src/db/keys.ts';
@@ -282,6 +283,34 @@ describe('a key revoked from the console', () => {
       { operator_id: setup.operator.id, action: 'key_revoke', target: t.keyId, before: { revoked_at: null }, after: { revoked_at: expect.any(String) } },
     ]);
     expect((await admin.query('select revoked_at is not null as revoked from api_keys where id = $1', [t.keyId])).rows[0].revoked).toBe(true);
+    // key.revoked for the tenant's webhooks and e-mails, made in the revocation's transaction, once
+    const events = await admin.query(`select type, data->>'key_id' as key_id from notify_events where tenant_id = $1`, [t.tenantId]);
+    expect(events.rows).toEqual([{ type: 'key.revoked', key_id: t.keyId }]);
+  });
+});
+
+describe('grants and adjustments tell the notifier', () => {
+  it('an adjustment that empties a balance makes balance.depleted in its transaction; a grant that refills it re-arms it', async () => {
+    const {
+      setup: { operator },
+    } = await signedIn();
+    const t = await tenantWithKey(20_000n);
+    const adjust = await consoleDb.query(`select * from catraca_console_adjust($1, '127.0.0.1', $2, 'debit', 15000, null, null, 'test', $3)`, [
+      operator.id,
+      t.tenantId,
+      uniq(),
+    ]);
+    expect(adjust.rows[0]).toMatchObject({ status: 'debited', balance: 5000n });
+    const types = async () =>
+      (await admin.query('select type from notify_events where tenant_id = $1 order by created_at, id', [t.tenantId])).rows.map((r) => r.type);
+    expect(await types()).toEqual(['balance.depleted']);
+    const grant = await consoleDb.query(`select * from catraca_console_grant($1, '127.0.0.1', $2, 1000000, null, 'test', $3)`, [
+      operator.id,
+      t.tenantId,
+      uniq(),
+    ]);
+    expect(grant.rows[0].status).toBe('credited');
+    expect((await admin.query('select depleted_fired from notify_tenants where tenant_id = $1', [t.tenantId])).rows[0].depleted_fired).toBe(false);
   });
 });
 
@@ -307,7 +336,7 @@ describe('sign-in', () => {
     const client = new PortalClient(server.url, {}, { dispatcher: fromPeer('127.0.0.21') });
     const wrong = String((Number(code(s)) + 1) % 1_000_000).padStart(6, '0');
     const statuses: number[] = [];
-    for (let i = 0; i < OPERATOR_LOGIN_MAX_PER_EMAIL; i++) statuses.push((await signIn(client, s, wrong)).status);
+    for (let i = 0; i < OPERATOR_LOGIN_MAX_CODE; i++) statuses.push((await signIn(client, s, wrong)).status);
     expect(statuses).toEqual([401, 401, 401, 401, 401]);
     const locked = await signIn(client, s);
     expect(locked.status).toBe(429);
@@ -317,6 +346,54 @@ describe('sign-in', () => {
     expect((await signIn(new PortalClient(server.url, {}, { dispatcher: fromPeer('127.0.0.22') }), s)).status).toBe(429);
     const { rows } = await admin.query('select action, ip, operator_id from console_audit where operator_id = $1 order by id', [s.operator.id]);
     expect(rows).toEqual(Array.from({ length: 5 }, () => ({ action: 'totp_failed', ip: '127.0.0.21', operator_id: s.operator.id })));
+  });
+
+  it('wrong passwords lock the (e-mail, address) pair, not the operator: after 5 from address A the operator signs in from address B', async () => {
+    const s = await operator();
+    const a = new PortalClient(server.url, {}, { dispatcher: fromPeer('127.0.0.31') });
+    const wrongPassword = async (client: PortalClient) => {
+      const token = await client.csrfOf('/login');
+      return (await client.post('/login', { _csrf: token, email: s.operator.email, password: 'not-the-password', code: code(s) })).status;
+    };
+    const statuses: number[] = [];
+    for (let i = 0; i < 5; i++) statuses.push(await wrongPassword(a));
+    expect(statuses).toEqual([401, 401, 401, 401, 401]);
+    // address A is held for this e-mail, even with the right password …
+    const held = await signIn(a, s);
+    expect(held.status).toBe(429);
+    expect(held.headers.get('retry-after')).toBe('900');
+    // … address B is not: the operator signs in
+    const b = new PortalClient(server.url, {}, { dispatcher: fromPeer('127.0.0.32') });
+    expect(await signIn(b, s)).toMatchObject({ status: 303, location: '/tenants' });
+    // a flood of held attempts from A is audited once for the window, not once per request
+    for (let i = 0; i < 10; i++) expect(await wrongPassword(a)).toBe(429);
+    const throttled = await admin.query(`select operator_id, operator_email, after from console_audit where action = 'login_throttled' and ip = $1`, [
+      '127.0.0.31',
+    ]);
+    expect(throttled.rows).toEqual([{ operator_id: null, operator_email: s.operator.email, after: { retry_after_s: 900 } }]);
+    const failed = await admin.query(`select count(*)::int as n from console_audit where action = 'login_failed' and operator_id = $1`, [s.operator.id]);
+    expect(failed.rows[0].n).toBe(5);
+  });
+
+  it('the e-mail as a whole backs off: past 10 wrong passwords from anywhere, the next waits (seconds), never a 15-minute lock', async () => {
+    const s = await operator();
+    for (let i = 0; i < 10; i++)
+      await admin.query(`insert into operator_login_failures (email, ip, kind) values ($1, $2, 'password')`, [s.operator.email, `198.51.100.${i + 1}`]);
+    const held = await signIn(new PortalClient(server.url, {}, { dispatcher: fromPeer('127.0.0.33') }), s);
+    expect(held.status).toBe(429);
+    expect(Number(held.headers.get('retry-after'))).toBeLessThanOrEqual(1);
+    expect(held.text).toContain('segundos');
+  });
+
+  it('old throttle rows are cleaned up past the retention; the window’s stay', async () => {
+    const email = `clean.${uniq()}@example.com`;
+    await admin.query(
+      `insert into operator_login_failures (email, ip, created_at) values ($1, '198.51.100.1', now() - interval '2 hours'), ($1, '198.51.100.1', now())`,
+      [email],
+    );
+    await cleanUpConsole(consoleDb);
+    const { rows } = await admin.query('select count(*)::int as n from operator_login_failures where email = $1', [email]);
+    expect(rows[0].n).toBe(1);
   });
 
   it('per address: 20 failures from one address lock it for every e-mail', async () => {
