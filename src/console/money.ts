@@ -2,7 +2,12 @@ import type { DbClient } from '../db/pool.ts';
 import { TZ } from './tenants.ts';
 
 // Revenue against vendor cost, per São Paulo day × model × tenant.
-//   revenue      what tenants were debited for their requests (ledger debits of source 'request')
+//   revenue      what tenants were debited for their requests (ledger debits of source 'request'),
+//                less the refunds the console gave back for them (credit adjustments naming the
+//                request), plus what it charged later for them (debit adjustments naming the
+//                request, e.g. a shortfall recovered): each counted on the request's day × model ×
+//                tenant, whenever it was made. An adjustment naming no request has no model and
+//                counts nowhere here (it is in the statement and the ledger).
 //   vendor cost  the request's tokens at the vendor prices in force when it was made
 //                (model_vendor_costs): input not read from or written to the cache at the input
 //                price, cache reads at the cached-input price, cache writes at their write prices
@@ -48,7 +53,10 @@ const PICO_TERM = `(greatest(coalesce(l.input_tokens, 0) - coalesce(l.cached_tok
 export async function marginRows(db: DbClient, f: MarginFilter): Promise<MarginRow[]> {
   const { rows } = await db.query(
     `with r as (
-       select to_char((l.created_at at time zone '${TZ}')::date, 'YYYY-MM-DD') as day, l.model, l.tenant_id, l.amount_micros,
+       select to_char((l.created_at at time zone '${TZ}')::date, 'YYYY-MM-DD') as day, l.model, l.tenant_id,
+              l.amount_micros + coalesce((select sum(case when a.kind = 'debit' then a.amount_micros else -a.amount_micros end) from ledger a
+                                           where a.ref_request_id = l.request_id and a.tenant_id = l.tenant_id and a.source = 'adjustment'), 0)
+                as amount_micros,
               l.input_tokens, l.cached_tokens, l.cache_write_tokens, l.cache_write_1h_tokens, l.output_tokens, l.reasoning_tokens,
               c.currency, case when c.currency is null then 0 else ${PICO_TERM} end as cost_units
          from ledger l

@@ -280,3 +280,65 @@ describe('a vendor cost set in the console', () => {
     expect(row.match(/class="num">([^<]*)</g)!.map((m) => m.slice(12, -1))).toEqual(['R$ 9,968116', 'R$ 0,00', 'R$ 0,00065', 'R$ 0,00065', '1']);
   });
 });
+
+describe('adjustments count against the request they name', () => {
+  /**
+   * Revenue = request debits − refunds (credit adjustments naming a request) + debit adjustments
+   * naming a request, on the request's day × model × tenant, whenever the adjustment was made.
+   * By hand (São Paulo 2025-03-05, BRL vendor cost 1.00 in / 2.00 out per 1M tokens):
+   *   a1  debited 10 000; vendor (1000×1 000 000 + 500×2 000 000) × 10⁶ / 10¹² = 2 000
+   *   a2  debited  6 000; vendor 1000×1 000 000 × 10⁶ / 10¹² = 1 000
+   *   refund of a1 (a failed vendor call)   −4 000
+   *   debit adjustment naming a2            +1 500
+   *   a credit naming no request (700)       counts nowhere: it has no model
+   *   revenue 10 000 + 6 000 − 4 000 + 1 500 = 13 500; cost 3 000; margin 10 500 (µBRL)
+   */
+  it('refunds lower revenue and margin, debit adjustments raise them', async () => {
+    const model = `margin/adj-${u}`;
+    const tenant = await createTenant(admin, `Margem Ajuste ${u}`);
+    await credit(admin, { tenantId: tenant.id, amountMicros: 10_000_000n, source: 'grant', note: 'margin test' });
+    const key = (await createApiKey(admin, { tenantId: tenant.id, label: 'margin' })).record.id;
+    await admin.query(
+      `insert into model_vendor_costs (model_id, valid_from, currency, input_price, output_price) values ($1, '2025-01-01', 'BRL', 1000000, 2000000)`,
+      [model],
+    );
+    const reqs = [
+      { id: `m_a1_${u}`, cost: 10_000n, input: 1000, output: 500 },
+      { id: `m_a2_${u}`, cost: 6_000n, input: 1000, output: 0 },
+    ];
+    for (const r of reqs)
+      await settle(admin, {
+        requestId: r.id,
+        tenantId: tenant.id,
+        keyId: key,
+        costMicros: r.cost,
+        model,
+        inputTokens: r.input,
+        outputTokens: r.output,
+        estimated: false,
+        outcome: 'completed',
+        at: new Date('2025-03-05T15:00:00Z'),
+      });
+    const adjust = async (kind: 'credit' | 'debit', amount: bigint, requestId: string | null) => {
+      const { rows } = await consoleDb.query('select status from catraca_console_adjust($1, $2, $3, $4, $5, $6, null, $7, $8)', [
+        setup.operator.id,
+        '127.0.0.1',
+        tenant.id,
+        kind,
+        amount,
+        requestId,
+        'margin test',
+        randomBytes(8).toString('hex'),
+      ]);
+      expect(rows[0].status).toBe(kind === 'credit' ? 'credited' : 'debited');
+    };
+    await adjust('credit', 4_000n, reqs[0].id);
+    await adjust('debit', 1_500n, reqs[1].id);
+    await adjust('credit', 700n, null);
+    const res = await client.get(`/money.csv?from=2025-03-05&to=2025-03-05&tenant=${tenant.id}`);
+    const lines = res.text.trimEnd().split('\r\n').slice(1);
+    expect(lines.map((l) => [l.split(',')[3], ...l.split(',').slice(4, 5), ...l.split(',').slice(10, 13)])).toEqual([
+      [model, '2', '0.013500', '0.003000', '0.010500'],
+    ]);
+  });
+});
