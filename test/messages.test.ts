@@ -575,7 +575,11 @@ describe('the Vercel AI SDK’s Anthropic provider', () => {
     const input = promptTokens([{ content: 'hello there' }]);
     expect(generated.usage).toMatchObject({ inputTokens: input, outputTokens: 5 });
     const first = await ledgerRow(generated.response.id);
-    expect(first).toMatchObject({ amount_micros: usageCostMicros({ prompt_tokens: input, completion_tokens: 5 }, PRICES), input_tokens: input, output_tokens: 5 });
+    expect(first).toMatchObject({
+      amount_micros: usageCostMicros({ prompt_tokens: input, completion_tokens: 5 }, PRICES),
+      input_tokens: input,
+      output_tokens: 5,
+    });
     const streamed = streamText({
       model: anthropic('msgclaude/agent'),
       prompt: 'weather?',
@@ -589,7 +593,9 @@ describe('the Vercel AI SDK’s Anthropic provider', () => {
     const toolUsage = lastClaudeUsage().billed;
     const second = await ledgerRow((await streamed.response).id);
     expect(second).toMatchObject({ amount_micros: usageCostMicros(toolUsage, PRICES), output_tokens: toolUsage.completion_tokens });
-    expect(await balanceOf(t.tenantId)).toBe(1_000_000n - usageCostMicros({ prompt_tokens: input, completion_tokens: 5 }, PRICES) - usageCostMicros(toolUsage, PRICES));
+    expect(await balanceOf(t.tenantId)).toBe(
+      1_000_000n - usageCostMicros({ prompt_tokens: input, completion_tokens: 5 }, PRICES) - usageCostMicros(toolUsage, PRICES),
+    );
     expect(await holdsOf(t.tenantId)).toBe(0);
   });
 });

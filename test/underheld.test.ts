@@ -115,7 +115,8 @@ describe('a model without a context length, on /v1/messages (Anthropic-protocol 
       type: 'error',
       error: {
         type: 'billing_error',
-        message: 'This request requires more credits, or fewer max_tokens. You requested up to 1 tokens, but can only afford 0 with your available balance of R$ 0.900018.',
+        message:
+          'This request requires more credits, or fewer max_tokens. You requested up to 1 tokens, but can only afford 0 with your available balance of R$ 0.900018.',
       },
     });
     expect(mock.stats.requests).toBe(before);

@@ -126,7 +126,9 @@ describe('what an Anthropic vendor is sent', () => {
     const chat = messages.job(auto, model()) as { api: string; body: Record<string, unknown> };
     expect(chat.api).toBe('chat');
     expect(JSON.stringify(chat.body)).not.toContain('cache_control');
-    expect(parseError({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }], cache_control: { type: 'forever' } })).toMatchObject({ status: 400 });
+    expect(parseError({ model: 'm', max_tokens: 10, messages: [{ role: 'user', content: 'hi' }], cache_control: { type: 'forever' } })).toMatchObject({
+      status: 400,
+    });
 
     const cc = { type: 'ephemeral' };
     const text = (t: string) => ({ type: 'text', text: t, cache_control: cc });

@@ -49,7 +49,10 @@ const common = {
   tool_choice: ToolChoiceSchema.optional(),
   thinking: ThinkingSchema.optional(),
   /** automatic prompt caching: Anthropic puts the breakpoint on the last cacheable block itself */
-  cache_control: z.looseObject({ type: z.literal('ephemeral'), ttl: z.enum(['5m', '1h']).optional() }).nullable().optional(),
+  cache_control: z
+    .looseObject({ type: z.literal('ephemeral'), ttl: z.enum(['5m', '1h']).optional() })
+    .nullable()
+    .optional(),
 };
 
 export const MessagesRequestSchema = z
