@@ -274,7 +274,35 @@ describe.skipIf(!COMPOSE)('docker-compose.yml (docker-compose 1.29 config)', () 
     expect(ports).toEqual(['    - 127.0.0.1:8082:8082/tcp\n', '    - 127.0.0.1:8080:8080/tcp\n', '    - 127.0.0.1:8081:8081/tcp\n']);
     // and nothing else is published: NATS, PostgreSQL and /metrics stay on the compose network
     expect(r.stdout.match(/^ {4}ports:/gm)).toHaveLength(3);
-    expect(r.stdout).toContain('PORTAL_TRUSTED_PROXIES:');
+    // behind the proxy each door believes its X-Forwarded-For, else every client is the proxy
+    expect(r.stdout).toMatch(/^ {6}PORTAL_TRUSTED_PROXIES: uniquelocal$/m);
+    expect(r.stdout).toMatch(/^ {6}GATEWAY_TRUSTED_PROXIES: uniquelocal$/m);
+  });
+
+  it('puts the console on a network of its own, shared with PostgreSQL and NATS only: no other container reaches its sign-in page', async () => {
+    const r = await composeConfig(REQUIRED);
+    expect(r.code).toBe(0);
+    const services = r.stdout.slice(r.stdout.indexOf('\nservices:\n'));
+    const networksOf: Record<string, string[]> = {};
+    for (const m of services.matchAll(/^ {2}([a-z0-9-]+):\n((?: {4}.*\n|- .*\n| {6}.*\n)*)/gm)) {
+      const block = /^ {4}networks:\n((?: {6}.*\n)+)/m.exec(m[2]);
+      // a service naming no network is on `default`
+      networksOf[m[1]] = block ? [...block[1].matchAll(/^ {6}([a-z0-9-]+):/gm)].map((n) => n[1]).sort() : ['default'];
+    }
+    expect(networksOf).toMatchObject({
+      console: ['console'],
+      postgres: ['console', 'default'],
+      'nats-1': ['console', 'default'],
+      'nats-2': ['console', 'default'],
+      'nats-3': ['console', 'default'],
+      gateway: ['default'],
+      worker: ['default'],
+      metering: ['default'],
+      portal: ['default'],
+      migrate: ['default'],
+      cli: ['default'],
+    });
+    expect(r.stdout).toMatch(/^networks:\n(?: {2}.*\n)*? {2}console: \{\}\n/m);
   });
 
   it('is refused without any one required variable, naming it', async () => {
