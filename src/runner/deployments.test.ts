@@ -1,7 +1,7 @@
 import { describe, expect, test } from 'vitest';
 import type { CatalogEntry, Deployment } from '../catalog/catalog.ts';
 import { UpstreamError } from '../providers/types.ts';
-import { CIRCUIT_FAILURES, CIRCUIT_OPEN_MS, COOLDOWN_MS, DeploymentHealth, failoverWorthy } from './deployments.ts';
+import { CIRCUIT_FAILURES, CIRCUIT_OPEN_MS, COOLDOWN_MS, countsAgainstHealth, DeploymentHealth, failoverWorthy, maxAttempts } from './deployments.ts';
 
 const dep = (name: string, weight = 1, input = 1n): Deployment => ({
   id: name === 'primary' ? 'primary' : `dep_${name}`,
@@ -74,4 +74,43 @@ test('failoverWorthy: busy, failing, unreachable, too slow or too long a prompt;
   expect(failoverWorthy(new UpstreamError(400, 'context_length_exceeded', ''))).toBe(true);
   expect(failoverWorthy(new UpstreamError(400, 'upstream_bad_request', ''))).toBe(false);
   expect(failoverWorthy(new Error('x'))).toBe(false);
+});
+
+test('a prompt too long for the context fails over but never counts against the deployment: no cooldown, no circuit', () => {
+  const tooLong = new UpstreamError(400, 'context_length_exceeded', 'too long');
+  expect(failoverWorthy(tooLong)).toBe(true);
+  expect(countsAgainstHealth(tooLong)).toBe(false);
+  expect(countsAgainstHealth(new UpstreamError(500, 'upstream_error', ''))).toBe(true);
+  expect(countsAgainstHealth(new UpstreamError(429, 'upstream_rate_limited', ''))).toBe(true);
+  expect(countsAgainstHealth(new UpstreamError(400, 'upstream_bad_request', ''))).toBe(false);
+});
+
+test('an attempt that says nothing of the deployment ends a half-open probe without closing or opening the circuit', () => {
+  const a = dep('primary');
+  const m = entry(a);
+  const h = new DeploymentHealth(() => 0);
+  for (let i = 0; i < CIRCUIT_FAILURES; i++) h.failed(m.id, a, new UpstreamError(500, 'upstream_error', ''), t0);
+  const probeAt = t0 + CIRCUIT_OPEN_MS;
+  expect(names(h.plan(m, undefined, probeAt))).toEqual(['primary']);
+  h.attempting(m.id, a);
+  expect(h.plan(m, undefined, probeAt + 1)).toEqual([]);
+  // the probe's prompt was too long for it: the next request may probe
+  h.released(m.id, a);
+  expect(names(h.plan(m, undefined, probeAt + 2))).toEqual(['primary']);
+  expect(h.snapshot(probeAt + 2)[0]).toMatchObject({ circuit: 'half_open', consecutive_failures: CIRCUIT_FAILURES });
+});
+
+test('maxAttempts: every deployment the preferences allow, one with allow_fallbacks false', () => {
+  const m = entry(dep('primary'), dep('b'), dep('c'));
+  expect(maxAttempts(m, undefined)).toBe(3);
+  expect(maxAttempts(m, { order: ['c'] })).toBe(3);
+  expect(maxAttempts(m, { only: ['b', 'dep_c'] })).toBe(2);
+  expect(maxAttempts(m, { ignore: ['primary'] })).toBe(2);
+  expect(maxAttempts(m, { allow_fallbacks: false })).toBe(1);
+  expect(maxAttempts(m, { only: ['nowhere'] })).toBe(0);
+  // never fewer than plan() gives
+  const h = new DeploymentHealth(() => 0.3);
+  for (const routing of [undefined, { order: ['c'] }, { only: ['b', 'c'] }, { ignore: ['b'], sort: 'price' as const }, { allow_fallbacks: false }]) {
+    expect(h.plan(m, routing, t0).length).toBeLessThanOrEqual(maxAttempts(m, routing));
+  }
 });

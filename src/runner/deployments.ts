@@ -154,6 +154,11 @@ export class DeploymentHealth {
     }
   }
 
+  /** An attempt ended in a way that says nothing about the deployment: a half-open probe is over, nothing else changes. */
+  released(model: string, d: Deployment): void {
+    this.state(model, d).probing = false;
+  }
+
   /** A failure that says the deployment is unwell (not a client's bad request): cooldown, maybe the circuit. */
   failed(model: string, d: Deployment, err: unknown, now = Date.now()): void {
     const s = this.state(model, d);
@@ -200,6 +205,18 @@ function matches(d: Deployment, names: string[] | null, whenNone: boolean): bool
   return names.includes(d.name) || names.includes(d.id);
 }
 
+/**
+ * The most deployments DeploymentHealth.plan can give one job of this model with these preferences:
+ * each is an attempt the vendor may bill (its prompt, when cut after it was sent), so the front
+ * door's hold pays for this many.
+ */
+export function maxAttempts(model: Pick<CatalogEntry, 'deployments'>, routing: Routing | undefined): number {
+  if (!routing) return model.deployments.length;
+  let n = 0;
+  for (const d of model.deployments) if (matches(d, routing.only ?? null, true) && !matches(d, routing.ignore ?? null, false)) n++;
+  return routing.allow_fallbacks === false ? Math.min(n, 1) : n;
+}
+
 const cmp = (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0);
 
 /**
@@ -210,4 +227,13 @@ const cmp = (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0);
 export function failoverWorthy(err: unknown): boolean {
   if (!isUpstreamError(err)) return false;
   return err.status === 429 || err.status >= 500 || err.code === 'context_length_exceeded';
+}
+
+/**
+ * Whether a failure worth failing over for also says the deployment is unwell (cooldown, circuit).
+ * A prompt too long for its context does not: it is the request's, and counting it would let one
+ * tenant's long prompts open a shared deployment's circuit for every tenant.
+ */
+export function countsAgainstHealth(err: unknown): boolean {
+  return failoverWorthy(err) && !(isUpstreamError(err) && err.code === 'context_length_exceeded');
 }

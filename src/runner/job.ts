@@ -6,7 +6,7 @@ import type { Logger } from '../log.ts';
 import type { AdapterRegistry } from '../providers/registry.ts';
 import { type AdapterEvent, isUpstreamError, newCall, type TokenUsage, type UpstreamCall, UpstreamError } from '../providers/types.ts';
 import type { Span } from '../tracing/tracer.ts';
-import { type DeploymentHealth, failoverWorthy } from './deployments.ts';
+import { countsAgainstHealth, type DeploymentHealth, failoverWorthy } from './deployments.ts';
 import type { Outbox } from './outbox.ts';
 import type { UsagePublisher } from './usage-publisher.ts';
 
@@ -79,7 +79,7 @@ class JobRun {
   private seq = 0;
   private readonly first: { traceparent: string };
   private output = '';
-  /** frames of generated output sent (text, reasoning, tool calls, body pieces) */
+  /** frames of output sent towards the client (text, reasoning and its signatures, tool calls, body pieces): after one, never a retry */
   private deltas = 0;
   private usage: TokenUsage | undefined;
   private promptUsage: TokenUsage | undefined;
@@ -130,6 +130,8 @@ class JobRun {
         this.output += ev.content;
         return this.send({ t: 'extended', delta: { reasoning: ev.content } });
       case 'reasoning_signature':
+        // not output the tenant is billed for, but a frame the client may already have: no retry after it
+        this.generated();
         return this.send({ t: 'extended', delta: { reasoning_signature: ev.signature } });
       case 'redacted_reasoning':
         this.generated();
@@ -237,9 +239,13 @@ class JobRun {
       health?.succeeded(this.model.id, d, ttft, usage?.completion_tokens ?? 0, Date.now() - (this.firstEventAt ?? started));
       return 'done';
     }
-    if (this.entry.why || this.deltas > 0 || !failoverWorthy(this.failure)) return 'done';
-    health?.failed(this.model.id, d, this.failure);
-    if (!more) return 'done';
+    const worthy = !this.entry.why && this.deltas === 0 && failoverWorthy(this.failure);
+    // a prompt too long for this deployment says nothing about its health (one tenant's long
+    // prompts must not open its circuit for everyone), nor does a client's bad request, a cancel
+    // or a failure after the first byte: those only end a half-open probe
+    if (worthy && countsAgainstHealth(this.failure)) health?.failed(this.model.id, d, this.failure);
+    else health?.released(this.model.id, d);
+    if (!worthy || !more) return 'done';
     this.ctx.log.info('deployment failed before its first byte; trying the next', {
       request_id: this.job.request_id,
       model: this.model.id,
