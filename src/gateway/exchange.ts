@@ -2,7 +2,7 @@ import { randomFillSync } from 'node:crypto';
 import type { NatsConnection } from 'nats';
 import type { Admission } from '../billing/admission.ts';
 import { affordableOutputTokens, type PriceStrings, type Prices, priceStrings, pricesOfStrings, usageCostMicros } from '../billing/money.ts';
-import { DoneSchema, ExtendedDeltaSchema, FRAME, FrameErrorSchema, parsePayload, payloadText, type RawFrame } from '../bus/frames.ts';
+import { DoneSchema, ExtendedDeltaSchema, FRAME, type FrameError, FrameErrorSchema, parsePayload, payloadText, type RawFrame } from '../bus/frames.ts';
 import { encode, type Job, type UsageCount } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
 import type { Catalog, CatalogEntry } from '../catalog/catalog.ts';
@@ -18,7 +18,7 @@ import type { Ending, ParsedRequest, Protocol, ResponseEncoder } from '../protoc
 import type { JobRunner } from '../runner/runner.ts';
 import type { Span, Tracer } from '../tracing/tracer.ts';
 import type { Dispatcher, Ticket } from './dispatcher.ts';
-import { type Candidate, candidateOf, holdFor } from './candidates.ts';
+import { type Candidate, candidateOf, extraAttempts, holdFor } from './candidates.ts';
 import { refusal } from './hold.ts';
 import type { KeyCache } from './key-cache.ts';
 import type { GatewayMetrics } from './metrics.ts';
@@ -173,7 +173,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       if (seen.has(model.id)) continue;
       seen.add(model.id);
       const inputTokens = this.protocol.free ? 0 : this.protocol.inputBound(req, model);
-      out.push(candidateOf(model, this.protocol.outputCap(req), inputTokens, this.protocol.free === true, out.length === 0));
+      out.push(candidateOf(model, this.protocol.outputCap(req), inputTokens, this.protocol.free === true, out.length === 0, req.routing));
     }
     return out;
   }
@@ -190,7 +190,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       max,
       ttlMs: this.deps.config.REQUEST_TIMEOUT_MS + this.deps.config.HOLD_GRACE_MS,
       leasable: key.rate_limit_requests === null && !hasFinerLimits(key),
-      ...(hasFinerLimits(key) ? { limited: { tokens: rateTokens(this.candidates), endUser: this.req.endUser ?? null } } : {}),
+      ...(hasFinerLimits(key) ? { limited: { tokens: this.rateTokens, endUser: this.req.endUser ?? null } } : {}),
     });
     this.hold = result.hold;
     this.deps.metrics?.admitted(performance.now() - admitStarted);
@@ -204,12 +204,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
     }
     if (result.status === 'concurrency_limited') throw errors.concurrencyLimited(result.rl_limit ?? 0);
     if (result.status === 'tpm_limited') {
-      throw errors.tpmLimited(
-        rateTokens(this.candidates),
-        result.rl_limit ?? 0,
-        result.rl_remaining ?? 0,
-        Math.max(1, Math.ceil(Number(result.rl_reset_ms) / 1000)),
-      );
+      throw errors.tpmLimited(this.rateTokens, result.rl_limit ?? 0, result.rl_remaining ?? 0, Math.max(1, Math.ceil(Number(result.rl_reset_ms) / 1000)));
     }
     if (result.status === 'end_user_limit') throw errors.endUserLimit(this.req.endUser ?? '', result.available);
     if (result.status === 'tenant_suspended') throw errors.tenantSuspended();
@@ -222,9 +217,11 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
         await this.deps.admission.release(this.s.requestId);
       }
       for (const c of this.candidates) this.maxTokens.push(c.requested ?? c.wanted);
-      // one candidate with no cap asked for runs with what the hold could cover
+      // one candidate with no cap asked for runs with what the hold could cover, less what its
+      // failed attempts on other deployments may carry
       if (this.candidates.length === 1 && primary.requested === null && !this.protocol.free) {
-        this.maxTokens[0] = Math.max(1, affordableOutputTokens(result.held, primary.inputTokens, primary.holdPrices, primary.wanted));
+        const budget = result.held - extraAttempts(primary);
+        this.maxTokens[0] = Math.max(1, affordableOutputTokens(budget, primary.inputTokens, primary.holdPrices, primary.wanted));
       }
       return;
     }
@@ -233,6 +230,11 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       throw errors.revokedKey();
     }
     throw refusal(result, primary.inputTokens, primary.wanted, primary.holdPrices, this.deps.portalUrl);
+  }
+
+  /** Tokens this request counts against its key's tokens-per-minute limit: none for a free one (a token count generates nothing). */
+  private get rateTokens(): number {
+    return this.protocol.free ? 0 : rateTokens(this.candidates);
   }
 
   private newJob(key: ApiKeyRecord, req: R, maxTokens: number): Job {
@@ -407,13 +409,36 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
         if (!e) return this.badFrame();
         this.upstreamDone = true;
         this.deps.router.unregister(this.s.requestId);
-        if (e.retryable && this.hasNext) return this.retryNext(e.code, e.extra_cost);
+        if (e.retryable && this.hasNext) {
+          // never a retry once anything of this answer reached the client (or was collected for it)
+          if (!this.sentAnything) return this.retryNext(e.code, e.extra_cost);
+          // the worker published no usage for a failure it thought retried: its hold goes back (not charged)
+          return this.dropRetryable(e.code, e.extra_cost, e);
+        }
         this.account(e.usage ? this.cost(e.usage, e.prices, e.extra_cost) : null);
         const headers: Record<string, string> = e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {};
         this.fail(new CatracaError(e.status, errorTypeFor(e.status), e.code, e.message, null, headers));
         return;
       }
     }
+  }
+
+  /** Whether any byte of the answer went to the client, or any output was collected for it. */
+  private get sentAnything(): boolean {
+    return this.started || this.firstByteAt !== null;
+  }
+
+  /**
+   * A failure the worker marked retryable after something reached the client: answered as the
+   * error it is. The worker published no usage for it, so no debit will come: the hold goes back
+   * now, and what the failed attempt may cost is not charged (logged).
+   */
+  private dropRetryable(code: string, extra: string | undefined, e: FrameError): void {
+    log.warn('a retryable failure after bytes reached the client: not retried, not charged', { request_id: this.s.requestId, code, cost: extra });
+    this.accounted = true;
+    void this.deps.admission.release(this.s.requestId).catch((err) => log.warn('hold release failed', { request_id: this.s.requestId, err }));
+    const headers: Record<string, string> = e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {};
+    this.fail(new CatracaError(e.status, errorTypeFor(e.status), e.code, e.message, null, headers));
   }
 
   /** What the tenant is debited for this usage (metering computes the same from the usage message). */
