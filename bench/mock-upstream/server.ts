@@ -26,6 +26,12 @@ export type { MockStats } from './stats.ts';
 //   mock-context → 400 context_length_exceeded                mock-hang → takes the request, never answers
 //   mock-fail-midstream → 3 content chunks, then the socket is destroyed
 //   mock-no-usage → never sends usage                      mock-slow → 500 ms first token, 20 tokens/s
+//   mock-accept-hang → 200 and its headers at once, then nothing (accepted, never a byte)
+//   mock-slow-start → streamed: 200 and its headers at once, the first chunk after SLOW_START_MS
+//     (a vendor that accepted the request but is slow to its first byte); not streamed: the whole
+//     answer after SLOW_START_MS
+//   POST /v1/messages with model mock-claude-signature-fail → a thinking block's signature (and
+//     nothing else), then the socket is destroyed: a frame reached the client before the failure
 //   POST /v1/messages, /v1/messages/count_tokens → Anthropic's Messages API (see anthropic.ts)
 //   POST /v1/embeddings, /v1/completions → OpenAI's embeddings and legacy completions
 //     (openai-embeddings.ts, openai-completions.ts)
@@ -135,6 +141,7 @@ function sendSplit(res: http.ServerResponse, status: number, body: string): void
 }
 
 const SLOW = { firstTokenMs: 500, tokensPerSecond: 20 };
+export const SLOW_START_MS = 3000;
 const MIDSTREAM_TOKENS = 3;
 
 const TOKEN_JSON: string[] = [];
@@ -230,6 +237,28 @@ function sendToolCall(
   res.end(out + 'data: [DONE]\n\n');
 }
 
+/** Anthropic's stream up to one thinking block's signature, then the connection drops (mock-claude-signature-fail). */
+function signatureThenFail(res: http.ServerResponse): void {
+  const ev = (type: string, data: unknown) => `event: ${type}\ndata: ${JSON.stringify({ type, ...(data as object) })}\n\n`;
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+  const out =
+    ev('message_start', {
+      message: {
+        id: 'msg_mock_sigfail',
+        type: 'message',
+        role: 'assistant',
+        model: 'mock-claude-signature-fail',
+        content: [],
+        stop_reason: null,
+        stop_sequence: null,
+        usage: { input_tokens: 7, output_tokens: 1 },
+      },
+    }) +
+    ev('content_block_start', { index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } }) +
+    ev('content_block_delta', { index: 0, delta: { type: 'signature_delta', signature: 'mock-signature-sigfail' } });
+  res.write(out, () => setTimeout(() => res.socket?.destroy(), 50));
+}
+
 export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise<MockUpstream> {
   const defaults = { firstTokenMs: opts.firstTokenMs ?? 0, tokensPerSecond: opts.tokensPerSecond ?? 0, outputTokens: opts.outputTokens ?? 16 };
   const stats: MockStats = {
@@ -271,6 +300,11 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
           stats.lastBody = JSON.parse(raw);
         } catch {
           stats.lastBody = null;
+        }
+        const model = (stats.lastBody as { model?: unknown } | null)?.model;
+        if (model === 'mock-claude-signature-fail') {
+          stats.byModel[model] = (stats.byModel[model] ?? 0) + 1;
+          return signatureThenFail(res);
         }
         handleAnthropic(req, res, raw, defaults.outputTokens, record);
       });
@@ -342,6 +376,11 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       stats.byModel[model] = (stats.byModel[model] ?? 0) + 1;
       // mock-hang: takes the request and never answers (a vendor that times out)
       if (model === 'mock-hang') return;
+      if (model === 'mock-accept-hang') {
+        res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+        res.flushHeaders();
+        return;
+      }
       if (body.reasoning_effort != null && !model.includes('reasoning')) {
         return sendJson(
           res,
@@ -442,6 +481,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
           `{"id":"${id}","object":"chat.completion","created":${created},"model":${modelJson},"choices":[{"index":0,"message":{"role":"assistant","content":${JSON.stringify(content)},${reasoning.length ? `"reasoning":${JSON.stringify(reasoning.join(''))},` : ''}"refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"${finish}"}]` +
           (wantUsage ? `,"usage":${usageObj}` : '') +
           `,"service_tier":"default","system_fingerprint":"fp_catraca_mock"}`;
+        if (model === 'mock-slow-start') return void setTimeout(() => !res.destroyed && sendJson(res, 200, out), SLOW_START_MS);
         return sendJson(res, 200, out);
       }
 
@@ -459,7 +499,9 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
 
       res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-request-id': `req_${id}` });
       const slow = model === 'mock-slow';
-      const firstMs = num(ov.first_token_ms) ?? (slow ? SLOW.firstTokenMs : defaults.firstTokenMs);
+      const slowStart = model === 'mock-slow-start';
+      if (slowStart) res.flushHeaders();
+      const firstMs = num(ov.first_token_ms) ?? (slow ? SLOW.firstTokenMs : slowStart ? SLOW_START_MS : defaults.firstTokenMs);
       const tps = num(ov.tokens_per_second) ?? (slow ? SLOW.tokensPerSecond : defaults.tokensPerSecond);
 
       if (model === 'mock-fail-midstream') {
