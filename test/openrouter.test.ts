@@ -1,11 +1,15 @@
+import { execFile } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { GetCurrentKeyResponse$inboundSchema } from '@openrouter/sdk/models/operations';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { z } from 'zod';
 import { type MockUpstream, startMockUpstream } from '../bench/mock-upstream/server.ts';
 import { costMicros, type Prices, usageCostMicros } from '../src/billing/money.ts';
 import { encode } from '../src/bus/messages.ts';
 import { subjects } from '../src/bus/subjects.ts';
-import { addDeployment, type ModelInput, upsertModel } from '../src/db/models.ts';
+import { addDeployment, type ModelInput, setAlias, upsertModel } from '../src/db/models.ts';
+import { type Candidate, holdFor } from '../src/gateway/candidates.ts';
 import { estimatePromptTokens } from '../src/providers/shared/estimate.ts';
 import { startStack, type TestStack } from './helpers/stack.ts';
 
@@ -50,6 +54,7 @@ beforeAll(async () => {
   await model('fb/midstream', 'mock-fail-midstream', BROKEN);
   await model('fb/reasoner', 'mock-reasoning', OK, { reasoning: true });
   await model('fb/claude', 'mock-claude-thinking', OK, { pool: 'anthropic', protocol: 'anthropic', reasoning: true });
+  await model('fb/sigfail', 'mock-claude-signature-fail', OK, { pool: 'anthropic', protocol: 'anthropic', reasoning: true });
   await model('cache/oa', 'gpt-4o-mini', { input: 1_000_000n, output: 2_000_000n }, { cached_input_price: 100_000n });
 }, 90_000);
 
@@ -72,6 +77,34 @@ const debitOf = async (requestId: string) => {
   return rows[0] as { amount_micros: bigint; model: string };
 };
 const calls = (upstream: string) => mock.stats.byModel[upstream] ?? 0;
+/** The tenant's one open hold while its request runs (a key with a request rate limit holds per request, not from a lease). */
+const openHold = async (tenantId: string, timeoutMs = 5000): Promise<bigint> => {
+  const until = Date.now() + timeoutMs;
+  while (Date.now() < until) {
+    const { rows } = await stack.db.query('select amount_micros from holds where tenant_id = $1', [tenantId]);
+    if (rows.length) return rows[0].amount_micros as bigint;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  throw new Error('no hold appeared');
+};
+const HELD = { rateLimitRequests: 1000, rateLimitIntervalS: 60 };
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+/** The real CLI, as an operator runs it, against this stack. */
+const catraca = (...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
+  new Promise((resolve) => {
+    const env = { ...process.env, DATABASE_URL: stack.databaseUrl, NATS_URL: stack.natsUrl } as NodeJS.ProcessEnv;
+    execFile(process.execPath, [join(ROOT, 'bin', 'catraca.js'), ...args], { cwd: ROOT, env, timeout: 30_000 }, (err, stdout, stderr) => {
+      const code = err ? (err as { code?: unknown }).code : 0;
+      resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr });
+    });
+  });
+const lastUsage = (sse: string) =>
+  JSON.parse(
+    sse
+      .split('\n\n')
+      .find((l) => l.includes('"usage":{'))!
+      .slice(6),
+  ).usage;
 
 describe('models: fallbacks across catalog models', () => {
   it.each([
@@ -129,6 +162,29 @@ describe('models: fallbacks across catalog models', () => {
     await debitOf(res.headers.get('x-request-id')!);
   });
 
+  it('no retry once a thinking signature was sent towards the client: the failure is the answer, debited once', async () => {
+    // (a chat stream shows a signature with its reasoning, so this client saw no byte yet: a 502;
+    // an Anthropic-protocol client would have had the signature_delta)
+    const t = await stack.tenant('1.00');
+    const before = calls('mock-claude-signature-fail');
+    const okBefore = calls('gpt-4o-mini');
+    const res = await post(t.key, { models: ['fb/sigfail', 'fb/ok'], stream: true, max_tokens: 50 });
+    expect(res.status).toBe(502);
+    expect((await res.json()).error.code).toBe('upstream_stream_interrupted');
+    expect(calls('mock-claude-signature-fail')).toBe(before + 1);
+    expect(calls('gpt-4o-mini')).toBe(okBefore);
+    const id = res.headers.get('x-request-id')!;
+    await stack.waitSettled([id]);
+    const { rows } = await stack.db.query(
+      "select amount_micros, cost_micros, model, input_tokens, output_tokens from ledger where request_id = $1 and kind = 'debit'",
+      [id],
+    );
+    expect(rows).toHaveLength(1);
+    expect(rows[0].model).toBe('fb/sigfail');
+    expect(rows[0].amount_micros).toBe(costMicros(rows[0].input_tokens, rows[0].output_tokens, OK));
+    await stack.waitNoHolds(t.tenantId);
+  });
+
   it('every fallback must be one the key may use: 403 naming it, before anything is held', async () => {
     const t = await stack.tenant('1.00', { models: ['fb/broken'] });
     const res = await post(t.key, { models: ['fb/broken', 'fb/ok'] });
@@ -152,19 +208,22 @@ describe('models: fallbacks across catalog models', () => {
 describe('deployments: weighted choice, failover, cooldown, circuits, provider preferences', () => {
   const SECOND_OUTPUT = 20_000_000n;
   beforeAll(async () => {
-    for (const [id, primary] of [
-      ['dep/fails', 'mock-500'],
-      ['dep/limited', 'mock-429'],
-      ['dep/midstream', 'mock-fail-midstream'],
+    for (const [id, primary, second, over] of [
+      ['dep/fails', 'mock-500', 'gpt-4o-mini', {}],
+      ['dep/limited', 'mock-429', 'gpt-4o-mini', {}],
+      ['dep/midstream', 'mock-fail-midstream', 'gpt-4o-mini', {}],
+      ['dep/hang', 'mock-hang', 'second-of-hang', {}],
+      ['dep/refused', 'gpt-4o-mini', 'second-of-refused', { base_url: 'http://127.0.0.1:1/v1' }],
+      ['dep/slowstart', 'mock-slow-start', 'second-of-slowstart', {}],
     ] as const) {
-      await model(id, primary, BROKEN);
+      await model(id, primary, BROKEN, over);
       await addDeployment(stack.db, `dep_${id.slice(4)}_second`, {
         model_id: id,
         name: 'second',
         protocol: 'openai',
         base_url: mock.url,
         api_key_env: 'MOCK_UPSTREAM_KEY',
-        upstream_model: 'gpt-4o-mini',
+        upstream_model: second,
         output_price: SECOND_OUTPUT,
       });
     }
@@ -188,6 +247,42 @@ describe('deployments: weighted choice, failover, cooldown, circuits, provider p
     const debit = await debitOf(response.headers.get('x-request-id')!);
     expect(debit.amount_micros).toBe(costMicros(data.usage!.prompt_tokens, data.usage!.completion_tokens, { input: BROKEN.input, output: SECOND_OUTPUT }));
   });
+
+  it.each([
+    ['dep/hang', 'mock-hang', 'second-of-hang', 'takes the request and never answers (timeout)', true],
+    ['dep/refused', null, 'second-of-refused', 'refuses the connection', false],
+    [
+      'dep/slowstart',
+      'mock-slow-start',
+      'second-of-slowstart',
+      `accepts it but sends nothing within UPSTREAM_FIRST_BYTE_TIMEOUT_MS (${FIRST_BYTE_MS} ms)`,
+      true,
+    ],
+  ])(
+    'the primary of %s (%s) %s: the second deployment answers, debited once at its price (+ the prompt the primary may bill)',
+    async (id, primary, second, _why, billable) => {
+      const t = await stack.tenant('1.00');
+      const before = primary ? calls(primary) : 0;
+      const secondBefore = calls(second);
+      const started = Date.now();
+      const res = await post(t.key, { model: id, provider: order('primary', 'second'), max_tokens: 5, stream: true, stream_options: { include_usage: true } });
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      if (primary === 'mock-slow-start') expect(Date.now() - started).toBeLessThan(2500); // not waited out (3 s)
+      expect(text).toContain('Hello world');
+      expect(text).toContain(`"model":"${id}"`);
+      if (primary) expect(calls(primary)).toBe(before + 1);
+      // the answering deployment: the second, by its own upstream model name
+      expect(calls(second)).toBe(secondBefore + 1);
+      const usage = lastUsage(text);
+      const carried = billable ? costMicros(await estimatePromptTokens([{ role: 'user', content: 'hi' }]), 0, BROKEN) : 0n;
+      const debit = await debitOf(res.headers.get('x-request-id')!);
+      expect(debit).toEqual({
+        amount_micros: costMicros(usage.prompt_tokens, usage.completion_tokens, { input: BROKEN.input, output: SECOND_OUTPUT }) + carried,
+        model: id,
+      });
+    },
+  );
 
   it('a deployment that answered 429 cools down (retry-after honoured): the next request does not call it', async () => {
     const t = await stack.tenant('1.00');
@@ -231,6 +326,70 @@ describe('deployments: weighted choice, failover, cooldown, circuits, provider p
     const e = (await unknown.json()).error;
     expect(e.param).toBe('provider');
     expect(e.message).toContain('favourite');
+  });
+});
+
+describe('the hold covers every attempt that may be billed', () => {
+  const P: Prices = { input: 10_000_000n, output: 1_000_000n };
+  const cand = (inputTokens: number, wanted: number, attempts: number, holdPrices = P): Candidate =>
+    ({ model: {} as never, prices: holdPrices, holdPrices, inputTokens, requested: wanted, wanted, attempts }) as Candidate;
+
+  it('holdFor: the worst path, each deployment that may fail after taking the prompt paid for', () => {
+    // one model, 3 deployments: the full cost + 2 prompts
+    expect(holdFor([cand(100, 10, 3)])).toEqual({
+      min: costMicros(100, 10, P) + 2n * costMicros(100, 0, P),
+      max: costMicros(100, 10, P) + 2n * costMicros(100, 0, P),
+    });
+    // no cap asked for: min is one output token, plus the extra prompts
+    const uncapped = { ...cand(100, 10, 2), requested: null };
+    expect(holdFor([uncapped]).min).toBe(costMicros(100, 1, P) + costMicros(100, 0, P));
+    // models a (2 deployments) then b (1): b answering after both of a's failed is the worst path
+    const a = cand(100, 10, 2);
+    const b = cand(100, 50, 1, { input: 20_000_000n, output: 2_000_000n });
+    const worst = 2n * costMicros(100, 0, P) + costMicros(100, 50, b.holdPrices);
+    expect(holdFor([a, b])).toEqual({ min: worst, max: worst });
+  });
+
+  it('two deployments, the first accepts and then sends nothing: the debit (its prompt + the answer) is exact and within the hold; no shortfall', async () => {
+    // a context of 12 tokens bounds the prompt the hold pays for at 12, while each attempt's is ~8:
+    // one prompt held and two billed would exceed the hold
+    await model('hold/two', 'mock-accept-hang', P, { context_length: 12 });
+    await addDeployment(stack.db, 'dep_hold_two_second', {
+      model_id: 'hold/two',
+      name: 'second',
+      protocol: 'openai',
+      base_url: mock.url,
+      api_key_env: 'MOCK_UPSTREAM_KEY',
+      upstream_model: 'second-of-hold',
+    });
+    const t = await stack.tenant('1.00', HELD);
+    const before = calls('mock-accept-hang');
+    const pending = client(t.key)
+      .chat.completions.create({
+        model: 'hold/two',
+        provider: { order: ['primary', 'second'] },
+        max_tokens: 4,
+        messages: [{ role: 'user', content: 'hi' }],
+      } as never)
+      .withResponse();
+    const hold = await openHold(t.tenantId);
+    const { data, response } = await pending;
+    expect(data.choices[0].message.content).toBe('Hello world foo bar');
+    expect(calls('mock-accept-hang')).toBe(before + 1);
+    expect(calls('second-of-hold')).toBe(1);
+    // two attempts, each up to the 12-token prompt bound, the answer up to 4 output tokens
+    expect(hold).toBe(costMicros(12, 4, P) + costMicros(12, 0, P));
+    const carried = costMicros(await estimatePromptTokens([{ role: 'user', content: 'hi' }]), 0, P);
+    const id = response.headers.get('x-request-id')!;
+    await stack.waitSettled([id]);
+    const { rows } = await stack.db.query("select amount_micros, cost_micros, note from ledger where request_id = $1 and kind = 'debit'", [id]);
+    expect(rows).toHaveLength(1);
+    const expected = costMicros(data.usage!.prompt_tokens, data.usage!.completion_tokens, P) + carried;
+    expect(rows[0]).toEqual({ amount_micros: expected, cost_micros: expected, note: null });
+    expect(expected).toBeGreaterThan(costMicros(12, 4, P)); // more than one attempt's worst case: the second prompt had to be held
+    expect(expected).toBeLessThanOrEqual(hold);
+    const tenant = await stack.db.query('select balance_micros, held_micros from tenants where id = $1', [t.tenantId]);
+    expect(tenant.rows[0]).toEqual({ balance_micros: 1_000_000n - expected, held_micros: 0n });
   });
 });
 
@@ -306,31 +465,124 @@ describe('cached prompt tokens billed at the cached price', () => {
   });
 });
 
-describe('catalog changes reach every front door within a second', () => {
-  it('a new price applies to the next request through both doors', async () => {
-    const t = await stack.tenant('1.00');
-    await model('live/m', 'gpt-4o-mini', OK);
-    stack.nc.publish(subjects.catalogChanged, encode({ model: 'live/m' }));
-    await stack.nc.flush();
-    const first = await client(t.key, 1)
-      .chat.completions.create({ model: 'live/m', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] })
+describe('catalog changes made with the CLI reach every front door within a second', () => {
+  const NEW: Prices = { input: 5_000_000n, output: 50_000_000n };
+  const FRESH: Prices = { input: 7_000_000n, output: 70_000_000n };
+  const ask = (key: string, door: number, body: Record<string, unknown> = {}) =>
+    client(key, door)
+      .chat.completions.create({ model: 'live/m', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], ...body } as never)
       .withResponse();
-    expect((await debitOf(first.response.headers.get('x-request-id')!)).amount_micros).toBe(
-      costMicros(first.data.usage!.prompt_tokens, first.data.usage!.completion_tokens, OK),
-    );
-    const NEW: Prices = { input: 5_000_000n, output: 50_000_000n };
-    await model('live/m', 'gpt-4o-mini', NEW);
-    stack.nc.publish(subjects.catalogChanged, encode({ model: 'live/m' }));
+  const billed = async (r: Awaited<ReturnType<typeof ask>>) => debitOf(r.response.headers.get('x-request-id')!);
+  /** Runs the CLI; resolves with the time it ended (its NATS broadcast was flushed by then). */
+  const run = async (...args: string[]) => {
+    const r = await catraca(...args);
+    expect(r.code, r.stderr).toBe(0);
+    return Date.now();
+  };
+  /** Waits until `ms` after `since`: what a door does then is what it does within that much of the change. */
+  const until = (since: number, ms: number) => new Promise((r) => setTimeout(r, Math.max(0, since + ms - Date.now())));
+
+  beforeAll(async () => {
+    await model('live/m', 'gpt-4o-mini', OK);
+    await model('live/other', 'live-other', OK);
+    await setAlias(stack.db, 'live-alias', 'live/m');
+    stack.nc.publish(subjects.catalogChanged, encode({ model: 'live/*' }));
     await stack.nc.flush();
-    await new Promise((r) => setTimeout(r, 1000));
+    await new Promise((r) => setTimeout(r, 300));
+  });
+
+  it('model set: a new price applies to the next request through both doors', async () => {
+    const t = await stack.tenant('1.00');
+    // both doors have the model, at its old price
     for (const door of [0, 1]) {
-      const r = await client(t.key, door)
-        .chat.completions.create({ model: 'live/m', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] })
-        .withResponse();
-      expect((await debitOf(r.response.headers.get('x-request-id')!)).amount_micros).toBe(
-        costMicros(r.data.usage!.prompt_tokens, r.data.usage!.completion_tokens, NEW),
-      );
+      const r = await ask(t.key, door);
+      expect((await billed(r)).amount_micros).toBe(costMicros(r.data.usage!.prompt_tokens, r.data.usage!.completion_tokens, OK));
     }
+    const changed = await run('model', 'set', '--id', 'live/m', '--pool', 'openai', '--input-price', '5', '--output-price', '50', '--json');
+    await until(changed, 500);
+    for (const door of [0, 1]) {
+      const sent = Date.now();
+      const r = await ask(t.key, door);
+      expect(sent - changed).toBeLessThan(1000);
+      expect(await billed(r)).toEqual({ amount_micros: costMicros(r.data.usage!.prompt_tokens, r.data.usage!.completion_tokens, NEW), model: 'live/m' });
+    }
+  });
+
+  it('model deployment add: the next request through both doors may be routed to it', async () => {
+    const t = await stack.tenant('1.00');
+    // both doors have the model without it: a request for it matches no deployment
+    for (const door of [0, 1]) {
+      await ask(t.key, door);
+      await expect(ask(t.key, door, { provider: { only: ['fresh'] } })).rejects.toMatchObject({ status: 400, code: 'no_deployment_matches' });
+    }
+    const changed = await run(
+      'model',
+      'deployment',
+      'add',
+      '--model',
+      'live/m',
+      '--name',
+      'fresh',
+      '--base-url',
+      mock.url,
+      '--api-key-env',
+      'MOCK_UPSTREAM_KEY',
+      '--upstream-model',
+      'live-fresh',
+      '--input-price',
+      '7',
+      '--output-price',
+      '70',
+      '--json',
+    );
+    await until(changed, 500);
+    for (const door of [0, 1]) {
+      const before = calls('live-fresh');
+      const sent = Date.now();
+      const r = await ask(t.key, door, { provider: { only: ['fresh'] } });
+      expect(sent - changed).toBeLessThan(1000);
+      expect(calls('live-fresh')).toBe(before + 1);
+      expect((await billed(r)).amount_micros).toBe(costMicros(r.data.usage!.prompt_tokens, r.data.usage!.completion_tokens, FRESH));
+    }
+  });
+
+  it('model alias add: an alias pointed elsewhere resolves to its new model through both doors', async () => {
+    const t = await stack.tenant('1.00');
+    for (const door of [0, 1]) {
+      const r = await ask(t.key, door, { model: 'live-alias' });
+      expect((await billed(r)).model).toBe('live/m');
+    }
+    const changed = await run('model', 'alias', 'add', '--alias', 'live-alias', '--model', 'live/other', '--json');
+    await until(changed, 500);
+    for (const door of [0, 1]) {
+      const before = calls('live-other');
+      const sent = Date.now();
+      const r = await ask(t.key, door, { model: 'live-alias' });
+      expect(sent - changed).toBeLessThan(1000);
+      expect(calls('live-other')).toBe(before + 1);
+      expect(await billed(r)).toEqual({ amount_micros: costMicros(r.data.usage!.prompt_tokens, r.data.usage!.completion_tokens, OK), model: 'live/other' });
+    }
+  });
+
+  it('a request admitted before a price change is billed at the price it was held at', async () => {
+    // the vendor takes 6 s to its first token (the mock's own parameter, forwarded for this model)
+    await model('live/held', 'gpt-4o-mini', OK, { extra_params: ['mock'] });
+    const t = await stack.tenant('1.00', HELD);
+    let ended = false;
+    const pending = client(t.key, 1)
+      .chat.completions.create({ model: 'live/held', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }], mock: { first_token_ms: 6000 } } as never)
+      .withResponse()
+      .finally(() => (ended = true));
+    await openHold(t.tenantId);
+    await run('model', 'set', '--id', 'live/held', '--pool', 'openai', '--input-price', '5', '--output-price', '50', '--json');
+    expect(ended).toBe(false); // the change landed while the request was in flight
+    const old = await pending;
+    expect(await billed(old)).toEqual({ amount_micros: costMicros(old.data.usage!.prompt_tokens, old.data.usage!.completion_tokens, OK), model: 'live/held' });
+    // and the next one pays the new price
+    const next = await client(t.key, 1)
+      .chat.completions.create({ model: 'live/held', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] })
+      .withResponse();
+    expect((await billed(next)).amount_micros).toBe(costMicros(next.data.usage!.prompt_tokens, next.data.usage!.completion_tokens, NEW));
   });
 });
 
@@ -359,6 +611,21 @@ describe('finer key limits', () => {
     expect((await over.json()).error.code).toBe('tpm_limit_exceeded');
   });
 
+  it('--tpm: a token count is free and generates nothing, so it takes none of the budget', async () => {
+    const t = await stack.tenant('1.00', { tpm: 60 });
+    for (let i = 0; i < 5; i++) {
+      const res = await fetch(`${stack.urlOf(stack.gateways[i % 2])}/messages/count_tokens`, {
+        method: 'POST',
+        headers: { 'x-api-key': t.key, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+        body: JSON.stringify({ model: 'fb/ok', messages: [{ role: 'user', content: 'how many tokens is this?' }] }),
+      });
+      expect(res.status, await res.clone().text()).toBe(200);
+      expect((await res.json()).input_tokens).toBeGreaterThan(0);
+    }
+    // the whole minute's budget is still there for a request that generates
+    expect((await post(t.key, { model: 'sim/echo', max_tokens: 50 })).status).toBe(200);
+  });
+
   it('--end-user-limit: each end user has its own daily cap; the user is recorded on each debit', async () => {
     // sim/echo with max_tokens 10: worst case ~R$ 0,00004; a cap of R$ 0,005 fits many, not one of 4 096 output tokens (~R$ 0,0082)
     const t = await stack.tenant('1.00', { endUserDailyLimit: 5_000n });
@@ -377,32 +644,12 @@ describe('finer key limits', () => {
 });
 
 describe('GET /key in OpenRouter’s published schema', () => {
-  // OpenRouter's GetCurrentKeyData (its OpenAPI document, openrouter.ai/docs/api/api-reference/api-keys/get-current-key)
-  const KeyData = z.object({
-    label: z.string(),
-    limit: z.number().nullable(),
-    limit_remaining: z.number().nullable(),
-    limit_reset: z.string().nullable(),
-    include_byok_in_limit: z.boolean(),
-    usage: z.number(),
-    usage_daily: z.number(),
-    usage_weekly: z.number(),
-    usage_monthly: z.number(),
-    byok_usage: z.number(),
-    byok_usage_daily: z.number(),
-    byok_usage_weekly: z.number(),
-    byok_usage_monthly: z.number(),
-    is_free_tier: z.boolean(),
-    is_management_key: z.boolean(),
-    is_provisioning_key: z.boolean(),
-    creator_user_id: z.string(),
-    rate_limit: z.object({ requests: z.number(), interval: z.string(), note: z.string() }),
-    expires_at: z.string().nullable().optional(),
-  });
-  it('every required field, with its type', async () => {
+  // the schema OpenRouter publishes for GET /key: @openrouter/sdk's GetCurrentKeyResponse (zod, strict types, required fields)
+  it('every field @openrouter/sdk requires, with its type', async () => {
     const t = await stack.tenant('1.00');
     const body = await (await fetch(`${stack.baseUrl}/key`, { headers: { authorization: `Bearer ${t.key}` } })).json();
-    expect(KeyData.safeParse(body.data).error?.issues ?? []).toEqual([]);
-    expect(body.data.creator_user_id).toBe(t.tenantId);
+    const parsed = GetCurrentKeyResponse$inboundSchema.safeParse(body);
+    expect(parsed.error?.issues ?? []).toEqual([]);
+    expect(parsed.data?.data).toMatchObject({ creatorUserId: t.tenantId, includeByokInLimit: false, isManagementKey: false, isProvisioningKey: false });
   });
 });

@@ -59,6 +59,11 @@ export async function keyBody(db: Db, key: ApiKeyRecord) {
       is_provisioning_key: false,
       // who created the key: a portal user, or the tenant itself for keys made by an operator's CLI
       creator_user_id: k.created_by ?? k.tenant_id,
+      // fields @openrouter/sdk's GetCurrentKeyData requires: no region restriction, no free models, the tenant as organisation
+      allowed_data_regions: ['global'],
+      free_model_daily_requests: { limit: 0, remaining: 0, used: 0 },
+      organization_id: k.tenant_id,
+      workspace_id: null,
       rate_limit:
         k.rate_limit_requests !== null && k.rate_limit_interval_s !== null
           ? {
