@@ -120,7 +120,10 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const atStart = await backlog.check();
   if (atStart && atStart.messages > 0) log.info('usage waiting to be settled', { backlog: atStart.messages });
   const pulling = pullUsage(consumer, batcher, batchSize);
-  const sweeper = startSweeper(db, stats, metrics, opts.sweepIntervalMs ?? 10000, () => notify.retry());
+  const sweeper = startSweeper(db, stats, metrics, opts.sweepIntervalMs ?? 10000, () => {
+    notify.retry();
+    void notify.reconcile();
+  });
   const instanceId = sanitizeInstanceId(opts.instanceId ?? `metering-${process.pid}`);
   const monitoring = await registerMonitoring(nc, { name: 'catraca-metering', version: VERSION, instanceId, metrics });
 
@@ -179,7 +182,7 @@ function pullUsage(consumer: Consumer, batcher: LingerBatcher<JsMsg>, batchSize:
  * Holds and leases whose request never settled (a worker or front door died) are released after
  * their expiry, and the open ones counted for /metrics and `catraca status`; stored responses past
  * their retention are deleted (at most 1000 a pass: a backlog drains over a few passes); notification
- * checks that failed are tried again (`onSweep`).
+ * checks that failed are tried again, and a page of the notifications' reconciling sweep runs (`onSweep`).
  */
 function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs: number, onSweep: () => void) {
   let heldMicros = { holds: 0, leases: 0 };

@@ -63,6 +63,14 @@ export async function checkKeyLimits(db: DbClient, keyIds: string[]): Promise<No
   return (await db.query('select * from catraca_notify_keys($1::text[])', [keyIds])).rows;
 }
 
+/**
+ * The reconciling sweep: the next page of tenants and limited keys whose notification state
+ * disagrees with their balance or spend, checked (catraca_notify_reconcile); what it made.
+ */
+export async function reconcileNotifications(db: DbClient, limit: number): Promise<NotifyEvent[]> {
+  return (await db.query('select * from catraca_notify_reconcile($1)', [limit])).rows;
+}
+
 /** key.revoked of a key just revoked (once per key): in the revocation's own transaction, so a crash after its commit loses nothing. */
 export async function keyRevokedEvent(db: DbClient, keyId: string): Promise<NotifyEvent[]> {
   return (await db.query('select * from catraca_notify_key_revoked($1)', [keyId])).rows;

@@ -2,7 +2,7 @@ import type { NatsConnection } from 'nats';
 import type { Db } from '../db/pool.ts';
 import type { Logger } from '../log.ts';
 import { publishEvents } from './bus.ts';
-import { checkBalances, checkKeyLimits } from './events.ts';
+import { checkBalances, checkKeyLimits, reconcileNotifications } from './events.ts';
 
 /**
  * At most one check per this long: under load a batch settles every few milliseconds, and each
@@ -11,6 +11,9 @@ import { checkBalances, checkKeyLimits } from './events.ts';
  */
 export const CHECK_EVERY_MS = 250;
 
+/** Tenants and limited keys the reconciling sweep reads per call (each, by index; a page of the cursor). */
+export const RECONCILE_PAGE = 1000;
+
 /**
  * Metering's side of the notifications: after each settlement commit, the tenants and keys it
  * debited are checked for balance.low, balance.depleted and key.limit_reached (the
@@ -18,13 +21,17 @@ export const CHECK_EVERY_MS = 250;
  * Off the settlement path: `add` returns at once, one check runs at a time, at most one per
  * CHECK_EVERY_MS, and the ids that arrive meanwhile are merged into the next. A check that fails
  * (PostgreSQL away) keeps its ids for `retry`, which the sweeper calls: a depleted tenant whose
- * check failed gets no further settlement to trigger another.
+ * check failed gets no further settlement to trigger another. Ids still in memory when the process
+ * dies are lost, so the sweeper also calls `reconcile`, which walks every tenant and limited key a
+ * page at a time (catraca_notify_reconcile) and checks those whose notification state disagrees
+ * with their balance or spend.
  */
 export class SettlementWatch {
   private tenants = new Set<string>();
   private keys = new Set<string>();
   private failed = { tenants: new Set<string>(), keys: new Set<string>() };
   private running: Promise<void> | null = null;
+  private reconciling: Promise<void> | null = null;
   private lastCheck = 0;
 
   constructor(
@@ -68,8 +75,23 @@ export class SettlementWatch {
     }
   }
 
-  /** Waits for the check in progress. */
+  /** One page of the reconciling sweep, unless one is in progress; never throws (logged). */
+  reconcile(page = RECONCILE_PAGE): Promise<void> {
+    this.reconciling ??= (async () => {
+      try {
+        const events = await reconcileNotifications(this.db, page);
+        for (const e of events) this.log.info('notification event (reconciling sweep)', { event_id: e.id, type: e.type, tenant_id: e.tenant_id });
+        await publishEvents(this.nc, this.db, events, this.log);
+      } catch (err) {
+        this.log.warn('notification reconciling sweep failed; the next sweep tries again', { err: err as Error });
+      }
+    })().finally(() => (this.reconciling = null));
+    return this.reconciling;
+  }
+
+  /** Waits for the check and the sweep in progress. */
   async idle(): Promise<void> {
     await this.running;
+    await this.reconciling;
   }
 }

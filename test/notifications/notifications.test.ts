@@ -16,7 +16,9 @@ import { createPool } from '../../src/db/pool.ts';
 import { configureLogging } from '../../src/log.ts';
 import { Webhook } from 'standardwebhooks';
 import { type MailSink, type SinkMessage, startMailSink } from '../../src/mail/sink.ts';
-import { checkBalances } from '../../src/notify/events.ts';
+import { settle } from '../../src/billing/ledger.ts';
+import { checkBalances, reconcileNotifications } from '../../src/notify/events.ts';
+import { getSetting, SETTINGS } from '../../src/pix/settings.ts';
 import { createEndpoint } from '../../src/notify/settings.ts';
 import { hasValidCrc, isValidBrCode, qrPng } from '../../src/pix/brcode.ts';
 import { paySimulatedCharge } from '../../src/pix/simulator/pay.ts';
@@ -414,6 +416,106 @@ describe('the other events', () => {
     } finally {
       await Promise.all(pools.map((p) => p.end()));
     }
+  });
+});
+
+describe('the reconciling sweep (metering crashed between a settlement and its check)', () => {
+  /** Settles straight in PostgreSQL, as metering's transaction does, with no SettlementWatch to check after the commit. */
+  const settleBySql = (tenantId: string, keyId: string, costMicros: bigint) =>
+    settle(stack.db, {
+      requestId: `req_reconcile_${Math.random().toString(36).slice(2)}`,
+      tenantId,
+      keyId,
+      costMicros,
+      model: 'sim/echo',
+      inputTokens: 1,
+      outputTokens: 1,
+      estimated: false,
+      outcome: 'completed',
+      at: new Date(),
+    });
+  /** Pages of the sweep (as metering's sweeper runs them, connected as catraca_metering) until `done`; the stack's own metering sweeps too. */
+  async function sweepUntil(what: string, done: () => Promise<boolean>) {
+    const metering = createPool(stack.roleUrl('metering'), 1);
+    try {
+      for (let i = 0; i < 50 && !(await done()); i++) {
+        await reconcileNotifications(metering, 200);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      expect(await done(), what).toBe(true);
+      // and again, a whole round of the cursor: nothing more for what was made
+      for (let i = 0; i < 10; i++) await reconcileNotifications(metering, 200);
+    } finally {
+      await metering.end();
+    }
+  }
+
+  it('balance.depleted fires exactly once, from the sweep, for a tenant a lost check left depleted', async () => {
+    const t = await stack.tenant('0.010005');
+    const other = await startReceiver();
+    const ep = (await createEndpoint(stack.db, t.tenantId, other.url, ['balance.depleted']))!;
+    other.secrets = [ep.secret];
+    expect((await settleBySql(t.tenantId, t.keyId, 12n)).status).toBe('settled');
+    expect(await balance(t.tenantId)).toBe(9_993n);
+    await sweepUntil('balance.depleted made by the sweep', async () => (await events(t.tenantId, 'balance.depleted')).length > 0);
+    expect((await events(t.tenantId, 'balance.depleted')).map((e) => e.data)).toEqual([
+      { tenant_id: t.tenantId, balance: '0.009993', depleted_below: '0.010000' },
+    ]);
+    // published by the relay (nothing in memory knew of it), delivered once
+    await until('balance.depleted delivered', () => other.verified('balance.depleted').length === 1);
+    await new Promise((r) => setTimeout(r, 800));
+    expect(other.verified()).toHaveLength(1);
+    await other.close();
+  });
+
+  it('a tenant never used (a new sign-up at R$ 0,00) is not announced depleted', async () => {
+    const t = await stack.tenant('0');
+    const metering = createPool(stack.roleUrl('metering'), 1);
+    try {
+      for (let i = 0; i < 10; i++) await reconcileNotifications(metering, 200);
+    } finally {
+      await metering.end();
+    }
+    expect(await events(t.tenantId, 'balance.depleted')).toEqual([]);
+  });
+
+  it('key.limit_reached fires exactly once, from the sweep, for a key a lost check left at its limit', async () => {
+    const t = await stack.tenant('1.00', { label: 'capped', limitMicros: 10_000n, limitReset: 'daily' });
+    // admission marked it used; the settlement spends its whole limit
+    await stack.db.query('update api_keys set last_used_at = now() where id = $1', [t.keyId]);
+    expect((await settleBySql(t.tenantId, t.keyId, 10_000n)).status).toBe('settled');
+    await sweepUntil('key.limit_reached made by the sweep', async () => (await events(t.tenantId, 'key.limit_reached')).length > 0);
+    expect((await events(t.tenantId, 'key.limit_reached')).map((e) => e.data)).toEqual([
+      expect.objectContaining({ key_id: t.keyId, limit: '0.010000', spent: '0.010000', limit_reset: 'daily' }),
+    ]);
+  });
+});
+
+describe('a replayed PSP callback', () => {
+  it('the same Pix notified twice more by the webhook: still one topup.credited, one webhook delivery', async () => {
+    const txid = await topUpByPix('5,00');
+    await until('topup.credited delivered', () => receiver.verified('topup.credited').some((r) => r.event!.data.charge_id === txid));
+    const charge = (await stack.db.query('select end_to_end_id, paid_at from pix_charges where txid = $1', [txid])).rows[0];
+    const secret = await getSetting(stack.db, SETTINGS.webhookSecret);
+    const notice = JSON.stringify({ pix: [{ endToEndId: charge.end_to_end_id, txid, valor: '5.00', horario: new Date(charge.paid_at).toISOString() }] });
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`${portal.url}/webhooks/pix/${secret}/pix`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: notice });
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+    }
+    await new Promise((r) => setTimeout(r, 1000));
+    const made = (await events(owner.tenantId, 'topup.credited')).filter((e) => e.data.charge_id === txid);
+    expect(made).toHaveLength(1);
+    expect(receiver.verified('topup.credited').filter((r) => r.event!.data.charge_id === txid)).toHaveLength(1);
+    const { rows } = await stack.db.query(`select channel, count(*)::int as n from notify_deliveries where event_id = $1 group by channel order by channel`, [
+      made[0].id,
+    ]);
+    expect(rows).toEqual([
+      { channel: 'email', n: 1 },
+      { channel: 'webhook', n: 1 },
+    ]);
+    // credited once: one ledger row for the payment
+    expect((await stack.db.query('select count(*)::int as n from ledger where external_id = $1', [charge.end_to_end_id])).rows[0].n).toBe(1);
   });
 });
 
