@@ -9,7 +9,7 @@ const dbPassword = z
   .regex(/^[A-Za-z0-9._~-]+$/, 'URL-safe characters only (letters, digits, . _ ~ -)')
   .optional();
 
-// Portal and Pix settings (documented in src/portal/README.md and .env.example). Nothing defaults
+// Portal and Pix settings (documented in docs/operations.md and .env.example). Nothing defaults
 // to the simulator: PIX_PROVIDER must be given (bcb with a complete configuration), unless
 // CATRACA_DEV=1 (what `npm start` sets) asks for the development setup — the built-in PSP
 // simulator and its "pay" button, on a loopback address only (src/portal/config.ts decides).
@@ -58,6 +58,8 @@ export const PortalEnvSchema = z.object({
   PORTAL_TRUST_PROXY: bool(false),
   /** Sign-up attempts accepted per client address per hour (well-formed forms; a taken e-mail counts). */
   PORTAL_SIGNUP_LIMIT_PER_HOUR: z.coerce.number().int().positive().default(10),
+  /** Days a sign-up whose address was never verified is kept, then deleted with its unused company (src/portal/cleanup.ts); 0 = forever. */
+  PORTAL_UNVERIFIED_SIGNUP_DAYS: int(7),
   /** auto: Secure cookies when the request came over TLS (directly or via a trusted proxy). */
   PORTAL_SECURE_COOKIES: z.enum(['auto', 'true', 'false']).default('auto'),
   /** Local development (set by `npm start`): PIX_PROVIDER defaults to the simulator, the portal to 127.0.0.1. */

@@ -127,7 +127,11 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   site.url ||= url;
   if (options.registerWebhook !== false) await registerPixWebhook(psp, (env.PIX_WEBHOOK_BASE_URL ?? publicUrl ?? url).replace(/\/+$/, ''), webhookSecret);
   pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
-  const purge = periodicCleanup(db, env.PIX_WEBHOOK_RETENTION_DAYS, options.cleanupIntervalMs ?? CLEANUP_INTERVAL_MS);
+  const purge = periodicCleanup(
+    db,
+    { webhookRetentionDays: env.PIX_WEBHOOK_RETENTION_DAYS, unverifiedDays: env.PORTAL_UNVERIFIED_SIGNUP_DAYS },
+    options.cleanupIntervalMs ?? CLEANUP_INTERVAL_MS,
+  );
   if (!mailer.configured) log.error('SMTP_URL is not set: the portal cannot send e-mail, so sign-up is closed (existing accounts keep working)');
   const notifier =
     options.notifier && nc
@@ -199,13 +203,13 @@ async function registerPixWebhook(psp: PixService['psp'], webhookBase: string, w
 }
 
 /** Every table a request can add rows to is emptied of what no longer counts (src/portal/cleanup.ts), one pass at a time. */
-function periodicCleanup(db: StartPortalOptions['db'], webhookRetentionDays: number, cleanupMs: number): NodeJS.Timeout {
+function periodicCleanup(db: StartPortalOptions['db'], retention: { webhookRetentionDays: number; unverifiedDays: number }, cleanupMs: number): NodeJS.Timeout {
   let cleaning = false;
   const purge = setInterval(
     () => {
       if (cleaning) return;
       cleaning = true;
-      cleanUp(db, { webhookRetentionDays })
+      cleanUp(db, retention)
         .then((n) => Object.values(n).some((x) => x > 0) && log.info('portal cleanup', { ...n }))
         .catch((err) => log.warn('portal cleanup failed', { err }))
         .finally(() => (cleaning = false));

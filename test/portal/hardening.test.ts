@@ -136,6 +136,64 @@ describe('anonymous traffic cannot grow the database', () => {
     await cleanUp(db, { webhookRetentionDays: 0, batch: 100 });
     expect(await webhookRows()).toEqual([`${tag} 89 days`]);
   });
+
+  it('sign-ups never verified go after PORTAL_UNVERIFIED_SIGNUP_DAYS, with their company when nothing else was made in it', async () => {
+    const { cleanUp } = await import('../../src/portal/cleanup.ts');
+    const { createApiKey } = await import('../../src/db/keys.ts');
+    const { createSession } = await import('../../src/portal/auth.ts');
+    /** A sign-up made `age` ago, as signUp writes it: a tenant and its owner; verified or not. */
+    async function signup(age: string, verified: boolean) {
+      const tenantId = (await createTenant(db, `signup-${uniq()}`)).id;
+      const id = `usr_${uniq()}${uniq()}`;
+      await db.query(
+        `insert into portal_users (id, tenant_id, email, password_hash, role, created_at, email_verified_at)
+         values ($1, $2, $3, 'x', 'owner', now() - $4::interval, case when $5 then now() end)`,
+        [id, tenantId, `signup.${uniq()}@example.com`, age, verified],
+      );
+      return { id, tenantId };
+    }
+    const stale = await signup('8 days', false);
+    await createSession(db, stale.id);
+    const staleWithKey = await signup('8 days', false);
+    await createApiKey(db, { tenantId: staleWithKey.tenantId, label: 'in use', createdBy: staleWithKey.id });
+    const staleWithLedger = await signup('8 days', false);
+    await db.query(
+      `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, note) values ($1, 'credit', 0, 0, 'grant', $2, 'test')`,
+      [staleWithLedger.tenantId, `grant-${uniq()}`],
+    );
+    const young = await signup('6 days', false);
+    const verified = await signup('30 days', true);
+    // a member of a verified owner's company who never verified (written by hand: invitations verify)
+    const memberId = `usr_${uniq()}${uniq()}`;
+    await db.query(
+      `insert into portal_users (id, tenant_id, email, password_hash, role, created_at) values ($1, $2, $3, 'x', 'developer', now() - interval '8 days')`,
+      [memberId, verified.tenantId, `member.${uniq()}@example.com`],
+    );
+    const users = async () =>
+      (
+        await db.query('select id from portal_users where id = any($1) order by id', [
+          [stale.id, staleWithKey.id, staleWithLedger.id, young.id, verified.id, memberId],
+        ])
+      ).rows.map((r) => r.id);
+    const tenants = async () =>
+      (
+        await db.query('select id from tenants where id = any($1) order by id', [
+          [stale.tenantId, staleWithKey.tenantId, staleWithLedger.tenantId, young.tenantId, verified.tenantId],
+        ])
+      ).rows.map((r) => r.id);
+
+    // 0: kept forever
+    expect((await cleanUp(db, { webhookRetentionDays: 90, unverifiedDays: 0 })).unverifiedUsers).toBe(0);
+    expect(await users()).toHaveLength(6);
+    for (let pass = 0; pass < 50; pass++) {
+      const r = await cleanUp(db, { webhookRetentionDays: 90, unverifiedDays: 7, batch: 2 });
+      expect(r.unverifiedUsers).toBeLessThanOrEqual(2);
+      if (r.unverifiedUsers < 2) break;
+    }
+    expect(await users()).toEqual([staleWithKey.id, staleWithLedger.id, young.id, verified.id].sort());
+    expect(await tenants()).toEqual([staleWithKey.tenantId, staleWithLedger.tenantId, young.tenantId, verified.tenantId].sort());
+    expect((await db.query('select count(*)::int as n from portal_sessions where user_id = $1', [stale.id])).rows[0].n).toBe(0);
+  });
 });
 
 describe('behind a proxy (PORTAL_TRUSTED_PROXIES)', () => {
