@@ -2,7 +2,7 @@ import { accessSync, constants } from 'node:fs';
 import { loadConfig, type PortalEnvSchema } from '../config.ts';
 import type { z } from 'zod';
 
-// Portal and Pix settings (environment). Documented in src/portal/README.md and .env.example.
+// Portal and Pix settings (environment). Documented in docs/operations.md (configuration) and .env.example.
 // Nothing defaults to the simulator: PIX_PROVIDER must be given (bcb with a complete
 // configuration), unless CATRACA_DEV=1 (what `npm start` sets) asks for the development setup —
 // the built-in PSP simulator and its "pay" button, on a loopback address only.
