@@ -1,12 +1,12 @@
-// CSV for the console's exports (RFC 4180: comma-separated, CRLF, fields quoted when they need
-// it). A field a spreadsheet would run as a formula (starting with = + - @ or a tab) gets a
-// leading apostrophe, unless it is a plain number (a negative margin stays a number).
+import { formulaSafe } from '../web/csv.ts';
 
-const NUMBER = /^-?\d+(\.\d+)?$/;
+// CSV for the console's exports (RFC 4180: comma-separated, CRLF, fields quoted when they need
+// it). A field a spreadsheet would run as a formula gets the portal's guard (src/web/csv.ts),
+// unless it is a plain number (a negative margin stays a number).
 
 export function csvField(v: unknown): string {
   let s = v === null || v === undefined ? '' : v instanceof Date ? v.toISOString() : typeof v === 'object' ? JSON.stringify(v) : String(v);
-  if (/^[=+\-@\t\r]/.test(s) && !NUMBER.test(s)) s = `'${s}`;
+  s = formulaSafe(s);
   return /[",\r\n]/.test(s) ? `"${s.replace(/"/g, '""')}"` : s;
 }
 

@@ -1,9 +1,9 @@
 import type { HttpBindings } from '@hono/node-server';
 import type { Context } from 'hono';
 import { deleteCookie, setCookie } from 'hono/cookie';
-import type { Form } from '../portal/http.ts';
+import type { WebVariables } from '../web/middleware.ts';
 import type { Operator } from './auth.ts';
-import type { Lang, T } from './i18n/index.ts';
+import type { T } from './i18n/index.ts';
 
 // What a console request carries through its Hono app. The cookies are the console's own, never
 // the portal's (a tenant's portal session means nothing here): SameSite=Strict, HttpOnly, Secure
@@ -21,20 +21,8 @@ export interface OperatorSession {
 
 export interface ConsoleEnv {
   Bindings: HttpBindings;
-  Variables: {
-    url: URL;
-    lang: Lang;
-    t: T;
-    /** Cookies get `Secure` (https public URL, TLS, or https at a trusted proxy). */
-    secure: boolean;
-    /** The client address (behind a trusted proxy, the one it forwarded). */
-    ip: string;
-    operator: OperatorSession | null;
-    /** Before sign-in: the double-submit CSRF token of this browser. */
-    preCsrf: string;
-    /** A POST's form, once it passed the size, control-character and CSRF checks. */
-    form: Form;
-  };
+  /** The variables every web app's request carries (src/web/middleware.ts), and the operator's session. */
+  Variables: WebVariables<T> & { operator: OperatorSession | null };
 }
 export type CCtx = Context<ConsoleEnv>;
 

@@ -1,20 +1,18 @@
-import { randomBytes } from 'node:crypto';
-import type { Context, ErrorHandler, MiddlewareHandler } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
+import type { ErrorHandler, MiddlewareHandler } from 'hono';
 import { getCookie } from 'hono/cookie';
-import { csrf } from 'hono/csrf';
-import { HTTPException } from 'hono/http-exception';
 import type pg from 'pg';
-import { classifyDbError } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
-import { loadSession, tokensEqual } from './auth.ts';
-import { clientOf, reachedOverHttps, type TrustFn } from './proxy.ts';
-import { parseLang, translator, type Lang } from './i18n/index.ts';
-import { type AppEnv, LANG_COOKIE, MAX_FORM_BYTES, one, parseForm, PRE_CSRF_COOKIE, requestUrl, send, SESSION_COOKIE, setPortalCookie, TEXT } from './http.ts';
+import { ensurePreCsrf, originAllowed, webErrorHandler, webFormPost, webRequestContext } from '../web/middleware.ts';
+import { loadSession } from './auth.ts';
+import { reachedOverHttps, type TrustFn } from './proxy.ts';
+import { translator } from './i18n/index.ts';
+import { type AppEnv, LANG_COOKIE, PRE_CSRF_COOKIE, send, SESSION_COOKIE, setPortalCookie, TEXT } from './http.ts';
 import { type Renderer, unauthenticated } from './render.ts';
 import * as V from './views.ts';
 
-// The portal's own middleware, in the order createPortalApp (app.ts) runs it.
+// The portal's middleware, in the order createPortalApp (app.ts) runs it: the request context, the
+// pre-sign-in CSRF token, the form checks and the error handler are src/web/middleware.ts's, shared
+// with the operator's console; the session is the portal's own.
 
 const log = createLogger('portal');
 
@@ -43,27 +41,17 @@ export interface RequestContextOptions {
   publicHttps: boolean;
 }
 
-/** Every request: its URL, language (`?lang=` is kept in a cookie), client address, and whether cookies get `Secure`. */
+/** Every request: its URL, language (`?lang=` is kept in a cookie), client address, and whether cookies get `Secure` (src/web/middleware.ts). */
 export function requestContext(o: RequestContextOptions): MiddlewareHandler<AppEnv> {
-  return async (c, next) => {
-    const incoming = c.env.incoming;
-    const url = requestUrl(incoming.url);
-    if (!url) return send(c, 400, TEXT, 'Bad Request');
-    // X-Forwarded-* only from a trusted proxy: anyone reaching the portal directly forges them.
-    const { ip, viaProxy } = clientOf(incoming, o.trust);
-    const secure = o.secureMode === 'auto' ? reachedOverHttps(incoming, viaProxy, o.publicHttps) : o.secureMode;
-    const queryLang = parseLang(url.searchParams.get('lang'));
-    const lang: Lang = queryLang ?? parseLang(getCookie(c, LANG_COOKIE)) ?? 'pt-BR';
-    c.set('url', url);
-    c.set('lang', lang);
-    c.set('t', translator(lang));
-    c.set('secure', secure);
-    c.set('ip', ip);
-    c.set('session', null);
-    c.set('preCsrf', getCookie(c, PRE_CSRF_COOKIE) ?? '');
-    if (queryLang) setPortalCookie(c, LANG_COOKIE, queryLang, 365 * 86400);
-    await next();
-  };
+  return webRequestContext<AppEnv>({
+    trust: o.trust,
+    secure: (incoming, viaProxy) => (o.secureMode === 'auto' ? reachedOverHttps(incoming, viaProxy, o.publicHttps) : o.secureMode),
+    translator,
+    langCookie: LANG_COOKIE,
+    preCsrfCookie: PRE_CSRF_COOKIE,
+    setCookie: setPortalCookie,
+    init: (c) => c.set('session', null),
+  });
 }
 
 /**
@@ -76,11 +64,7 @@ export function sessionLoader(db: pg.Pool): MiddlewareHandler<AppEnv> {
     if (path.startsWith('/webhooks/') || path.startsWith('/static/')) return next();
     const session = await loadSession(db, getCookie(c, SESSION_COOKIE));
     c.set('session', session);
-    if (!session && !/^[A-Za-z0-9_-]{43}$/.test(c.var.preCsrf)) {
-      const token = c.req.method === 'GET' ? randomBytes(32).toString('base64url') : '';
-      c.set('preCsrf', token);
-      if (token) setPortalCookie(c, PRE_CSRF_COOKIE, token, 86400);
-    }
+    if (!session) ensurePreCsrf(c, { cookie: PRE_CSRF_COOKIE, maxAgeS: 86400, setCookie: setPortalCookie });
     await next();
   };
 }
@@ -90,64 +74,28 @@ export const allowedMethods: MiddlewareHandler<AppEnv> = async (c, next) =>
 
 export const requireSession: MiddlewareHandler<AppEnv> = async (c, next) => (c.var.session ? next() : unauthenticated(c));
 
-// The browser's Origin, when it names one, must be this host (`Origin: null` comes from privacy
-// settings: the token decides). hono/csrf is that check, for the content types a cross-site form can
-// send (any other needs a CORS preflight, which the portal never grants); Sec-Fetch-Site does not
-// replace it. Its 403 becomes the portal's CSRF page in formPost, which checks the token on every POST.
-const sameOrigin = csrf({
-  origin: (origin, c) => {
-    try {
-      return new URL(origin).host === c.req.header('host');
-    } catch {
-      return false;
-    }
-  },
-  secFetchSite: () => false,
-});
-/** The form's Origin check of every POST (exported for the operator's console, src/console/). */
-export async function originAllowed(c: Context): Promise<boolean> {
-  const origin = c.req.header('origin');
-  if (!origin || origin === 'null') return true;
-  try {
-    await sameOrigin(c, async () => {});
-    return true;
-  } catch (err) {
-    if (err instanceof HTTPException && err.status === 403) return false;
-    throw err;
-  }
-}
+/** The form's Origin check of every POST (src/web/middleware.ts). */
+export { originAllowed };
 
 /**
  * Every POST form: at most MAX_FORM_BYTES (413), no NUL or control characters (400, naming the field), and CSRF (403): the same-origin check
- * and the synchronizer token (the session's secret; before sign-in, the double-submit cookie).
+ * and the synchronizer token (the session's secret; before sign-in, the double-submit cookie). See src/web/middleware.ts.
  */
 export function formPost(r: Renderer): [MiddlewareHandler<AppEnv>, MiddlewareHandler<AppEnv>] {
-  const readForm: MiddlewareHandler<AppEnv> = async (c, next) => {
-    const { t, session } = c.var;
-    const parsed = parseForm(Buffer.from(await c.req.arrayBuffer()));
-    if ('badField' in parsed)
-      return r.page(c, 400, t('error.bad_form_title'), (vc) => V.messagePage(vc, '400', t('error.bad_field', { field: parsed.badField })));
-    const form = parsed.form;
-    const originOk = await originAllowed(c);
-    const expected = session ? session.csrf : getCookie(c, PRE_CSRF_COOKIE);
-    if (!originOk || !tokensEqual(one(form, '_csrf'), expected)) {
-      log.warn('csrf check failed', { path: c.var.url.pathname, has_session: !!session, origin_ok: originOk });
-      return r.page(c, 403, 'CSRF', (vc) => V.messagePage(vc, '403', t('error.csrf')));
-    }
-    c.set('form', form);
-    await next();
-  };
-  return [bodyLimit({ maxSize: MAX_FORM_BYTES, onError: (c) => send(c, 413, TEXT, 'Payload Too Large') }), readForm];
+  return webFormPost<AppEnv>({
+    expectedToken: (c) => (c.var.session ? c.var.session.csrf : getCookie(c, PRE_CSRF_COOKIE)),
+    hasSession: (c) => !!c.var.session,
+    badField: (c, field) => r.page(c, 400, c.var.t('error.bad_form_title'), (vc) => V.messagePage(vc, '400', c.var.t('error.bad_field', { field }))),
+    csrfFailed: (c) => r.page(c, 403, 'CSRF', (vc) => V.messagePage(vc, '403', c.var.t('error.csrf'))),
+    log,
+    logMessage: 'csrf check failed',
+  });
 }
 
 /** PostgreSQL away or too slow: a 503 to come back later (a PSP delivers its webhook again); anything else a 500. */
-export const onError: ErrorHandler<AppEnv> = (err, c) => {
-  const path = c.req.path.startsWith('/webhooks/') ? '/webhooks/pix/…' : c.req.path;
-  const t = c.var.t ?? translator('pt-BR');
-  if (classifyDbError(err)) {
-    log.warn('portal request refused: database unavailable', { method: c.req.method, path, code: (err as { code?: string }).code });
-    return send(c, 503, TEXT, t('error.unavailable'), { 'retry-after': '5' });
-  }
-  log.error('portal request failed', { err, method: c.req.method, path });
-  return send(c, 500, TEXT, t('error.internal'));
-};
+export const onError: ErrorHandler<AppEnv> = webErrorHandler<AppEnv>({
+  log,
+  app: 'portal',
+  fallback: (key) => translator('pt-BR')(key),
+  logPath: (path) => (path.startsWith('/webhooks/') ? '/webhooks/pix/…' : path),
+});

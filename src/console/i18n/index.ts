@@ -1,4 +1,5 @@
 import { type Lang, parseLang } from '../../portal/i18n/index.ts';
+import { makeTranslator } from '../../web/i18n.ts';
 import { en } from './en.ts';
 import { type ConsoleMessages, ptBR } from './pt-BR.ts';
 
@@ -9,9 +10,5 @@ export { type Lang, parseLang };
 export type ConsoleKey = keyof ConsoleMessages;
 const catalogs: Record<Lang, ConsoleMessages> = { 'pt-BR': ptBR, en };
 
-export function translator(lang: Lang) {
-  const cat = catalogs[lang];
-  return (key: ConsoleKey, vars: Record<string, string | number> = {}) =>
-    cat[key].replace(/\{(\w+)\}/g, (_, name: string) => (name in vars ? String(vars[name]) : `{${name}}`));
-}
+export const translator = makeTranslator<ConsoleKey>(catalogs);
 export type T = ReturnType<typeof translator>;

@@ -1,5 +1,6 @@
 import { html, raw, type SafeHtml } from '../../portal/html.ts';
 import { otherLangHref } from '../../portal/http.ts';
+import { csrfField } from '../../web/html.ts';
 import type { Lang, T } from '../i18n/index.ts';
 
 // The console's page frame, with the portal's stylesheet and templating (src/portal/html.ts:
@@ -14,7 +15,7 @@ export interface ViewCtx {
   operator?: string;
 }
 
-export const csrfField = (c: ViewCtx) => html`<input type="hidden" name="_csrf" value="${c.csrf}">`;
+export { csrfField };
 
 export const NAV = [
   ['/tenants', 'nav.tenants'],
