@@ -82,19 +82,12 @@ export interface Portal {
 export async function startPortal(options: StartPortalOptions): Promise<Portal> {
   const env: PortalEnv = options.config ?? loadPortalEnv(options.env ?? process.env);
   const db = options.db;
-  const gatewayUrl = options.gatewayUrl ?? env.GATEWAY_PUBLIC_URL;
-  const proxies = options.trustedProxies === true ? LOOPBACK_PROXIES : (options.trustedProxies ?? trustedProxies(env));
-  if (env.PORTAL_TRUST_PROXY) log.warn('PORTAL_TRUST_PROXY is deprecated: it trusts a proxy on this host only (127.0.0.0/8, ::1); set PORTAL_TRUSTED_PROXIES');
-  const signupLimit = options.signupLimitPerHour ?? env.PORTAL_SIGNUP_LIMIT_PER_HOUR;
-  const secureMode = options.secureCookies ?? (env.PORTAL_SECURE_COOKIES === 'auto' ? 'auto' : env.PORTAL_SECURE_COOKIES === 'true');
-  const publicUrl = options.publicUrl ?? env.PORTAL_PUBLIC_URL;
-  const publicHttps = publicUrl?.startsWith('https:') ?? false;
+  const s = portalSettings(options, env);
   const mailer = options.mailer ?? createMailer({ url: env.SMTP_URL, from: env.SMTP_FROM });
-  const site = { url: publicUrl ?? '' };
-  const listenHost = options.host ?? '127.0.0.1';
+  const site = { url: s.publicUrl ?? '' };
   // Refuses to start (PortalConfigError) without PIX_PROVIDER, with an incomplete bcb setup, or
   // with the simulator / dev mode on anything but a loopback address (src/portal/config.ts).
-  const setup = resolvePortalSetup(env, { host: listenHost, adapterGiven: !!options.pixAdapter, devMode: options.devMode });
+  const setup = resolvePortalSetup(env, { host: s.listenHost, adapterGiven: !!options.pixAdapter, devMode: options.devMode });
   const devMode = setup.devMode;
   const { psp, simulator, webhookSecret } = await connectPsp(db, env, setup, options);
   const nc = options.nc ?? null;
@@ -106,15 +99,15 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
 
   const app = createPortalApp({
     db,
-    nc: options.nc ?? null,
+    nc,
     pix,
     simulator,
     devMode,
-    gatewayUrl,
-    signupLimit,
-    trust: compileTrust(proxies),
-    secureMode,
-    publicHttps,
+    gatewayUrl: s.gatewayUrl,
+    signupLimit: s.signupLimit,
+    trust: compileTrust(s.proxies),
+    secureMode: s.secureMode,
+    publicHttps: s.publicUrl?.startsWith('https:') ?? false,
     metrics: options.metrics ?? createMetrics(),
     mailer,
     site,
@@ -122,10 +115,10 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     ...(options.exportLimits ? { exportLimits: options.exportLimits } : {}),
     notifyResolve: options.notifyResolve,
   });
-  const { server, url } = await listen(app, listenHost, options);
+  const { server, url } = await listen(app, s.listenHost, options);
 
   site.url ||= url;
-  if (options.registerWebhook !== false) await registerPixWebhook(psp, (env.PIX_WEBHOOK_BASE_URL ?? publicUrl ?? url).replace(/\/+$/, ''), webhookSecret);
+  if (options.registerWebhook !== false) await registerPixWebhook(psp, (env.PIX_WEBHOOK_BASE_URL ?? s.publicUrl ?? url).replace(/\/+$/, ''), webhookSecret);
   pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
   const purge = periodicCleanup(
     db,
@@ -135,19 +128,9 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   if (!mailer.configured) log.error('SMTP_URL is not set: the portal cannot send e-mail, so sign-up is closed (existing accounts keep working)');
   const notifier =
     options.notifier && nc
-      ? await startNotifier({
-          ...notifierSettings(env, devMode),
-          ...(options.notifier === true ? {} : options.notifier),
-          allowPrivate: (options.notifier === true ? undefined : options.notifier.allowPrivate) ?? devMode,
-          db,
-          nc,
-          mailer,
-          pix,
-          site,
-          resolve: options.notifyResolve,
-        })
+      ? await startNotifier({ ...notifierOptions(env, devMode, options.notifier), db, nc, mailer, pix, site, resolve: options.notifyResolve })
       : null;
-  log.info('portal listening', { url, provider: psp.name, dev_mode: devMode, trusted_proxies: proxies.join(',') || null });
+  log.info('portal listening', { url, provider: psp.name, dev_mode: devMode, trusted_proxies: s.proxies.join(',') || null });
 
   return {
     url,
@@ -159,14 +142,38 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
       await notifier?.stop();
       await pix.stop();
       if (!options.mailer) mailer.close();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-        setTimeout(() => server.closeAllConnections(), 2000).unref();
-      });
+      await closeServer(server);
       if (simulator) await simulator.close();
     },
   };
+}
+
+/** What the options and the configuration say about the portal's HTTP side (options first). */
+function portalSettings(options: StartPortalOptions, env: PortalEnv) {
+  if (env.PORTAL_TRUST_PROXY) log.warn('PORTAL_TRUST_PROXY is deprecated: it trusts a proxy on this host only (127.0.0.0/8, ::1); set PORTAL_TRUSTED_PROXIES');
+  return {
+    gatewayUrl: options.gatewayUrl ?? env.GATEWAY_PUBLIC_URL,
+    proxies: options.trustedProxies === true ? LOOPBACK_PROXIES : (options.trustedProxies ?? trustedProxies(env)),
+    signupLimit: options.signupLimitPerHour ?? env.PORTAL_SIGNUP_LIMIT_PER_HOUR,
+    secureMode: options.secureCookies ?? (env.PORTAL_SECURE_COOKIES === 'auto' ? ('auto' as const) : env.PORTAL_SECURE_COOKIES === 'true'),
+    publicUrl: options.publicUrl ?? env.PORTAL_PUBLIC_URL,
+    listenHost: options.host ?? '127.0.0.1',
+  };
+}
+
+/** The notifier's settings: the configuration's, then a test's (private addresses only in dev mode unless it says). */
+function notifierOptions(env: PortalEnv, devMode: boolean, given: true | NotifierSettings): NotifierSettings & { allowPrivate: boolean } {
+  const test = given === true ? {} : given;
+  return { ...notifierSettings(env, devMode), ...test, allowPrivate: test.allowPrivate ?? devMode };
+}
+
+/** Stops taking connections; ends the idle ones at once and the rest after 2 s. */
+async function closeServer(server: http.Server): Promise<void> {
+  await new Promise<void>((resolve) => {
+    server.close(() => resolve());
+    server.closeIdleConnections();
+    setTimeout(() => server.closeAllConnections(), 2000).unref();
+  });
 }
 
 /** The HTTP server of the app, listening; its URL as the portal reaches itself. */

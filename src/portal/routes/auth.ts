@@ -26,21 +26,19 @@ export interface AuthDeps extends MailContext {
 }
 
 export function authRoutes(d: AuthDeps, r: Renderer): Hono<AppEnv> {
-  const { db } = d;
   const app = new Hono<AppEnv>();
+  app.on(['GET', 'POST'], '/', can('public'), (c) => redirect(c, c.var.session ? '/dashboard' : '/login'));
 
-  // A new session id at every sign-in: whatever session this browser carried (ours, another
-  // account's, or one planted by someone else) is destroyed, never upgraded.
-  async function startSession(c: Ctx, userId: string) {
-    await destroySessionToken(db, getCookie(c, SESSION_COOKIE));
-    const s = await createSession(db, userId);
-    setPortalCookie(c, SESSION_COOKIE, s.token, Math.floor(SESSION_TTL_MS / 1000));
-    return redirect(c, '/dashboard');
-  }
+  signUpRoutes(app, d, r);
+  signInRoutes(app, d, r);
+  return app;
+}
+
+/** Sign-up: the form, and the page that says to check the e-mail (the same for a new address and a taken one). */
+function signUpRoutes(app: Hono<AppEnv>, d: AuthDeps, r: Renderer): void {
+  const { db } = d;
   const signupClosed = (c: Ctx) =>
     r.page(c, 503, c.var.t('auth.signup_title'), (vc) => V.messagePage(vc, c.var.t('auth.signup_title'), c.var.t('auth.signup_closed')));
-
-  app.on(['GET', 'POST'], '/', can('public'), (c) => redirect(c, c.var.session ? '/dashboard' : '/login'));
 
   app.get('/signup', can('public'), (c) => {
     if (c.var.session) return redirect(c, '/dashboard');
@@ -80,7 +78,20 @@ export function authRoutes(d: AuthDeps, r: Renderer): Hono<AppEnv> {
     }
     return r.page(c, 200, t('auth.check_email_title'), (vc) => V.checkEmailPage(vc, { email: res.user.email, devMail: d.devMode }));
   });
+}
 
+/** Sign-in (a new session) and sign-out. */
+function signInRoutes(app: Hono<AppEnv>, d: AuthDeps, r: Renderer): void {
+  const { db } = d;
+
+  // A new session id at every sign-in: whatever session this browser carried (ours, another
+  // account's, or one planted by someone else) is destroyed, never upgraded.
+  async function startSession(c: Ctx, userId: string) {
+    await destroySessionToken(db, getCookie(c, SESSION_COOKIE));
+    const s = await createSession(db, userId);
+    setPortalCookie(c, SESSION_COOKIE, s.token, Math.floor(SESSION_TTL_MS / 1000));
+    return redirect(c, '/dashboard');
+  }
   app.get('/login', can('public'), (c) => {
     if (c.var.session) return redirect(c, '/dashboard');
     const q = c.var.url.searchParams;
@@ -117,7 +128,6 @@ export function authRoutes(d: AuthDeps, r: Renderer): Hono<AppEnv> {
     clearPortalCookie(c, SESSION_COOKIE);
     return redirect(c, '/login?bye=1');
   });
-  return app;
 }
 
 /** The links of the e-mails: a verification link verifies when opened; a reset link shows a form. */

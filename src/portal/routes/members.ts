@@ -42,8 +42,23 @@ export interface MembersDeps extends MailContext {
 type PageExtra = { status?: number; error?: string; form?: { email?: string; role?: string } };
 
 export function memberRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
-  const { db } = d;
   const app = new Hono<AppEnv>();
+  const ui = membersUi(d, r);
+  app.get('/members', can('members'), (c) => ui.page(c));
+  invitationAdminRoutes(app, d, ui);
+  memberChangeRoutes(app, d, r, ui);
+  return app;
+}
+
+interface MembersUi {
+  /** The members page, with an error or the flash of what was done. */
+  page(c: Ctx, o?: PageExtra): Promise<Response>;
+  /** The answer to a refused change: the members page saying why (a 404 for one not found). */
+  refused(c: Ctx, result: Exclude<MemberChange, 'ok'>): Promise<Response> | Response;
+}
+
+function membersUi(d: MembersDeps, r: Renderer): MembersUi {
+  const { db } = d;
   const page = async (c: Ctx, o: PageExtra = {}) => {
     const tenantId = tenantOf(c);
     const [members, invitations] = await Promise.all([listMembers(db, tenantId), listInvitations(db, tenantId)]);
@@ -54,19 +69,22 @@ export function memberRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
       flash,
     });
   };
-  /** The answer to a refused change: the members page saying why. */
   const refused = (c: Ctx, result: Exclude<MemberChange, 'ok'>) => {
     if (result === 'not_found') return r.notFound(c);
     const t = c.var.t;
     return page(c, { status: result === 'forbidden' ? 403 : 409, error: result === 'forbidden' ? t('members.owners_only') : t('members.last_owner') });
   };
+  return { page, refused };
+}
 
-  app.get('/members', can('members'), (c) => page(c));
+/** Inviting by e-mail, and revoking an open invitation. */
+function invitationAdminRoutes(app: Hono<AppEnv>, d: MembersDeps, ui: MembersUi): void {
+  const { db } = d;
   app.post('/members/invite', can('members'), async (c) => {
     const { t, form, session } = c.var;
     const values = { email: one(form, 'email'), role: one(form, 'role') };
-    if (!d.mailer.configured) return page(c, { status: 503, error: t('members.mail_off'), form: values });
-    if (!session!.user.email_verified_at) return page(c, { status: 403, error: t('members.verify_first'), form: values });
+    if (!d.mailer.configured) return ui.page(c, { status: 503, error: t('members.mail_off'), form: values });
+    if (!session!.user.email_verified_at) return ui.page(c, { status: 403, error: t('members.verify_first'), form: values });
     const res = await invite(db, { tenantId: tenantOf(c), invitedBy: session!.user, email: values.email, role: values.role });
     if (!res.ok) {
       const status = { bad_email: 400, bad_role: 400, member: 409, forbidden: 403, rate_limited: 429 }[res.error];
@@ -77,7 +95,7 @@ export function memberRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
         forbidden: 'members.owners_only',
         rate_limited: 'members.rate_limited',
       } as const;
-      return page(c, { status, error: t(error[res.error]), form: values });
+      return ui.page(c, { status, error: t(error[res.error]), form: values });
     }
     log.info('member invited', { tenant: tenantOf(c), by: session!.user.id, invitation: res.id, role: res.role });
     sendInvitation(d, t, c.var.lang, { to: res.email, token: res.token, inviter: session!.user.email, role: res.role, invitationId: res.id });
@@ -85,17 +103,22 @@ export function memberRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
   });
   app.post(`/members/invitations/:id${MEMBER_ID}/revoke`, can('members'), async (c) => {
     const res = await revokeInvitation(db, { tenantId: tenantOf(c), actor: c.var.session!.user, id: c.req.param('id') });
-    if (res !== 'revoked') return refused(c, res);
+    if (res !== 'revoked') return ui.refused(c, res);
     log.info('invitation revoked', { tenant: tenantOf(c), by: c.var.session!.user.id, invitation: c.req.param('id') });
     return redirect(c, '/members?done=revoked');
   });
+}
+
+/** Changing a member's role, and removing a member (the confirmation page, then the removal). */
+function memberChangeRoutes(app: Hono<AppEnv>, d: MembersDeps, r: Renderer, ui: MembersUi): void {
+  const { db } = d;
   app.post(`/members/:id${MEMBER_ID}/role`, can('members'), async (c) => {
     const role = one(c.var.form, 'role');
-    if (!isRole(role)) return page(c, { status: 400, error: c.var.t('members.bad_role') });
+    if (!isRole(role)) return ui.page(c, { status: 400, error: c.var.t('members.bad_role') });
     const me = c.var.session!.user;
     const targetId = c.req.param('id');
     const res = await changeRole(db, { tenantId: tenantOf(c), actorId: me.id, targetId, role });
-    if (res !== 'ok') return refused(c, res);
+    if (res !== 'ok') return ui.refused(c, res);
     log.info('member role changed', { tenant: tenantOf(c), by: me.id, member: targetId, role });
     // a change of one's own role ended one's own sessions too
     if (targetId === me.id && role !== me.role) return signedOut(c, '/login?role=1');
@@ -117,13 +140,12 @@ export function memberRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
     const targetId = c.req.param('id');
     const revokeKeys = one(c.var.form, 'revoke_keys') === '1';
     const { result, revokedKeys, events } = await removeMember(db, { tenantId: tenantOf(c), actorId: me.id, targetId, revokeKeys });
-    if (result !== 'ok') return refused(c, result);
+    if (result !== 'ok') return ui.refused(c, result);
     log.info('member removed', { tenant: tenantOf(c), by: me.id, member: targetId, revoked_keys: revokedKeys.length });
     await afterRevocation(d, revokedKeys, events, log);
     if (targetId === me.id) return signedOut(c, '/login?left=1');
     return redirect(c, '/members?done=removed');
   });
-  return app;
 }
 
 /** One's own account: who, which company, which role; leaving it. */
