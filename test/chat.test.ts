@@ -192,15 +192,24 @@ describe('chat completions through the whole path', () => {
       ids.push(r.response.headers.get('x-request-id')!);
     }
     await stack.waitSettled(ids);
-    // debits that are no usage: a Pix refund and an operator's adjustments (one naming a request's model), written as their functions write them
-    await stack.db.query(
-      `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, model, note) values
-         ($1, 'debit', 1000, 0, 'pix_refund', 'refund-' || $1, null, 'test'),
-         ($1, 'debit', 2000, 0, 'adjustment', 'console:adj-' || $1, null, 'test'),
-         ($1, 'debit', 3000, 0, 'adjustment', 'console:adj2-' || $1, 'sim/echo', 'test'),
-         ($1, 'credit', 4000, 0, 'adjustment', 'console:adj3-' || $1, 'sim/echo', 'test')`,
-      [t.tenantId],
-    );
+    // debits that are no usage: a Pix refund and an operator's adjustments (one naming a request's model),
+    // written as their functions write them: each row with its balance after, the tenant's balance moved
+    // with them (so the ledger still reconciles for every other test file's `ledger check`)
+    const extra: Array<[kind: 'debit' | 'credit', amount: bigint, source: string, ref: string, model: string | null]> = [
+      ['debit', 1000n, 'pix_refund', 'refund-', null],
+      ['debit', 2000n, 'adjustment', 'console:adj-', null],
+      ['debit', 3000n, 'adjustment', 'console:adj2-', 'sim/echo'],
+      ['credit', 4000n, 'adjustment', 'console:adj3-', 'sim/echo'],
+    ];
+    for (const [kind, amount, source, ref, model] of extra) {
+      await stack.db.query(
+        `with t as (update tenants set balance_micros = balance_micros + case when $2 = 'credit' then $3::bigint else -$3::bigint end
+                     where id = $1 returning balance_micros)
+         insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, model, note)
+         select $1, $2, $3, t.balance_micros, $4, $5 || $1, $6, 'test' from t`,
+        [t.tenantId, kind, amount, source, ref, model],
+      );
+    }
     const { rows } = await stack.db.query(
       `select model, count(*)::int as n, sum(amount_micros)::bigint as amount, sum(input_tokens)::int as prompt, sum(output_tokens)::int as completion
          from ledger where tenant_id = $1 and kind = 'debit' and source = 'request' group by model order by model`,

@@ -253,6 +253,10 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       await notify.checkKeyLimits(db, [f.keyId]);
       await db.query('update notify_events set published_at = now() where id = any($1) and published_at is null', [['msg_none']]);
     },
+    'notifications: the reconciling sweep, and where it stands': async (db) => {
+      await notify.reconcileNotifications(db, 10);
+      await db.query('select tenant_after, key_after from notify_reconcile');
+    },
   },
   portal: {
     'sessions, flash, purges': async (db) => {
@@ -677,6 +681,7 @@ const EXECUTE: Record<string, { roles: LoginRole[]; definer: boolean }> = {
   catraca_keep_an_owner: { roles: [], definer: false },
   catraca_notify_balance: { roles: ['metering', 'portal', 'admin'], definer: true },
   catraca_notify_keys: { roles: ['metering'], definer: true },
+  catraca_notify_reconcile: { roles: ['metering'], definer: true },
   catraca_notify_key_revoked: { roles: ['portal', 'admin'], definer: true },
   catraca_notify_topup: { roles: ['portal'], definer: true },
   catraca_notify_expiring: { roles: ['portal'], definer: true },

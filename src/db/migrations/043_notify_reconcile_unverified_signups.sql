@@ -14,6 +14,8 @@ create table notify_reconcile (
   updated_at   timestamptz not null default now()
 );
 insert into notify_reconcile default values;
+-- written only by catraca_notify_reconcile (its owner's); metering may read where the sweep stands
+grant select on notify_reconcile to catraca_metering;
 -- the keys with a BRL limit, in id order (neither column changes on the request path)
 create index api_keys_limited on api_keys (id) where limit_micros is not null and revoked_at is null;
 
