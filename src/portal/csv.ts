@@ -2,6 +2,7 @@ import { type Readable, Transform, pipeline } from 'node:stream';
 import { stringify } from 'csv-stringify';
 import type pg from 'pg';
 import QueryStream from 'pg-query-stream';
+import { safeText } from '../web/csv.ts';
 
 // CSV files streamed from PostgreSQL: a cursor (pg-query-stream) reads the rows in batches, each row
 // becomes a record, csv-stringify writes it (RFC 4180: CRLF, fields quoted when they hold a comma,
@@ -11,17 +12,8 @@ import QueryStream from 'pg-query-stream';
 /** Rows PostgreSQL sends per round trip of the cursor. */
 export const CSV_BATCH_ROWS = 500;
 
-const FORMULA_START = /^[=+\-@\t\r]/;
-
-/**
- * A text cell a spreadsheet will not run (CSV injection, OWASP): text that starts with = + - @, a
- * tab or a carriage return gets a leading apostrophe, which spreadsheets show as text. For text that
- * came from anyone (key labels, end users, notes, model names); numbers we format ourselves never start so.
- */
-export function safeText(v: string | null | undefined): string {
-  if (v === null || v === undefined) return '';
-  return FORMULA_START.test(v) ? `'${v}` : v;
-}
+/** The formula guard of a text cell (src/web/csv.ts). */
+export { safeText };
 
 /** A count as text (empty when the ledger has none). */
 export const count = (v: number | bigint | null | undefined): string => (v === null || v === undefined ? '' : String(v));
