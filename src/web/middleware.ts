@@ -11,7 +11,7 @@ import type { Logger } from '../log.ts';
 import { tokensEqual } from '../portal/auth.ts';
 import { type Form, MAX_FORM_BYTES, one, parseForm, requestUrl, send, TEXT } from '../portal/http.ts';
 import { clientOf, type TrustFn } from '../portal/proxy.ts';
-import { type Lang, parseLang } from '../portal/i18n/index.ts';
+import { type Lang, parseLang } from './i18n.ts';
 
 // The middleware the tenants' portal (src/portal/) and the operator's console (src/console/) share,
 // parameterised by each app's env type: the request context (URL, language, client address,

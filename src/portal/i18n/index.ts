@@ -1,22 +1,12 @@
+import { LANGS, type Lang, makeTranslator, parseLang } from '../../web/i18n.ts';
 import { en } from './en.ts';
 import { ptBR, type Messages } from './pt-BR.ts';
 
-export type Lang = 'pt-BR' | 'en';
+// The portal's strings, in the languages of src/web/i18n.ts (shared with the console).
+
+export { LANGS, type Lang, parseLang };
 export type MessageKey = keyof Messages;
-export const LANGS: Lang[] = ['pt-BR', 'en'];
 const catalogs: Record<Lang, Messages> = { 'pt-BR': ptBR, en };
 
-export function parseLang(v: string | null | undefined): Lang | null {
-  if (!v) return null;
-  const s = v.toLowerCase();
-  if (s === 'en' || s.startsWith('en-')) return 'en';
-  if (s === 'pt' || s === 'pt-br' || s.startsWith('pt-')) return 'pt-BR';
-  return null;
-}
-
-export function translator(lang: Lang) {
-  const cat = catalogs[lang];
-  return (key: MessageKey, vars: Record<string, string | number> = {}) =>
-    cat[key].replace(/\{(\w+)\}/g, (_, name: string) => (name in vars ? String(vars[name]) : `{${name}}`));
-}
+export const translator = makeTranslator<MessageKey>(catalogs);
 export type T = ReturnType<typeof translator>;
