@@ -2,8 +2,9 @@ import type { ApiKeyRecord } from '../db/keys.ts';
 import type { ModelRecord } from '../db/models.ts';
 import { TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
 import type { ChargeRow } from '../pix/service.ts';
+import { csrfField } from '../web/html.ts';
+import { frame, langLink, pager } from '../web/layout.ts';
 import { html, raw, type SafeHtml } from './html.ts';
-import { otherLangHref } from './http.ts';
 import type { Lang, T } from './i18n/index.ts';
 import { amount, dateTime, int, money, price, time } from './format.ts';
 import type { LedgerRow } from './usage.ts';
@@ -23,15 +24,10 @@ export interface ViewCtx {
 /** Whether the signed-in member's role may do this (for links and buttons; routes check on the server). */
 export const allows = (c: ViewCtx, action: Parameters<typeof may>[1]) => c.role !== undefined && may(c.role, action);
 
-export const csrfField = (c: ViewCtx) => html`<input type="hidden" name="_csrf" value="${c.csrf}">`;
-
-function langLinks(c: ViewCtx): SafeHtml {
-  const other: Lang = c.lang === 'en' ? 'pt-BR' : 'en';
-  return html`<a class="lang" data-testid="lang-switch" href="${otherLangHref(c.path, other)}">${other === 'en' ? 'English' : 'Português'}</a>`;
-}
+export { csrfField };
 
 export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?: string | null; error?: string | null } = {}): string {
-  const nav = c.email
+  const header = c.email
     ? html`<nav>
         <a href="/dashboard">${c.t('nav.dashboard')}</a>
         ${allows(c, 'topup') ? html`<a href="/topup">${c.t('nav.topup')}</a>` : ''}
@@ -46,29 +42,10 @@ export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?
         <span class="balance" data-testid="header-balance">${c.t('common.balance')}: <strong>${money(c.lang, c.balance ?? 0n)}</strong></span>
         <span class="email">${c.email}</span>
         <form method="post" action="/logout" class="inline">${csrfField(c)}<button type="submit" class="link" data-testid="logout">${c.t('nav.logout')}</button></form>
-        ${langLinks(c)}
+        ${langLink(c, 'lang-switch')}
       </div>`
-    : html`<nav><a href="/login">${c.t('nav.login')}</a><a href="/signup">${c.t('nav.signup')}</a></nav><div class="who">${langLinks(c)}</div>`;
-  return (
-    '<!doctype html>' +
-    html`<html lang="${c.lang}">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>${title} · catraca</title>
-<link rel="stylesheet" href="/static/portal.css">
-<script src="/static/portal.js" defer></script>
-</head>
-<body>
-<header><a class="brand" href="/">catraca</a>${nav}</header>
-<main>
-${opts.flash ? html`<p class="flash" role="status" data-testid="flash">${opts.flash}</p>` : ''}
-${opts.error ? html`<p class="error" role="alert" data-testid="error">${opts.error}</p>` : ''}
-${body}
-</main>
-</body>
-</html>`.value
-  );
+    : html`<nav><a href="/login">${c.t('nav.login')}</a><a href="/signup">${c.t('nav.signup')}</a></nav><div class="who">${langLink(c, 'lang-switch')}</div>`;
+  return frame({ lang: c.lang, title, brand: 'catraca', stylesheets: ['/static/portal.css'], scripts: ['/static/portal.js'], header, ...opts }, body);
 }
 
 export function loginPage(c: ViewCtx, v: { email?: string } = {}): SafeHtml {
@@ -282,7 +259,7 @@ ${rows.map(
 <td class="num ${r.kind}">${r.kind === 'credit' ? '+' : '−'}${amount(c.lang, r.amount_micros)}</td><td class="num">${amount(c.lang, r.balance_after_micros)}</td></tr>`,
 )}
 </tbody></table>
-<p class="pager">${page > 1 ? html`<a href="/ledger?page=${page - 1}" data-testid="prev">${c.t('common.prev')}</a>` : ''} ${hasMore ? html`<a href="/ledger?page=${page + 1}" data-testid="next">${c.t('common.next')}</a>` : ''}</p>
+${pager(c, new URLSearchParams(), '/ledger', page, hasMore, { testids: true })}
 </section>`;
 }
 
