@@ -36,23 +36,19 @@ begin
     select balance_micros into v_balance from tenants where id = c.id;
     if s.low_balance_micros is not null and v_balance < s.low_balance_micros and not s.low_fired then
       update notify_tenants set low_fired = true where tenant_id = c.id;
-      return query insert into notify_events (id, tenant_id, type, data)
-        values ('msg_' || replace(gen_random_uuid()::text, '-', ''), c.id, 'balance.low',
-                jsonb_build_object('tenant_id', c.id,
-                                   'balance', (v_balance / 1000000)::text || '.' || lpad((v_balance % 1000000)::text, 6, '0'),
-                                   'threshold', (s.low_balance_micros / 1000000)::text || '.' || lpad((s.low_balance_micros % 1000000)::text, 6, '0')))
-        returning *;
+      return query select * from catraca_notify_event(c.id, 'balance.low',
+        jsonb_build_object('tenant_id', c.id,
+                           'balance', (v_balance / 1000000)::text || '.' || lpad((v_balance % 1000000)::text, 6, '0'),
+                           'threshold', (s.low_balance_micros / 1000000)::text || '.' || lpad((s.low_balance_micros % 1000000)::text, 6, '0')));
     elsif s.low_fired and (s.low_balance_micros is null or v_balance >= s.low_balance_micros) then
       update notify_tenants set low_fired = false where tenant_id = c.id;
     end if;
     if v_balance < v_dust and not s.depleted_fired then
       update notify_tenants set depleted_fired = true where tenant_id = c.id;
-      return query insert into notify_events (id, tenant_id, type, data)
-        values ('msg_' || replace(gen_random_uuid()::text, '-', ''), c.id, 'balance.depleted',
-                jsonb_build_object('tenant_id', c.id,
-                                   'balance', (v_balance / 1000000)::text || '.' || lpad((v_balance % 1000000)::text, 6, '0'),
-                                   'depleted_below', '0.010000'))
-        returning *;
+      return query select * from catraca_notify_event(c.id, 'balance.depleted',
+        jsonb_build_object('tenant_id', c.id,
+                           'balance', (v_balance / 1000000)::text || '.' || lpad((v_balance % 1000000)::text, 6, '0'),
+                           'depleted_below', '0.010000'));
     elsif s.depleted_fired and v_balance >= v_dust then
       update notify_tenants set depleted_fired = false where tenant_id = c.id;
     end if;

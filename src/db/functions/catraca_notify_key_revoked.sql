@@ -10,14 +10,13 @@ set timezone = 'UTC'
 as $$
 begin
   return query
-  insert into notify_events (id, tenant_id, type, data, dedup_key)
-  select 'msg_' || replace(gen_random_uuid()::text, '-', ''), k.tenant_id, 'key.revoked',
-         jsonb_build_object('tenant_id', k.tenant_id, 'key_id', k.id, 'key_label', k.label, 'key_hint', k.key_hint, 'revoked_at', k.revoked_at),
-         'key.revoked:' || k.id
-    from api_keys k
-   where k.id = p_key and k.revoked_at is not null and k.revoked_at > now() - interval '1 day'
-  on conflict (dedup_key) do nothing
-  returning *;
+  select e.*
+    from (select k.* from api_keys k
+           where k.id = p_key and k.revoked_at is not null and k.revoked_at > now() - interval '1 day') k,
+         lateral catraca_notify_event(k.tenant_id, 'key.revoked',
+                                      jsonb_build_object('tenant_id', k.tenant_id, 'key_id', k.id, 'key_label', k.label, 'key_hint', k.key_hint,
+                                                         'revoked_at', k.revoked_at),
+                                      'key.revoked:' || k.id) e;
 end $$;
 revoke all on function catraca_notify_key_revoked(text) from public;
 grant execute on function catraca_notify_key_revoked(text) to catraca_portal, catraca_admin;

@@ -12,25 +12,24 @@ set timezone = 'UTC'
 as $$
 begin
   return query
-  insert into notify_events (id, tenant_id, type, data, dedup_key)
-  select 'msg_' || replace(gen_random_uuid()::text, '-', ''), k.tenant_id, 'key.limit_reached',
-         jsonb_build_object('tenant_id', k.tenant_id, 'key_id', k.id, 'key_label', k.label, 'key_hint', k.key_hint,
-                            'limit', (k.limit_micros / 1000000)::text || '.' || lpad((k.limit_micros % 1000000)::text, 6, '0'),
-                            'limit_reset', k.limit_reset,
-                            'window_start', case when k.limit_reset is null then null else to_jsonb(w.start) end,
-                            'spent', (w.spent / 1000000)::text || '.' || lpad((w.spent % 1000000)::text, 6, '0')),
-         'key.limit_reached:' || k.id || ':' || coalesce(extract(epoch from w.start)::bigint::text, 'total')
-    from api_keys k,
-         lateral (select case when k.limit_reset is null then null else catraca_window_start(k.limit_reset, now()) end as start) ws,
-         lateral (select ws.start,
-                         case when k.limit_reset is null then k.usage_micros
-                              when k.window_start = ws.start then k.window_usage_micros
-                              else 0 end as spent) w
-   where k.id = any(p_keys) and k.limit_micros is not null and k.revoked_at is null
-     and k.limit_micros - w.spent < 10000
-   order by k.id
-  on conflict (dedup_key) do nothing
-  returning *;
+  select e.*
+    from (select k.tenant_id,
+                 jsonb_build_object('tenant_id', k.tenant_id, 'key_id', k.id, 'key_label', k.label, 'key_hint', k.key_hint,
+                                    'limit', (k.limit_micros / 1000000)::text || '.' || lpad((k.limit_micros % 1000000)::text, 6, '0'),
+                                    'limit_reset', k.limit_reset,
+                                    'window_start', case when k.limit_reset is null then null else to_jsonb(w.start) end,
+                                    'spent', (w.spent / 1000000)::text || '.' || lpad((w.spent % 1000000)::text, 6, '0')) as data,
+                 'key.limit_reached:' || k.id || ':' || coalesce(extract(epoch from w.start)::bigint::text, 'total') as dedup_key
+            from api_keys k,
+                 lateral (select case when k.limit_reset is null then null else catraca_window_start(k.limit_reset, now()) end as start) ws,
+                 lateral (select ws.start,
+                                 case when k.limit_reset is null then k.usage_micros
+                                      when k.window_start = ws.start then k.window_usage_micros
+                                      else 0 end as spent) w
+           where k.id = any(p_keys) and k.limit_micros is not null and k.revoked_at is null
+             and k.limit_micros - w.spent < 10000
+           order by k.id) k,
+         lateral catraca_notify_event(k.tenant_id, 'key.limit_reached', k.data, k.dedup_key) e;
 end $$;
 revoke all on function catraca_notify_keys(text[]) from public;
 grant execute on function catraca_notify_keys(text[]) to catraca_metering;

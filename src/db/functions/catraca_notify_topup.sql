@@ -10,17 +10,16 @@ set timezone = 'UTC'
 as $$
 begin
   return query
-  insert into notify_events (id, tenant_id, type, data, dedup_key)
-  select 'msg_' || replace(gen_random_uuid()::text, '-', ''), c.tenant_id, 'topup.credited',
-         jsonb_build_object('tenant_id', c.tenant_id, 'charge_id', c.txid, 'end_to_end_id', c.end_to_end_id,
-                            'amount', (c.amount_micros / 1000000)::text || '.' || lpad((c.amount_micros % 1000000)::text, 6, '0'),
-                            'balance', (t.balance_micros / 1000000)::text || '.' || lpad((t.balance_micros % 1000000)::text, 6, '0'),
-                            'paid_at', c.paid_at),
-         'topup.credited:' || c.txid
-    from pix_charges c join tenants t on t.id = c.tenant_id
-   where c.txid = p_txid and c.status = 'CONCLUIDA' and c.end_to_end_id is not null
-  on conflict (dedup_key) do nothing
-  returning *;
+  select e.*
+    from (select c.tenant_id, c.txid, c.end_to_end_id, c.amount_micros, c.paid_at, t.balance_micros
+            from pix_charges c join tenants t on t.id = c.tenant_id
+           where c.txid = p_txid and c.status = 'CONCLUIDA' and c.end_to_end_id is not null) c,
+         lateral catraca_notify_event(c.tenant_id, 'topup.credited',
+                                      jsonb_build_object('tenant_id', c.tenant_id, 'charge_id', c.txid, 'end_to_end_id', c.end_to_end_id,
+                                                         'amount', (c.amount_micros / 1000000)::text || '.' || lpad((c.amount_micros % 1000000)::text, 6, '0'),
+                                                         'balance', (c.balance_micros / 1000000)::text || '.' || lpad((c.balance_micros % 1000000)::text, 6, '0'),
+                                                         'paid_at', c.paid_at),
+                                      'topup.credited:' || c.txid) e;
 end $$;
 revoke all on function catraca_notify_topup(text) from public;
 grant execute on function catraca_notify_topup(text) to catraca_portal;
