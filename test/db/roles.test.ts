@@ -685,8 +685,12 @@ const EXECUTE: Record<string, { roles: LoginRole[]; definer: boolean }> = {
   catraca_notify_key_revoked: { roles: ['portal', 'admin'], definer: true },
   catraca_notify_topup: { roles: ['portal'], definer: true },
   catraca_notify_expiring: { roles: ['portal'], definer: true },
+  // the insert of one event, for the catraca_notify_* functions above: only they call it, as the owner
+  catraca_notify_event: { roles: [], definer: true },
   catraca_console_grant: { roles: ['console'], definer: true },
   catraca_console_adjust: { roles: ['console'], definer: true },
+  // the checks, tenant lock and nonce of a grant or an adjustment: only those two call it, as the owner
+  catraca_console_balance_lock: { roles: [], definer: true },
   catraca_console_audit_append_only: { roles: [], definer: false },
   catraca_console_audit: { roles: ['console', 'admin'], definer: true },
   catraca_console_disable_operator: { roles: ['console', 'admin'], definer: true },

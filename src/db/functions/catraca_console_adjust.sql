@@ -14,6 +14,7 @@ security definer
 set search_path = public, pg_temp
 as $$
 declare
+  v_status text;
   v_before bigint;
   v_held bigint;
   v_balance bigint;
@@ -22,18 +23,11 @@ declare
   v_ledger bigint;
 begin
   if p_kind is null or p_kind not in ('credit', 'debit') then raise exception 'an adjustment is a credit or a debit'; end if;
-  if p_amount is null or p_amount <= 0 then raise exception 'adjustment amount must be positive'; end if;
-  if coalesce(btrim(p_reason), '') = '' then raise exception 'an adjustment needs a reason'; end if;
-  if coalesce(p_nonce, '') = '' then raise exception 'an adjustment needs the form nonce'; end if;
-  if not exists (select 1 from operators where id = p_operator and disabled_at is null) then
-    return query select 'unknown_operator'::text, 0::bigint; return;
-  end if;
-  select t.balance_micros, t.held_micros into v_before, v_held from tenants t where t.id = p_tenant for update;
-  if not found then
-    return query select 'unknown_tenant'::text, 0::bigint; return;
-  end if;
-  if exists (select 1 from ledger where external_id = 'console:' || p_nonce) then
-    return query select 'duplicate'::text, v_before; return;
+  -- the checks, the operator, the tenant's row locked, the nonce
+  select l.status, l.balance, l.held into v_status, v_before, v_held
+    from catraca_console_balance_lock('adjustment', p_operator, p_tenant, p_amount, p_reason, p_nonce) l;
+  if v_status is not null then
+    return query select v_status, v_before; return;
   end if;
   if p_request_id is not null then
     select l.amount_micros into v_debited from ledger l where l.request_id = p_request_id and l.tenant_id = p_tenant and l.kind = 'debit';

@@ -9,23 +9,17 @@ security definer
 set search_path = public, pg_temp
 as $$
 declare
+  v_status text;
   v_before bigint;
   v_held bigint;
   v_balance bigint;
   v_ledger bigint;
 begin
-  if p_amount is null or p_amount <= 0 then raise exception 'grant amount must be positive'; end if;
-  if coalesce(btrim(p_reason), '') = '' then raise exception 'a grant needs a reason'; end if;
-  if coalesce(p_nonce, '') = '' then raise exception 'a grant needs the form nonce'; end if;
-  if not exists (select 1 from operators where id = p_operator and disabled_at is null) then
-    return query select 'unknown_operator'::text, 0::bigint; return;
-  end if;
-  select t.balance_micros, t.held_micros into v_before, v_held from tenants t where t.id = p_tenant for update;
-  if not found then
-    return query select 'unknown_tenant'::text, 0::bigint; return;
-  end if;
-  if exists (select 1 from ledger where external_id = 'console:' || p_nonce) then
-    return query select 'duplicate'::text, v_before; return;
+  -- the checks, the operator, the tenant's row locked, the nonce
+  select l.status, l.balance, l.held into v_status, v_before, v_held
+    from catraca_console_balance_lock('grant', p_operator, p_tenant, p_amount, p_reason, p_nonce) l;
+  if v_status is not null then
+    return query select v_status, v_before; return;
   end if;
   update tenants set balance_micros = balance_micros + p_amount where id = p_tenant returning balance_micros into v_balance;
   insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, external_id, note)
