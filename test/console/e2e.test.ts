@@ -10,10 +10,10 @@
 // list and the margin view also to docs/img/ (run this file alone: a fresh database holds its data only).
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { credit, settle } from '../../src/billing/ledger.ts';
 import { usageCostMicros } from '../../src/billing/money.ts';
@@ -22,10 +22,10 @@ import { totpFor } from '../../src/console/auth.ts';
 import { createApiKey } from '../../src/db/keys.ts';
 import { upsertModel } from '../../src/db/models.ts';
 import { createTenant } from '../../src/db/tenants.ts';
+import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
 import type { TestStack } from '../helpers/stack.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(ROOT, 'test-artifacts', 'console');
 const u = randomBytes(3).toString('hex');
 const MODEL = `e2e/echo-${u}`;
@@ -41,7 +41,7 @@ interface CliOperator {
   recovery_codes: string[];
 }
 
-describe.skipIf(!existsSync(CHROMIUM))('the console in Chromium, with two front doors', () => {
+describe.skipIf(!HAVE_CHROMIUM)('the console in Chromium, with two front doors', () => {
   let stack: TestStack;
   let browser: Browser;
   let page: Page;
@@ -87,19 +87,8 @@ describe.skipIf(!existsSync(CHROMIUM))('the console in Chromium, with two front 
     }
     await seedHistory(stack);
     op = await operatorFromCli(stack);
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
-    page = await (await browser.newContext({ viewport: { width: 1360, height: 900 }, locale: 'pt-BR' })).newPage();
+    browser = await launchChromium();
+    page = await newPage(browser, { viewport: { width: 1360, height: 900 } });
   }, 120000);
 
   afterAll(async () => {
@@ -174,12 +163,13 @@ describe.skipIf(!existsSync(CHROMIUM))('the console in Chromium, with two front 
     // 1. Sign in: e-mail, password and the code of the authenticator (computed from the CLI's secret).
     await page.goto(`${consoleUrl}/tenants`);
     await page.waitForURL('**/login');
-    await page.getByLabel('E-mail').fill(op.email);
-    await page.getByLabel('Senha').fill(op.password);
-    await page.getByLabel('Código do autenticador').fill(totpFor(op.totp_secret, op.email).generate());
-    await shot('01-login');
-    await page.getByRole('button', { name: 'Entrar' }).click();
-    await page.waitForURL('**/tenants');
+    await signIn(page, {
+      email: op.email,
+      password: op.password,
+      code: totpFor(op.totp_secret, op.email).generate(),
+      beforeSubmit: () => shot('01-login'),
+      landing: '**/tenants',
+    });
     expect(await page.getByTestId('operator').textContent()).toBe(op.email);
 
     // 2. Find the tenant by a piece of its name.

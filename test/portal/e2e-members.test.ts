@@ -3,18 +3,18 @@
 // owner's key — the server answers 403 / 404 to direct requests, not only hidden links; the owner
 // removes the developer and the developer's open session ends. Driven by the visible labels (pt-BR).
 // Screenshots go to test-artifacts/portal/ (gitignored).
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Browser, chromium, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
+import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
 
-describe.skipIf(!existsSync(CHROMIUM))('team members in Chromium', () => {
+describe.skipIf(!HAVE_CHROMIUM)('team members in Chromium', () => {
   const db = createPool(process.env.DATABASE_URL!, 2);
   let portal: Portal;
   let sink: MailSink;
@@ -39,21 +39,10 @@ describe.skipIf(!existsSync(CHROMIUM))('team members in Chromium', () => {
       signupLimitPerHour: 1000,
       env: { PIX_PROVIDER: 'simulator', SMTP_URL: sink.url },
     });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
+    browser = await launchChromium();
     // two people, two browsers (separate cookie jars)
-    owner = await (await browser.newContext({ viewport: { width: 1200, height: 900 }, locale: 'pt-BR' })).newPage();
-    dev = await (await browser.newContext({ viewport: { width: 1200, height: 900 }, locale: 'pt-BR' })).newPage();
+    owner = await newPage(browser);
+    dev = await newPage(browser);
   }, 120000);
 
   afterAll(async () => {
@@ -78,10 +67,7 @@ describe.skipIf(!existsSync(CHROMIUM))('team members in Chromium', () => {
     await owner.getByRole('heading', { name: 'Confira seu e-mail' }).waitFor();
     await owner.goto(await linkIn(ownerEmail, 'verify'));
     await owner.getByRole('link', { name: 'Entrar' }).first().click();
-    await owner.getByLabel('E-mail').fill(ownerEmail);
-    await owner.getByLabel('Senha').fill(ownerPassword);
-    await owner.getByRole('button', { name: 'Entrar' }).click();
-    await owner.waitForURL('**/dashboard');
+    await signIn(owner, { email: ownerEmail, password: ownerPassword, landing: '**/dashboard' });
     await owner.getByRole('link', { name: 'Chaves de API' }).click();
     await owner.getByLabel('Rótulo').fill('chave-da-dona');
     await owner.getByRole('button', { name: 'Criar chave' }).click();

@@ -4,18 +4,18 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
 import { paySimulatedCharge } from '../../src/pix/simulator/pay.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
+import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
 import type { TestStack } from '../helpers/stack.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
 const haveStack = existsSync(join(process.cwd(), 'test', 'helpers', 'stack.ts'));
 
-describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to end through the gateway', () => {
+describe.skipIf(!haveStack || !HAVE_CHROMIUM)('portal in Chromium, end to end through the gateway', () => {
   let stack: TestStack;
   let portal: Portal;
   let sink: MailSink;
@@ -36,19 +36,8 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
       signupLimitPerHour: 1000,
       env: { PIX_PROVIDER: 'simulator', SMTP_URL: sink.url },
     });
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
-    page = await (await browser.newContext({ viewport: { width: 1200, height: 900 }, locale: 'pt-BR' })).newPage();
+    browser = await launchChromium();
+    page = await newPage(browser);
   }, 120000);
 
   afterAll(async () => {
@@ -77,11 +66,7 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     const mail = await sink.waitFor((m) => m.to.includes(email));
     expect(mail.subject).toBe('Confirme seu e-mail no catraca');
     const link = /https?:\/\/\S+\/verify\?token=[A-Za-z0-9_-]{43}/.exec(mail.text)![0];
-    await page.goto(`${portal.url}/login`);
-    await page.fill('input[name=email]', email);
-    await page.fill('input[name=password]', password);
-    await page.click('button[type=submit]');
-    await page.waitForURL('**/dashboard');
+    await signIn(page, { url: `${portal.url}/login`, email, password, landing: '**/dashboard' });
     await expect.poll(() => page.textContent('[data-testid=balance]')).toBe('R$ 0,00');
     await page.goto(`${portal.url}/topup`);
     expect(await page.isVisible('[data-testid=verify-first]')).toBe(true);
@@ -94,10 +79,7 @@ describe.skipIf(!haveStack || !existsSync(CHROMIUM))('portal in Chromium, end to
     await page.click('[data-testid=logout]');
     await page.waitForURL('**/login?bye=1');
     await shot('02-login');
-    await page.fill('input[name=email]', email);
-    await page.fill('input[name=password]', password);
-    await page.click('button[type=submit]');
-    await page.waitForURL('**/dashboard');
+    await signIn(page, { email, password, landing: '**/dashboard' });
 
     // 2. Top up R$ 50,00; the charge page shows QR, copia e cola, expiry, and updates by itself.
     await page.click('a[href="/topup"] >> nth=0');

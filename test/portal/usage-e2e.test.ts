@@ -2,9 +2,9 @@
 // chart without hovering (amounts over the bars, dates under them) and in the table beside it; the
 // period is chosen with the presets and the date fields; the CSV exports download, and the statement's
 // total is the ledger's. Screenshots go to test-artifacts/portal/ (gitignored).
-import { existsSync, mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type Browser, type Page } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
@@ -13,6 +13,7 @@ import { type Portal, startPortal } from '../../src/portal/server.ts';
 import { PortalClient, sinkMailbox } from './client.ts';
 import { addDays, todayInSaoPaulo } from '../../src/portal/period.ts';
 import { insertEntries, knownLedger, type LedgerEntry, uniq } from './usage-fixture.ts';
+import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
 
 /** The label over the bar of the day i days ago: 1,00 + i × 0,37. */
 const bareAmount = (i: number) => {
@@ -20,10 +21,9 @@ const bareAmount = (i: number) => {
   return `${Math.floor(centavos / 100)},${String(centavos % 100).padStart(2, '0')}`;
 };
 
-const CHROMIUM = '/usr/bin/chromium';
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
 
-describe.skipIf(!existsSync(CHROMIUM))('usage dashboard and exports in Chromium', () => {
+describe.skipIf(!HAVE_CHROMIUM)('usage dashboard and exports in Chromium', () => {
   const db = createPool(process.env.DATABASE_URL!, 2);
   const portalDb = createPool(derivedRoleUrl(process.env.DATABASE_URL!, 'portal'), 4);
   let sink: MailSink;
@@ -66,19 +66,8 @@ describe.skipIf(!existsSync(CHROMIUM))('usage dashboard and exports in Chromium'
         }),
       ),
     );
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [
-        '--headless',
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-        '--no-first-run',
-      ],
-    });
-    page = await (await browser.newContext({ viewport: { width: 1200, height: 1000 }, locale: 'pt-BR', acceptDownloads: true })).newPage();
+    browser = await launchChromium();
+    page = await newPage(browser, { viewport: { width: 1200, height: 1000 }, acceptDownloads: true });
   }, 120000);
 
   afterAll(async () => {
@@ -90,11 +79,7 @@ describe.skipIf(!existsSync(CHROMIUM))('usage dashboard and exports in Chromium'
   }, 60000);
 
   it('values visible without hovering, the period chosen by its labels, the exports download', async () => {
-    await page.goto(`${portal.url}/login`);
-    await page.getByLabel('E-mail').fill(email);
-    await page.getByLabel('Senha').fill(password);
-    await page.getByRole('button', { name: 'Entrar' }).click();
-    await page.waitForURL('**/dashboard');
+    await signIn(page, { url: `${portal.url}/login`, email, password, landing: '**/dashboard' });
 
     // the presets are links named by their length
     await page.getByRole('link', { name: '7 dias' }).click();
