@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { count, safeText } from './csv.ts';
+import { safeText } from '../web/csv.ts';
+import { count } from './csv.ts';
 import { axisStep, longDay, shortDay } from './usage-views.ts';
 
 describe('CSV cells', () => {

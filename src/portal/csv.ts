@@ -2,7 +2,6 @@ import { type Readable, Transform, pipeline } from 'node:stream';
 import { stringify } from 'csv-stringify';
 import type pg from 'pg';
 import QueryStream from 'pg-query-stream';
-import { safeText } from '../web/csv.ts';
 
 // CSV files streamed from PostgreSQL: a cursor (pg-query-stream) reads the rows in batches, each row
 // becomes a record, csv-stringify writes it (RFC 4180: CRLF, fields quoted when they hold a comma,
@@ -13,7 +12,6 @@ import { safeText } from '../web/csv.ts';
 export const CSV_BATCH_ROWS = 500;
 
 /** The formula guard of a text cell (src/web/csv.ts). */
-export { safeText };
 
 /** A count as text (empty when the ledger has none). */
 export const count = (v: number | bigint | null | undefined): string => (v === null || v === undefined ? '' : String(v));

@@ -1,5 +1,6 @@
 import { formatBrl } from '../billing/money.ts';
-import { type CsvQuery, count, safeText } from './csv.ts';
+import { safeText } from '../web/csv.ts';
+import { type CsvQuery, count } from './csv.ts';
 import { type Period, periodFilter, saoPauloDay, TENANT_TIME_ZONE } from './period.ts';
 
 // The two CSV files of a period (São Paulo days): the statement, every ledger entry, and usage by
