@@ -425,6 +425,29 @@ describe('stored responses', () => {
     expect(await balanceOf(other.tenantId)).toBe(1_000_000n);
   });
 
+  it('stores every response of a burst of 120 from one key (one insert per batch, no lock on the key or tenant rows): each readable as soon as its client has it, text exact', async () => {
+    const t = await stack.tenant('1.00');
+    const client = clientOf(t.key);
+    // quotes, backslashes, a NUL-free unicode mix: what the batch's arrays must carry unchanged. With the
+    // responses table's foreign keys, such a burst deadlocked with the admissions beside it (migration 044)
+    const inputs = Array.from({ length: 120 }, (_, i) => `pergunta ${i}: "aspas" \\ barra, ação ✓ {}[]`);
+    const answers = await Promise.all(
+      inputs.map(async (input) => {
+        const r = await client.responses.create({ model: 'sim/echo', input });
+        const read = await fetch(`${stack.baseUrl}/responses/${r.id}`, { headers: { authorization: `Bearer ${t.key}` } });
+        expect(read.status).toBe(200);
+        return { r, stored: (await read.json()) as { id: string; output_text?: string; output: Array<{ content: Array<{ text: string }> }> } };
+      }),
+    );
+    for (const [i, { r, stored }] of answers.entries()) {
+      expect(stored.id).toBe(r.id);
+      expect(stored.output[0].content[0].text).toBe(inputs[i]);
+      expect(r.output_text).toBe(inputs[i]);
+    }
+    const { rows } = await stack.db.query('select count(*)::int as n from responses where tenant_id = $1', [t.tenantId]);
+    expect(rows[0].n).toBe(120);
+  });
+
   it('stores nothing with store: false (previous_response_id → 404); DELETE removes a stored one', async () => {
     const t = await stack.tenant('1.00');
     const client = clientOf(t.key);
