@@ -9,7 +9,7 @@ import { idBase } from './ids.ts';
 import { type Item, storedItems } from './items.ts';
 import { type Echo, echoOf } from './response.ts';
 import { parseItems, parseRequest, parseTools, type ResponsesRequest } from './schema.ts';
-import { loadResponse, saveResponse } from './store.ts';
+import { loadResponse, responseSaver } from './store.ts';
 import { type ChatTools, chatTools } from './tools.ts';
 import { type ChatBody, chatBody, clientRefusal } from './translate.ts';
 
@@ -60,15 +60,17 @@ async function previousItems(req: ResponsesParsed, ctx: PrepareContext): Promise
 /** Saves the finished response; a failure (or a slow database) never fails the response itself. */
 function storer(req: ResponsesParsed, ctx: PrepareContext, input: Item[]): OnFinal {
   return (response) => {
-    const saved = saveResponse(ctx.db, {
-      tenantId: ctx.key.tenant_id,
-      keyId: ctx.key.id,
-      requestId: ctx.requestId,
-      input,
-      response,
-      params: req.echo,
-      retentionDays: ctx.config.RESPONSES_RETENTION_DAYS,
-    }).catch((err) => log.warn('response not stored', { request_id: ctx.requestId, err: err as Error }));
+    const saved = responseSaver(ctx.db)
+      .save({
+        tenantId: ctx.key.tenant_id,
+        keyId: ctx.key.id,
+        requestId: ctx.requestId,
+        input,
+        response,
+        params: req.echo,
+        retentionDays: ctx.config.RESPONSES_RETENTION_DAYS,
+      })
+      .catch((err) => log.warn('response not stored', { request_id: ctx.requestId, err: err as Error }));
     return Promise.race([saved, new Promise<void>((resolve) => setTimeout(resolve, STORE_WAIT_MS).unref())]);
   };
 }
