@@ -41,6 +41,20 @@ describe('onShutdown', () => {
     expect(lines).toEqual(['info shutting down', 'warn second signal: exiting now', 'info stopped']);
   });
 
+  it('the parent going while the stop runs (Ctrl-C reaches npm and the stack together) lets the stop finish', async () => {
+    const { log, lines } = recorder();
+    const codes: number[] = [];
+    let release!: () => void;
+    const s = onShutdown(log, () => new Promise<void>((r) => (release = r)), { forceAfterMs: 10_000, exit: (c) => void codes.push(c) });
+    const first = s.trigger('SIGINT');
+    void s.trigger('parent exited', 'wait');
+    expect(codes).toEqual([]);
+    release();
+    await first;
+    expect(codes).toEqual([0]);
+    expect(lines).toEqual(['info shutting down', 'info stopped']);
+  });
+
   it('exits 1 when a step fails or does not finish in time', async () => {
     const { log, lines } = recorder();
     const codes: number[] = [];

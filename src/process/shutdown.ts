@@ -15,10 +15,16 @@ export interface ShutdownOptions {
  * (drain in-flight work, then close NATS and PostgreSQL) and exits 0; a failure exits 1; a
  * second signal, or steps still running after `forceAfterMs`, exits 1 at once.
  */
-export function onShutdown(log: Logger, steps: () => Promise<void>, options: ShutdownOptions): { trigger(signal: string): Promise<void> } {
+export interface Shutdown {
+  /** Starts the shutdown; a second call exits at once, unless `again` is 'wait' (it joins the one running). */
+  trigger(signal: string, again?: 'exit' | 'wait'): Promise<void>;
+}
+
+export function onShutdown(log: Logger, steps: () => Promise<void>, options: ShutdownOptions): Shutdown {
   const exit = options.exit ?? ((code: number) => process.exit(code));
   let running: Promise<void> | null = null;
-  const trigger = (signal: string): Promise<void> => {
+  const trigger = (signal: string, again: 'exit' | 'wait' = 'exit'): Promise<void> => {
+    if (running && again === 'wait') return running;
     if (running) {
       log.warn('second signal: exiting now', { signal });
       exit(1);
@@ -52,14 +58,16 @@ export function onShutdown(log: Logger, steps: () => Promise<void>, options: Shu
 /**
  * Stops as on SIGTERM once the parent process is gone. Under `npm start`, a SIGTERM sent to npm
  * (a service manager stopping it) ends npm without passing the signal on (npm 11), which would leave
- * the stack running with no one to stop it.
+ * the stack running with no one to stop it. A parent that goes while the stack is already stopping
+ * (Ctrl-C reaches npm and the stack together) is no second signal: the stop under way finishes,
+ * children and embedded services included.
  */
-export function stopWithParent(stop: { trigger(signal: string): Promise<void> }, everyMs = 1000): NodeJS.Timeout {
+export function stopWithParent(stop: Shutdown, everyMs = 1000): NodeJS.Timeout {
   const parent = process.ppid;
   const watch = setInterval(() => {
     if (process.ppid === parent) return;
     clearInterval(watch);
-    void stop.trigger('parent exited');
+    void stop.trigger('parent exited', 'wait');
   }, everyMs);
   watch.unref();
   return watch;
