@@ -61,8 +61,7 @@ const HELP = `usage: npx tsx bench/run-stack.ts [--scenario NAME | --serve] [opt
                          messages         POST /v1/messages, Anthropic's, translated to the vendor's chat (bench/mock)
                          completions      POST /v1/completions, legacy, translated to chat (bench/mock)
                          messages-native  POST /v1/messages to an Anthropic-protocol model (bench/claude, pool
-                                          anthropic; direct: the mock's own POST /v1/messages). The mock's
-                                          Anthropic API sends its answer at once (no first-token wait, no pacing)
+                                          anthropic; direct: the mock's own POST /v1/messages, paced as its chat)
   --rounds N           repeat the list N times, interleaved (chat, messages, chat, messages, …); the side-by-side
                        table shows the means and the stack's range (default 1)
   --duration S / --warmup S / --rate R / --concurrency N / --no-stream / --stream: override the scenario

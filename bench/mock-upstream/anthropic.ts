@@ -256,6 +256,7 @@ export function handleAnthropic(
   raw: string,
   outputTokens: number,
   record?: (e: MockUsageEntry) => void,
+  pacing: Pacing = { firstTokenMs: 0, tokensPerSecond: 0 },
 ): void {
   const send = (status: number, body: string) => {
     res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
@@ -279,7 +280,7 @@ export function handleAnthropic(
   }
   if (body.model === 'mock-claude-overloaded') return send(529, err('overloaded_error', 'Overloaded'));
   if (body.model === 'mock-claude-tools') return toolUse(res, body, send);
-  answer(res, body, outputTokens, send, record);
+  answer(res, body, outputTokens, send, record, pacing);
 }
 
 /** The output of a normal answer: tokens up to max_tokens, or up to a stop sequence. */
@@ -368,7 +369,20 @@ function wholeContent(p: Planned): Block[] {
   });
 }
 
-function answer(res: http.ServerResponse, body: Body, outputTokens: number, send: (s: number, b: string) => void, record?: (e: MockUsageEntry) => void): void {
+/** The OpenAI mock's pacing (its --first-token-ms and --tokens-per-second), for streamed answers of the ordinary models. */
+export interface Pacing {
+  firstTokenMs: number;
+  tokensPerSecond: number;
+}
+
+function answer(
+  res: http.ServerResponse,
+  body: Body,
+  outputTokens: number,
+  send: (s: number, b: string) => void,
+  record: ((e: MockUsageEntry) => void) | undefined,
+  pacing: Pacing,
+): void {
   const p = plan(body, outputTokens);
   const input = inputUsage(body);
   const usage: AnthropicUsageRecord = { ...input, output_tokens: p.outputTokens };
@@ -407,8 +421,49 @@ function answer(res: http.ServerResponse, body: Body, outputTokens: number, send
         output_tokens: p.outputTokens,
       },
     }) + sse('message_stop', { type: 'message_stop' });
-  if (body.model !== 'mock-claude-slow') return void res.end(head + events.join('') + tail);
-  paced(res, head, events, tail);
+  if (body.model === 'mock-claude-slow') return paced(res, head, events, tail);
+  if (pacing.firstTokenMs > 0 || pacing.tokensPerSecond > 0) return pacedTokens(res, head, events, tail, pacing);
+  res.end(head + events.join('') + tail);
+}
+
+/**
+ * As the OpenAI mock streams: message_start after the first-token wait, then one content_block_delta
+ * per token at the given rate (the events between deltas go with the next one), every token due by
+ * now written at once (timers are coarse at high rates); the end with the last token.
+ */
+function pacedTokens(res: http.ServerResponse, head: string, events: string[], tail: string, pacing: Pacing): void {
+  const units: string[] = [];
+  let pending = '';
+  for (const e of events) {
+    pending += e;
+    if (e.startsWith('event: content_block_delta')) {
+      units.push(pending);
+      pending = '';
+    }
+  }
+  const last = pending + tail;
+  let closed = false;
+  res.once('close', () => {
+    closed = true;
+  });
+  const interval = pacing.tokensPerSecond > 0 ? 1000 / pacing.tokensPerSecond : 0;
+  let i = 0;
+  let t0 = 0;
+  const step = () => {
+    if (closed) return;
+    const due = interval === 0 ? units.length : Math.min(units.length, Math.floor((Date.now() - t0) / interval) + 1);
+    let s = '';
+    while (i < due) s += units[i++];
+    if (i >= units.length) return void res.end(s + last);
+    if (s) res.write(s);
+    setTimeout(step, Math.max(1, t0 + i * interval - Date.now()));
+  };
+  setTimeout(() => {
+    if (closed) return;
+    res.write(head);
+    t0 = Date.now();
+    step();
+  }, pacing.firstTokenMs);
 }
 
 /** mock-claude-slow: the first event after 100 ms, then one event every 50 ms; stops when the client leaves. */

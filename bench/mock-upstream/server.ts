@@ -306,7 +306,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
           stats.byModel[model] = (stats.byModel[model] ?? 0) + 1;
           return signatureThenFail(res);
         }
-        handleAnthropic(req, res, raw, defaults.outputTokens, record);
+        handleAnthropic(req, res, raw, defaults.outputTokens, record, { firstTokenMs: defaults.firstTokenMs, tokensPerSecond: defaults.tokensPerSecond });
       });
       return;
     }
