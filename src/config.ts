@@ -51,7 +51,7 @@ export const PortalEnvSchema = z.object({
   /**
    * The reverse proxies in front of the portal, as a comma list of addresses or CIDRs (`10.0.0.0/8, fd00::/8`):
    * only a request whose peer is one of them has its X-Forwarded-For (walked from the right, skipping these
-   * addresses) and X-Forwarded-Proto believed. Empty: nobody's (src/portal/proxy.ts).
+   * addresses) and X-Forwarded-Proto believed. Empty: nobody's (src/web/proxy.ts).
    */
   PORTAL_TRUSTED_PROXIES: proxyList.optional(),
   /** Deprecated: `1` means PORTAL_TRUSTED_PROXIES=127.0.0.0/8,::1 (a proxy on this host); added to PORTAL_TRUSTED_PROXIES. */

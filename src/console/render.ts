@@ -1,5 +1,5 @@
-import type { SafeHtml } from '../portal/html.ts';
-import { send } from '../portal/http.ts';
+import type { SafeHtml } from '../web/html.ts';
+import { send } from '../web/http.ts';
 import type { CCtx } from './http.ts';
 import { layout, messagePage, type ViewCtx } from './views/layout.ts';
 

@@ -10,7 +10,7 @@ import { type AppEnv, secureHeadersFor } from './http.ts';
 import { allowedMethods, dropUnreadBody, formPost, onError, requestContext, requireSession, sessionLoader } from './middleware.ts';
 import { renderer } from './render.ts';
 import { authRoutes, linkRoutes } from './routes/auth.ts';
-import type { TrustFn } from './proxy.ts';
+import type { TrustFn } from '../web/proxy.ts';
 import { devMailRoutes, devRoutes } from './routes/dev.ts';
 import { type ExportLimits, exportRoutes } from './routes/exports.ts';
 import { keysRoutes } from './routes/keys.ts';

@@ -205,10 +205,3 @@ export const destroySession = (db: DbClient, idHash: Buffer): Promise<void> => s
 
 /** Deletes the session a cookie token names, whoever it belongs to (sign-in rotates the id). */
 export const destroySessionToken = (db: DbClient, token: string | undefined): Promise<void> => sessions.destroyToken(db, token);
-
-export function tokensEqual(a: string | undefined | null, b: string | undefined | null): boolean {
-  if (!a || !b) return false;
-  const ba = Buffer.from(a);
-  const bb = Buffer.from(b);
-  return ba.length === bb.length && timingSafeEqual(ba, bb);
-}

@@ -1,7 +1,8 @@
 import type { MiddlewareHandler } from 'hono';
 import { matchedRoutes } from 'hono/route';
 import { createLogger } from '../log.ts';
-import { type AppEnv, type Ctx, json } from './http.ts';
+import type { AppEnv, Ctx } from './http.ts';
+import { json } from '../web/http.ts';
 import { type Renderer, unauthenticated } from './render.ts';
 import { may, type RoutePermission } from './roles.ts';
 import * as V from './views.ts';

@@ -3,7 +3,7 @@ import { createLogger } from '../log.ts';
 import type { Mail, Mailer } from '../mail/index.ts';
 import type { User } from './auth.ts';
 import { issueLink, type LinkPurpose } from './email-links.ts';
-import { escapeHtml } from './html.ts';
+import { escapeHtml } from '../web/html.ts';
 import type { Lang, T } from './i18n/index.ts';
 import type { Role } from './roles.ts';
 

@@ -1,5 +1,5 @@
 import { dateTime } from './format.ts';
-import { html, type SafeHtml } from './html.ts';
+import { html, type SafeHtml } from '../web/html.ts';
 import type { Invitation, Member, OpenInvitation } from './members.ts';
 import { may, ROLES, type Role } from './roles.ts';
 import { csrfField, type ViewCtx } from './views.ts';

@@ -4,9 +4,10 @@ import type pg from 'pg';
 import { createLogger } from '../log.ts';
 import { ensurePreCsrf, originAllowed, webErrorHandler, webFormPost, webRequestContext } from '../web/middleware.ts';
 import { loadSession } from './auth.ts';
-import { reachedOverHttps, type TrustFn } from './proxy.ts';
+import { reachedOverHttps, type TrustFn } from '../web/proxy.ts';
 import { translator } from './i18n/index.ts';
-import { type AppEnv, LANG_COOKIE, PRE_CSRF_COOKIE, send, SESSION_COOKIE, setPortalCookie, TEXT } from './http.ts';
+import { type AppEnv, LANG_COOKIE, PRE_CSRF_COOKIE, SESSION_COOKIE, setPortalCookie } from './http.ts';
+import { send, TEXT } from '../web/http.ts';
 import { type Renderer, unauthenticated } from './render.ts';
 import * as V from './views.ts';
 

@@ -1,7 +1,8 @@
 import type pg from 'pg';
 import { getTenant } from '../db/tenants.ts';
-import type { SafeHtml } from './html.ts';
-import { type Ctx, json, redirect, send } from './http.ts';
+import type { SafeHtml } from '../web/html.ts';
+import type { Ctx } from './http.ts';
+import { json, redirect, send } from '../web/http.ts';
 import * as V from './views.ts';
 
 // Pages in the portal's layout (views.ts), and the answers shared by every area: 404, and what a

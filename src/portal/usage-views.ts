@@ -1,5 +1,5 @@
 import { amount, int, money } from './format.ts';
-import { html, type SafeHtml } from './html.ts';
+import { html, type SafeHtml } from '../web/html.ts';
 import type { Lang } from './i18n/index.ts';
 import { MAX_PERIOD_DAYS, PERIOD_PRESETS, type Period } from './period.ts';
 import type { DaySpend, EndUsersSpend, KeySpend, ModelSpend } from './usage.ts';

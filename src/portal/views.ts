@@ -4,7 +4,7 @@ import { TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../pix/limits.ts';
 import type { ChargeRow } from '../pix/service.ts';
 import { csrfField } from '../web/html.ts';
 import { frame, langLink, pager } from '../web/layout.ts';
-import { html, raw, type SafeHtml } from './html.ts';
+import { html, raw, type SafeHtml } from '../web/html.ts';
 import type { Lang, T } from './i18n/index.ts';
 import { amount, dateTime, int, money, price, time } from './format.ts';
 import type { LedgerRow } from './usage.ts';

@@ -1,5 +1,5 @@
-import { otherLangHref } from '../portal/http.ts';
-import { html, raw, type SafeHtml } from '../portal/html.ts';
+import { otherLangHref } from './http.ts';
+import { html, raw, type SafeHtml } from './html.ts';
 import type { Lang } from './i18n.ts';
 
 // The page frame every web app draws (the portal's and the console's): the document, its head, the

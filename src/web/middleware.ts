@@ -8,9 +8,9 @@ import { csrf } from 'hono/csrf';
 import { HTTPException } from 'hono/http-exception';
 import { classifyDbError } from '../db/pool.ts';
 import type { Logger } from '../log.ts';
-import { tokensEqual } from '../portal/auth.ts';
-import { type Form, MAX_FORM_BYTES, one, parseForm, requestUrl, send, TEXT } from '../portal/http.ts';
-import { clientOf, type TrustFn } from '../portal/proxy.ts';
+import { tokensEqual } from './sessions.ts';
+import { type Form, MAX_FORM_BYTES, one, parseForm, requestUrl, send, TEXT } from './http.ts';
+import { clientOf, type TrustFn } from './proxy.ts';
 import { type Lang, parseLang } from './i18n.ts';
 
 // The middleware the tenants' portal (src/portal/) and the operator's console (src/console/) share,

@@ -1,3 +1,4 @@
+import { timingSafeEqual } from 'node:crypto';
 import { createHash, randomBytes } from 'node:crypto';
 import type { DbClient } from '../db/pool.ts';
 
@@ -81,4 +82,12 @@ export function sessionStore(o: SessionStoreOptions): SessionStore {
       await db.query(`delete from ${table} where ${subject} = $1`, [subjectId]);
     },
   };
+}
+
+/** Two secrets compared in constant time (CSRF tokens, signatures). */
+export function tokensEqual(a: string | undefined | null, b: string | undefined | null): boolean {
+  if (!a || !b) return false;
+  const ba = Buffer.from(a);
+  const bb = Buffer.from(b);
+  return ba.length === bb.length && timingSafeEqual(ba, bb);
 }

@@ -18,7 +18,7 @@ import { createPool } from '../../src/db/pool.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
 import { createTenant } from '../../src/db/tenants.ts';
 import { createSession, signUp } from '../../src/portal/auth.ts';
-import { compileTrust } from '../../src/portal/proxy.ts';
+import { compileTrust } from '../../src/web/proxy.ts';
 import { sha256 } from '../../src/web/sessions.ts';
 import { PortalClient } from '../portal/client.ts';
 

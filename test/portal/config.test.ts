@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
 import { defaultPortalHost, isLoopbackHost, loadPortalEnv, resolvePortalSetup } from '../../src/portal/config.ts';
-import { trustedProxies } from '../../src/portal/proxy.ts';
+import { trustedProxies } from '../../src/web/proxy.ts';
 import { startPortal } from '../../src/portal/server.ts';
 import { tcpReachable } from '../../src/stack/services.ts';
 import { startMailSink } from '../../src/mail/sink.ts';

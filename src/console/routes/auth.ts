@@ -3,7 +3,7 @@ import { getCookie } from 'hono/cookie';
 import type pg from 'pg';
 import { withTransaction } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
-import { one, redirect } from '../../portal/http.ts';
+import { one, redirect } from '../../web/http.ts';
 import { throttleKey } from '../../auth/client-address.ts';
 import { audit, auditThrottled } from '../audit.ts';
 import { OPERATOR_LOGIN_WINDOW_MIN, operatorSessions, signIn } from '../auth.ts';

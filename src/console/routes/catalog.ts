@@ -6,7 +6,7 @@ import { subjects } from '../../bus/subjects.ts';
 import { getModel, listDeployments, type ModelRecord, updateDeploymentPrices } from '../../db/models.ts';
 import { withTransaction } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
-import { type Form, one, redirect } from '../../portal/http.ts';
+import { type Form, one, redirect } from '../../web/http.ts';
 import { audit } from '../audit.ts';
 import { broadcast } from '../bus.ts';
 import { currentVendorCosts, loadCatalog, setVendorCost, type VendorCostInput, workerState } from '../catalog.ts';

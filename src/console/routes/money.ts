@@ -1,7 +1,7 @@
 import { Hono } from 'hono';
 import type pg from 'pg';
 import { formatBrl } from '../../billing/money.ts';
-import { send } from '../../portal/http.ts';
+import { send } from '../../web/http.ts';
 import { csv } from '../csv.ts';
 import type { CCtx, ConsoleEnv } from '../http.ts';
 import { dayTotals, type MarginFilter, marginRows, parseRange, shortfalls, totals } from '../money.ts';

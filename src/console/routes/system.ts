@@ -6,7 +6,7 @@ import type pg from 'pg';
 import QRCode from 'qrcode';
 import { ledgerCheck } from '../../billing/ledger-check.ts';
 import { createLogger } from '../../log.ts';
-import { json, one, redirect, send } from '../../portal/http.ts';
+import { json, one, redirect, send } from '../../web/http.ts';
 import { AUDIT_ACTIONS, AUDIT_PAGE_SIZE, audit, type AuditFilter, listAudit } from '../audit.ts';
 import { createOperator, disableOperator, listOperators } from '../auth.ts';
 import { csv } from '../csv.ts';

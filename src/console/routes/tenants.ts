@@ -8,7 +8,7 @@ import { listKeys } from '../../db/keys.ts';
 import { withTransaction } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
 import { amount } from '../../portal/format.ts';
-import { type Form, one, redirect } from '../../portal/http.ts';
+import { type Form, one, redirect } from '../../web/http.ts';
 import { audit } from '../audit.ts';
 import { broadcast } from '../bus.ts';
 import { type CCtx, type ConsoleEnv, operatorOf } from '../http.ts';

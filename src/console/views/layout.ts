@@ -1,10 +1,10 @@
-import { html, raw, type SafeHtml } from '../../portal/html.ts';
+import { html, raw, type SafeHtml } from '../../web/html.ts';
 import { csrfField } from '../../web/html.ts';
 import { frame, langLink, pager } from '../../web/layout.ts';
 import type { Lang, T } from '../i18n/index.ts';
 
 // The console's page frame (src/web/layout.ts), with the portal's stylesheet and templating
-// (src/portal/html.ts: everything escaped unless raw) plus a few rules of its own (static/console.css).
+// (src/web/html.ts: everything escaped unless raw) plus a few rules of its own (static/console.css).
 
 export interface ViewCtx {
   t: T;

@@ -1,5 +1,5 @@
 import { amount, dateTime, int } from '../../portal/format.ts';
-import { html, type SafeHtml } from '../../portal/html.ts';
+import { html, type SafeHtml } from '../../web/html.ts';
 import type { DayTotal, MarginRow, ShortfallRow } from '../money.ts';
 import { table, type ViewCtx } from './layout.ts';
 

@@ -1,5 +1,5 @@
 import { amount, dateTime } from '../../portal/format.ts';
-import { html, type SafeHtml } from '../../portal/html.ts';
+import { html, type SafeHtml } from '../../web/html.ts';
 import type { ConsoleCharge, PixState } from '../pix.ts';
 import { table, type ViewCtx } from './layout.ts';
 

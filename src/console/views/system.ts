@@ -1,6 +1,6 @@
 import type { LedgerCheckResult } from '../../billing/ledger-check.ts';
 import { amount, dateTime, int } from '../../portal/format.ts';
-import { html, raw, type SafeHtml } from '../../portal/html.ts';
+import { html, raw, type SafeHtml } from '../../web/html.ts';
 import { AUDIT_ACTIONS, type AuditRow } from '../audit.ts';
 import type { Operator, OperatorSetup } from '../auth.ts';
 import { type ConsoleCharge, PIX_STATES, type PixState, type ReconcilerRun } from '../pix.ts';

@@ -1,6 +1,6 @@
 import type { ApiKeyRecord } from '../../db/keys.ts';
 import { amount, dateTime } from '../../portal/format.ts';
-import { html, raw, type SafeHtml } from '../../portal/html.ts';
+import { html, raw, type SafeHtml } from '../../web/html.ts';
 import type { ConsoleCharge } from '../pix.ts';
 import type { Member } from '../../portal/members.ts';
 import type { StatementRow, TenantDetail, TenantListRow } from '../tenants.ts';

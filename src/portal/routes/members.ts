@@ -6,7 +6,8 @@ import { getTenant } from '../../db/tenants.ts';
 import { createLogger } from '../../log.ts';
 import { createSession, destroySessionToken, MIN_PASSWORD, SESSION_TTL_MS } from '../auth.ts';
 import { type MailContext, sendInvitation } from '../emails.ts';
-import { type AppEnv, clearPortalCookie, type Ctx, one, redirect, SESSION_COOKIE, setPortalCookie, tenantOf } from '../http.ts';
+import { type AppEnv, clearPortalCookie, type Ctx, SESSION_COOKIE, setPortalCookie, tenantOf } from '../http.ts';
+import { one, redirect } from '../../web/http.ts';
 import * as MV from '../member-views.ts';
 import {
   acceptInvitation,

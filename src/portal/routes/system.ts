@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Hono } from 'hono';
-import { type AppEnv, json, send } from '../http.ts';
+import type { AppEnv } from '../http.ts';
+import { json, send } from '../../web/http.ts';
 import { can } from '../authorize.ts';
 
 // The portal's own files (read once at start) and the health check.

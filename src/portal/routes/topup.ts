@@ -8,7 +8,8 @@ import { CENTAVO_MICROS, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } 
 import { type PixService, TopUpError } from '../../pix/service.ts';
 import { type MailContext, sendVerification } from '../emails.ts';
 import { money } from '../format.ts';
-import { type AppEnv, type Ctx, json, one, redirect, tenantOf } from '../http.ts';
+import { type AppEnv, type Ctx, tenantOf } from '../http.ts';
+import { json, one, redirect } from '../../web/http.ts';
 import type { Renderer } from '../render.ts';
 import * as V from '../views.ts';
 import { can } from '../authorize.ts';
