@@ -17,6 +17,7 @@ import { createMetrics, registerMonitoring } from '../../src/bus/monitoring.ts';
 import { publishToStream, RequestMux } from '../../src/bus/requests.ts';
 import { subjects } from '../../src/bus/subjects.ts';
 import { createApiKey } from '../../src/db/keys.ts';
+import { upsertModel } from '../../src/db/models.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { createTenant } from '../../src/db/tenants.ts';
@@ -131,6 +132,9 @@ describe('catraca status (the CLI, piped)', () => {
           expect((await admit(db, { requestId: id, tenantId: t.id, keyId: k.record.id, min: amount, max: amount, ttlMs: 600000 })).status).toBe('ok');
         }
         expect((await openLease(db, { leaseId: 'l1', tenantId: t.id, keyId: k.record.id, amount: 5000n, richness: 1, ttlMs: 600000 })).status).toBe('ok');
+        // one model registered before --context-length was required, one with it
+        await upsertModel(db, { id: 'legacy/no-context', pool: 'sim', upstream_model: 'echo', input_price: 1n, output_price: 1n });
+        await upsertModel(db, { id: 'new/with-context', pool: 'sim', upstream_model: 'echo', input_price: 1n, output_price: 1n, context_length: 8192 });
       } finally {
         await db.end();
       }
@@ -147,6 +151,7 @@ describe('catraca status (the CLI, piped)', () => {
       expect(doc.postgres).toMatchObject({ ok: true, url: databaseUrl });
       expect(doc.usage).toEqual({ messages: K, pending: K, ack_pending: 0, stream_bytes: expect.any(Number), max_bytes: 1024 * 1024, retention: 'workqueue' });
       expect(doc.holds).toEqual({ holds: 2, held: '0.003500', leases: 1, leased: '0.005000' });
+      expect(doc.models_without_context_length).toEqual(['legacy/no-context']);
       expect(doc.pools).toEqual([
         { pool: 'openai', workers: 1, inflight: 1, capacity: 10, waiting: 0 },
         { pool: 'sim', workers: 1, inflight: 3, capacity: 10, waiting: 2 },
@@ -166,6 +171,9 @@ describe('catraca status (the CLI, piped)', () => {
         `Usage       ${K} waiting to be settled (metering: ${K} pending, 0 unacknowledged); stream ${lines.join('\n').match(/stream (\d+) of/)![1]} of 1048576 bytes, retention workqueue`,
       );
       expect(lines).toContain('Holds       2 open, R$ 0.003500; leases 1 open, R$ 0.005000');
+      expect(lines).toContain(
+        'Catalog     1 model(s) without a context length (their prompt bounds are not capped; set it with model set --context-length): legacy/no-context',
+      );
       expect(lines).toContain('POOL    WORKERS  IN-FLIGHT  CAPACITY  WAITING');
       expect(lines).toContain('openai        1          1        10        0');
       expect(lines).toContain('sim           1          3        10        2');
