@@ -20,7 +20,8 @@ beforeAll(async () => {
     gateways: 2,
     workers: 1,
     pools: 'openai,anthropic',
-    env: { MOCK_UPSTREAM_KEY: 'sk-upstream-underheld-0123456789', WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
+    // METRICS_PORT 0: each process's /metrics on a free port (metering's counts shortfalls)
+    env: { MOCK_UPSTREAM_KEY: 'sk-upstream-underheld-0123456789', WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY', METRICS_PORT: '0' },
   });
   const common = { pool: 'openai', upstream_model: 'gpt-4o-mini', base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', output_price: 1_000_000n };
   // no context length given: the default 128 000 is not a bound on what the vendor bills
@@ -156,6 +157,10 @@ describe('a shortfall', () => {
     }
     expect(tenant.suspended_reason).toBe(`shortfall: request ${id} cost ${debit.rows[0].cost_micros} µBRL, 10000 debited`);
     expect(stack.allLogLines().some((l) => l.includes('shortfall: cost exceeded available balance; tenant suspended') && l.includes(id))).toBe(true);
+    // and counted where an operator's alerting looks: metering's catraca_shortfalls_total
+    const meteringPort = JSON.parse(stack.metering[0].lines.find((l) => l.includes('metering consumer running'))!).metrics_port;
+    const series = (await (await fetch(`http://127.0.0.1:${meteringPort}/metrics`)).text()).match(/^catraca_shortfalls_total(?:\{[^}]*\})? (\d+)$/m);
+    expect(Number(series?.[1])).toBe(1);
     // one statement: other test files check the whole ledger meanwhile
     await stack.db.query(
       `with c as (insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, note)
