@@ -1,9 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MOCK_REASONING } from '../bench/mock-upstream/content.ts';
-import { type MockUpstream, startMockUpstream } from '../bench/mock-upstream/server.ts';
+import type { MockUpstream } from '../bench/mock-upstream/server.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { estimateTokens } from '../src/providers/shared/estimate.ts';
-import { startStack, type TestStack } from './helpers/stack.ts';
+import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
 
 // Cache writes by lifetime and reasoning tokens of an Anthropic-protocol vendor, billed to the
 // micro-real through the whole stack (front door, worker, metering), streamed and not, on
@@ -25,13 +25,7 @@ let mock: MockUpstream;
 let origin: string;
 
 beforeAll(async () => {
-  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({
-    gateways: 1,
-    workers: 1,
-    pools: 'sim,openai,anthropic',
-    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
-  });
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'sim,openai,anthropic' }));
   origin = stack.baseUrl.replace(/\/v1$/, '');
   const claude = {
     pool: 'anthropic',

@@ -1,12 +1,12 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mockText } from '../bench/mock-upstream/content.ts';
-import { type MockUpstream, startMockUpstream } from '../bench/mock-upstream/server.ts';
+import type { MockUpstream } from '../bench/mock-upstream/server.ts';
 import { parseBrl, usageCostMicros } from '../src/billing/money.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { estimateTokens } from '../src/providers/shared/estimate.ts';
 import { countTokens, promptTokens } from '../src/providers/sim/tokens.ts';
-import { SIM_PRICES, startStack, type TestStack } from './helpers/stack.ts';
+import { SIM_PRICES, startStackWithVendor, type TestStack } from './helpers/stack.ts';
 
 // POST /v1/completions (legacy text completions) through the whole path with the openai SDK: a
 // vendor with native legacy completions (forwarded to its /completions), one without (translated
@@ -19,13 +19,7 @@ let stack: TestStack;
 let mock: MockUpstream;
 
 beforeAll(async () => {
-  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({
-    gateways: 1,
-    workers: 1,
-    pools: 'sim,openai',
-    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
-  });
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'sim,openai' }));
   const vendor = { pool: 'openai', base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', input_price: PRICES.input, output_price: PRICES.output };
   await upsertModel(stack.db, {
     ...vendor,

@@ -2,11 +2,11 @@ import { execFile } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type MockUpstream, startMockUpstream } from '../bench/mock-upstream/server.ts';
+import type { MockUpstream } from '../bench/mock-upstream/server.ts';
 import { encode } from '../src/bus/messages.ts';
 import { subjects } from '../src/bus/subjects.ts';
 import { addDeployment, upsertModel } from '../src/db/models.ts';
-import { startStack, type TestStack } from './helpers/stack.ts';
+import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
 
 // A deployment's health as an operator sees it (`catraca status`, the runner's /metrics), and what
 // moves it: a vendor that refuses the connection cools its deployment down; a token count never
@@ -21,13 +21,7 @@ let stack: TestStack;
 let mock: MockUpstream;
 
 beforeAll(async () => {
-  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({
-    gateways: 1,
-    workers: 0,
-    pools: 'sim,anthropic',
-    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
-  });
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { workers: 0, pools: 'sim,anthropic' }));
   await stack.spawnWorker({ METRICS_PORT: '0' }); // its /metrics on a free port
   // the primary refuses every connection and is nearly always chosen first (weight 1000 against 1)
   await upsertModel(stack.db, {

@@ -1,12 +1,12 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MOCK_EMBEDDING_DIMENSIONS } from '../bench/mock-upstream/openai-embeddings.ts';
-import { type MockUpstream, startMockUpstream } from '../bench/mock-upstream/server.ts';
+import type { MockUpstream } from '../bench/mock-upstream/server.ts';
 import { parseBrl, usageCostMicros } from '../src/billing/money.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { embeddingTokens, SIM_EMBEDDING_DIMENSIONS, simEmbedding } from '../src/providers/sim/embed.ts';
 import { SIM_CATALOG } from '../src/stack/seed.ts';
-import { startStack, type TestStack } from './helpers/stack.ts';
+import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
 
 // POST /v1/embeddings through the whole path (front door → NATS → worker → vendor) with the openai
 // SDK: the built-in sim/embed and an OpenAI-compatible mock embedding model.
@@ -20,13 +20,7 @@ let stack: TestStack;
 let mock: MockUpstream;
 
 beforeAll(async () => {
-  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({
-    gateways: 1,
-    workers: 1,
-    pools: 'sim,openai',
-    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
-  });
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'sim,openai' }));
   await upsertModel(stack.db, SIM_EMBED);
   for (const [id, upstream] of Object.entries({ small: 'text-embedding-3-small', e500: 'mock-embed-500', e429: 'mock-embed-429' })) {
     await upsertModel(stack.db, {

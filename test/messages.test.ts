@@ -6,14 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { MOCK_CLAUDE_IMAGE_TOKENS, mockClaudePromptTokens } from '../bench/mock-upstream/anthropic.ts';
 import { MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, mockText } from '../bench/mock-upstream/content.ts';
-import { type MockUpstream, mockPromptTokens, startMockUpstream } from '../bench/mock-upstream/server.ts';
+import { type MockUpstream, mockPromptTokens } from '../bench/mock-upstream/server.ts';
 import { type Prices, usageCostMicros } from '../src/billing/money.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { toChat } from '../src/protocols/messages/to-chat.ts';
 import { estimateCallPromptTokens } from '../src/providers/shared/estimate.ts';
 import type { UpstreamCall } from '../src/providers/types.ts';
 import { countTokens, promptTokens } from '../src/providers/sim/tokens.ts';
-import { SIM_PRICES, startStack, type TestStack } from './helpers/stack.ts';
+import { SIM_PRICES, startStackWithVendor, type TestStack } from './helpers/stack.ts';
 
 // /v1/messages and /v1/messages/count_tokens through the whole stack, with Anthropic's own SDK
 // and the Vercel AI SDK's Anthropic provider as clients: to an Anthropic-protocol mock vendor
@@ -31,13 +31,7 @@ let mock: MockUpstream;
 let origin: string;
 
 beforeAll(async () => {
-  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({
-    gateways: 1,
-    workers: 1,
-    pools: 'sim,openai,anthropic',
-    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY', MAX_BODY_BYTES: String(MAX_BODY) },
-  });
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'sim,openai,anthropic', env: { MAX_BODY_BYTES: String(MAX_BODY) } }));
   origin = stack.baseUrl.replace(/\/v1$/, '');
   const claude = { pool: 'anthropic', base_url: mock.url, api_key_env: 'MOCK_UPSTREAM_KEY', max_output_tokens: CLAUDE_MAX_OUTPUT };
   for (const [id, upstream] of Object.entries({ ok: 'mock-claude', thinking: 'mock-claude-thinking', agent: 'mock-claude-agent', slow: 'mock-claude-slow' })) {

@@ -8,12 +8,12 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MOCK_REASONING, MOCK_TOOL_COMPLETION_TOKENS, mockText } from '../bench/mock-upstream/content.ts';
-import { type MockUpstream, mockPromptTokens, startMockUpstream } from '../bench/mock-upstream/server.ts';
+import { type MockUpstream, mockPromptTokens } from '../bench/mock-upstream/server.ts';
 import { MOCK_LOOP_INPUT } from '../bench/mock-upstream/tool-loop.ts';
 import { type BilledTokens, costMicros, type Prices, usageCostMicros } from '../src/billing/money.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { countTokens, promptTokens } from '../src/providers/sim/tokens.ts';
-import { SIM_PRICES, startStack, type TestStack } from './helpers/stack.ts';
+import { SIM_PRICES, startStackWithVendor, type TestStack } from './helpers/stack.ts';
 
 // POST /v1/responses (and GET/DELETE /v1/responses/{id}, /input_items) through the whole path with
 // real clients — the openai SDK and the Codex CLI — against the sim, an OpenAI-compatible mock
@@ -29,13 +29,7 @@ let stack: TestStack;
 let mock: MockUpstream;
 
 beforeAll(async () => {
-  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({
-    gateways: 1,
-    workers: 1,
-    pools: 'sim,openai,anthropic',
-    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
-  });
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'sim,openai,anthropic' }));
   const models: Array<[string, string, string]> = [
     ['mockvendor/ok', 'openai', 'gpt-4o-mini'],
     ['mockvendor/loop', 'openai', 'mock-tool-loop'],

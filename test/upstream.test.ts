@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import OpenAI from 'openai';
-import { startStack, type TestStack } from './helpers/stack.ts';
-import { startMockUpstream, type MockUpstream } from '../bench/mock-upstream/server.ts';
+import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
+import type { MockUpstream } from '../bench/mock-upstream/server.ts';
 import { mockText, MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS } from '../bench/mock-upstream/content.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { costMicros } from '../src/billing/money.ts';
@@ -16,13 +16,7 @@ let stack: TestStack;
 let mock: MockUpstream;
 
 beforeAll(async () => {
-  mock = await startMockUpstream({ host: '127.0.0.1', port: 0 });
-  stack = await startStack({
-    gateways: 1,
-    workers: 1,
-    pools: 'openai,anthropic',
-    env: { MOCK_UPSTREAM_KEY: UPSTREAM_KEY, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY' },
-  });
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'openai,anthropic' }));
   const models: Record<string, string> = {
     ok: 'gpt-4o-mini',
     ratelimited: 'mock-429',

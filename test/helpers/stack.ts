@@ -2,6 +2,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { NatsConnection } from 'nats';
 import type pg from 'pg';
+import { type MockUpstream, type MockUpstreamOptions, startMockUpstream } from '../../bench/mock-upstream/server.ts';
 import { connectBus } from '../../src/bus/connect.ts';
 import { createPool } from '../../src/db/pool.ts';
 import type { LoginRole } from '../../src/db/roles.ts';
@@ -194,4 +195,28 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
     throw err;
   }
   return stack;
+}
+
+/**
+ * A mock vendor (bench/mock-upstream, OpenAI's and Anthropic's wire formats) and a stack whose
+ * workers may use its key: `MOCK_UPSTREAM_KEY`, the variable models name with `api_key_env`.
+ */
+export async function startStackWithVendor(
+  upstreamKey: string,
+  opts: StackOptions & { vendor?: MockUpstreamOptions } = {},
+): Promise<{ stack: TestStack; mock: MockUpstream }> {
+  const { vendor, ...stackOpts } = opts;
+  const mock = await startMockUpstream({ host: '127.0.0.1', port: 0, ...vendor });
+  try {
+    const stack = await startStack({
+      gateways: 1,
+      workers: 1,
+      ...stackOpts,
+      env: { MOCK_UPSTREAM_KEY: upstreamKey, WORKER_UPSTREAM_KEYS: 'MOCK_UPSTREAM_KEY', ...stackOpts.env },
+    });
+    return { stack, mock };
+  } catch (err) {
+    await mock.close();
+    throw err;
+  }
 }
