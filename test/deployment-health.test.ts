@@ -1,11 +1,10 @@
-import { execFile } from 'node:child_process';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MockUpstream } from '../bench/mock-upstream/server.ts';
 import { encode } from '../src/bus/messages.ts';
+import type { DeploymentRow } from '../src/bus/instances.ts';
 import { subjects } from '../src/bus/subjects.ts';
 import { addDeployment, upsertModel } from '../src/db/models.ts';
+import { cli } from './helpers/cli.ts';
 import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
 
 // A deployment's health as an operator sees it (`catraca status`, the runner's /metrics), and what
@@ -13,7 +12,6 @@ import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
 // does (Claude Code calls /v1/messages/count_tokens all the time, and a count says nothing about how
 // a deployment serves).
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const UPSTREAM_KEY = 'sk-upstream-health-00112233445566778899aabb';
 const MODEL = 'health/claude';
 
@@ -54,33 +52,12 @@ afterAll(async () => {
   await mock?.close();
 });
 
-interface DeploymentRow {
-  model: string;
-  deployment: string;
-  runners: number;
-  healthy: number;
-  circuits_open: number;
-  served: number;
-  failed: number;
-  last_error: string | null;
-}
-
 /** `catraca status --json`'s rows for the model, as the CLI prints them. */
-const status = () =>
-  new Promise<DeploymentRow[]>((resolve, reject) =>
-    execFile(
-      process.execPath,
-      [join(ROOT, 'bin/catraca.js'), 'status', '--json', '--wait-ms', '500'],
-      { cwd: ROOT, env: { ...process.env, NATS_URL: stack.natsUrl, DATABASE_URL: stack.databaseUrl } },
-      (err, stdout) => {
-        try {
-          resolve((JSON.parse(stdout).deployments as DeploymentRow[]).filter((d) => d.model === MODEL));
-        } catch {
-          reject(err ?? new Error(stdout));
-        }
-      },
-    ),
-  );
+async function status(): Promise<DeploymentRow[]> {
+  const r = await cli(['status', '--json', '--wait-ms', '500'], { NATS_URL: stack.natsUrl, DATABASE_URL: stack.databaseUrl });
+  if (!r.json) throw new Error(`catraca status: ${r.stderr}`);
+  return (r.json.deployments as DeploymentRow[]).filter((d) => d.model === MODEL);
+}
 
 /** The worker's /metrics series for the model's deployments: `name{deployment}` → value. */
 async function deploymentMetrics(): Promise<Record<string, number>> {

@@ -1,10 +1,8 @@
 // The real CLI as a child process (`node bin/catraca.js …`) against the run's PostgreSQL and NATS.
-import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { connect, type NatsConnection } from 'nats';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
@@ -13,34 +11,7 @@ import { subjects } from '../../src/bus/subjects.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { seedCatalog } from '../../src/stack/seed.ts';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const BIN = join(ROOT, 'bin', 'catraca.js');
-
-interface CliResult {
-  code: number;
-  stdout: string;
-  stderr: string;
-  json: any;
-}
-
-function cli(args: string[], env: Record<string, string | undefined> = {}, cwd = ROOT): Promise<CliResult> {
-  const base: Record<string, string | undefined> = { ...process.env, DATABASE_URL: process.env.DATABASE_URL, NATS_URL: process.env.NATS_URL };
-  const merged = { ...base, ...env };
-  for (const k of Object.keys(merged)) if (merged[k] === undefined) delete merged[k];
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { cwd, env: merged as NodeJS.ProcessEnv, timeout: 20000 }, (err, stdout, stderr) => {
-      const code = err ? ((err as { code?: number }).code ?? 1) : 0;
-      let json: unknown;
-      try {
-        json = stdout.trim() ? JSON.parse(stdout) : undefined;
-      } catch {
-        json = undefined;
-      }
-      resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr, json });
-    });
-  });
-}
+import { cli, ROOT } from '../helpers/cli.ts';
 
 let db: pg.Pool;
 beforeAll(async () => {

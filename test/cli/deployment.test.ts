@@ -1,34 +1,13 @@
 // `catraca model deployment add` price overrides, cache prices included, through the real CLI
 // (`node bin/catraca.js …` as a child process) and on into the catalog entry billing uses.
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, test } from 'vitest';
 import { usageCostMicros } from '../../src/billing/money.ts';
 import { Catalog } from '../../src/catalog/catalog.ts';
 import { upsertModel } from '../../src/db/models.ts';
 import { createPool } from '../../src/db/pool.ts';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
-const BIN = join(ROOT, 'bin', 'catraca.js');
-
-function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string; json: any }> {
-  const env = { ...process.env, DATABASE_URL: process.env.DATABASE_URL, NATS_URL: process.env.NATS_URL } as NodeJS.ProcessEnv;
-  return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { cwd: ROOT, env, timeout: 20000 }, (err, stdout, stderr) => {
-      const code = err ? ((err as { code?: number }).code ?? 1) : 0;
-      let json: unknown;
-      try {
-        json = stdout.trim() ? JSON.parse(stdout) : undefined;
-      } catch {
-        json = undefined;
-      }
-      resolve({ code: typeof code === 'number' ? code : 1, stdout, stderr, json });
-    });
-  });
-}
+import { cli } from '../helpers/cli.ts';
 
 let db: pg.Pool;
 let modelId: string;
