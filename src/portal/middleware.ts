@@ -9,7 +9,7 @@ import { translator } from './i18n/index.ts';
 import { type AppEnv, LANG_COOKIE, PRE_CSRF_COOKIE, SESSION_COOKIE, setPortalCookie } from './http.ts';
 import { send, TEXT } from '../web/http.ts';
 import { type Renderer, unauthenticated } from './render.ts';
-import * as V from './views.ts';
+import * as V from './views/layout.ts';
 
 // The portal's middleware, in the order createPortalApp (app.ts) runs it: the request context, the
 // pre-sign-in CSRF token, the form checks and the error handler are src/web/middleware.ts's, shared

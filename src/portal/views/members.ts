@@ -1,8 +1,8 @@
-import { dateTime } from './format.ts';
-import { html, type SafeHtml } from '../web/html.ts';
-import type { Invitation, Member, OpenInvitation } from './members.ts';
-import { may, ROLES, type Role } from './roles.ts';
-import { csrfField, type ViewCtx } from './views.ts';
+import { dateTime } from '../format.ts';
+import { html, type SafeHtml } from '../../web/html.ts';
+import type { Invitation, Member, OpenInvitation } from '../members.ts';
+import { may, ROLES, type Role } from '../roles.ts';
+import { csrfField, type ViewCtx } from './layout.ts';
 
 // The pages of team members (issue 20): the members page, one's account, an invitation link.
 
