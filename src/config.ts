@@ -132,6 +132,14 @@ export const ConfigSchema = PortalEnvSchema.extend({
     .int()
     .positive()
     .default(1024 ** 3),
+  /** Days the USAGE_LOG stream keeps each settled usage message: how far back a restored ledger can settle usage again (docs/operations.md, "Backup and restore"). */
+  USAGE_LOG_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(8),
+  /** Byte limit of the USAGE_LOG stream (limits retention, discard old): beyond it the oldest copies go first. */
+  USAGE_LOG_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(8 * 1024 ** 3),
   /**
    * A worker (or a door's in-process pools) gathers the usage of requests ending within this many
    * ms into one JetStream message; 0 = one message per event-loop turn. A process killed in that

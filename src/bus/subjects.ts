@@ -20,6 +20,9 @@ export const subjects = {
   /** Usage, captured by the JetStream stream USAGE. */
   usage: (pool: string) => `catraca.usage.${pool}`,
   usageWildcard: 'catraca.usage.>',
+  /** Usage metering has settled, copied by metering after its ledger commit into the stream USAGE_LOG (restores replay it). */
+  usageLog: (pool: string) => `catraca.usagelog.${pool}`,
+  usageLogWildcard: 'catraca.usagelog.>',
   /** Broadcast: a key was revoked or changed; every front door drops its cached record. */
   keyInvalidated: 'catraca.keys.invalidated',
   /** Broadcast: a tenant was suspended or reactivated; front doors stop admitting it from leases. */
@@ -59,6 +62,8 @@ const CANCEL_PREFIX = 'catraca.cancel.';
 const CAPACITY_PREFIX = 'catraca.capacity.';
 
 export const USAGE_STREAM = 'USAGE';
+/** Every settled usage message, kept USAGE_LOG_RETENTION_DAYS: what a restored ledger settles again (src/bus/usage-log.ts). */
+export const USAGE_LOG_STREAM = 'USAGE_LOG';
 export const METERING_DURABLE = 'metering';
 export const NOTIFY_STREAM = 'NOTIFY';
 export const NOTIFY_DURABLE = 'notifier';

@@ -9,6 +9,7 @@ import { ledgerCheckCommand } from './commands/ledger.ts';
 import { operatorCreate, operatorDisable, operatorList, operatorReset } from './commands/operator.ts';
 import { deploymentAdd, deploymentList, deploymentRemove } from './commands/deployment.ts';
 import { aliasAdd, aliasList, aliasRemove, modelList, modelSet } from './commands/model.ts';
+import { usageReplay } from './commands/usage.ts';
 import { tenantCreate, tenantList, tenantMembers, tenantReactivate, tenantSuspend } from './commands/tenant.ts';
 import { CliError, createContext, UsageError, type CliContext } from './context.ts';
 
@@ -186,6 +187,16 @@ ${AMOUNTS}`,
     synopsis: `ledger check [--tenant ID]                                 → {ok, tenants_checked, mismatches}`,
     help: `Proves every balance equals credits − debits, held equals the open holds, and no request is
 debited twice. Exit 1 when anything does not match.`,
+  },
+  'usage replay': {
+    run: usageReplay,
+    synopsis: `usage replay --since TIME                                  → {replayed, first_seq, last_seq, first_at, last_at, log_starts_at, covered}`,
+    help: `After restoring the ledger from a backup: puts every usage message metering settled since TIME
+(an ISO date-time with its zone, e.g. the base backup's START TIME) back on the USAGE stream, from
+the USAGE_LOG stream (kept USAGE_LOG_RETENTION_DAYS). Metering settles each request once by its
+id: those the restored ledger already holds are no-ops, the rest are debited as they were. Run it
+with metering running against the restored database and the front doors still stopped. Exit 1
+when USAGE_LOG does not reach back to TIME (covered: false). Needs NATS only (NATS_URL).`,
   },
   'operator create': {
     run: operatorCreate,
