@@ -349,7 +349,7 @@ export class RecSimState {
     if (c.status !== 'ATIVA') return bad(`charge is ${c.status}`);
     if (this.openAttempt(c)) return bad('the charge has an attempt scheduled');
     const last = c.tentativas.at(-1);
-    if (!last || last.status !== 'REJEITADA') return bad('only a rejected attempt may be retried');
+    if (last?.status !== 'REJEITADA') return bad('only a rejected attempt may be retried');
     if (c.tentativas.filter((t) => t.tipo === 'NTAG').length >= 3) return bad('3 retries already');
     if (date <= this.today()) return bad('a retry is scheduled for a later day');
     if (daysBetween(c.calendario.dataDeVencimento, date) > 7) return bad('retries end 7 days after the due date');
