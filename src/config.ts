@@ -79,6 +79,16 @@ export const PortalEnvSchema = z.object({
   PIX_CERT_FILE: z.string().optional(),
   PIX_CERT_KEY_FILE: z.string().optional(),
   PIX_CA_FILE: z.string().optional(),
+  /** Our account the Pix Automático charges pay into (cobr.recebedor): agency (up to 4 digits), number, type. All three, or none (recurring top-ups off; the simulator has its own). */
+  PIX_ACCOUNT_AGENCY: z
+    .string()
+    .regex(/^\d{1,4}$/)
+    .optional(),
+  PIX_ACCOUNT_NUMBER: z
+    .string()
+    .regex(/^[0-9A-Za-z-]{1,20}$/)
+    .optional(),
+  PIX_ACCOUNT_TYPE: z.enum(['CORRENTE', 'POUPANCA', 'PAGAMENTO']).optional(),
   PIX_MERCHANT_NAME: z.string().default('CATRACA'),
   PIX_MERCHANT_CITY: z.string().default('SAO PAULO'),
   /** Secret in the webhook URL; generated once per installation and kept in portal_settings when unset. */

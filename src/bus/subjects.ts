@@ -29,6 +29,8 @@ export const subjects = {
   tenantChanged: 'catraca.tenants.changed',
   /** Broadcast: a catalog entry was added or changed; front doors and workers reload. */
   catalogChanged: 'catraca.catalog.changed',
+  /** `catraca pix recurring run`: a request the portal (which holds the PSP session) answers with the pass it ran. */
+  pixRecurringRun: 'catraca.pix.recurring.run',
   /** Notification events (src/notify), captured by the JetStream stream NOTIFY; the portal's notifier delivers them. */
   notify: (type: string) => `catraca.notify.${type}`,
   notifyWildcard: 'catraca.notify.>',

@@ -239,7 +239,16 @@ PostgreSQL does not answer. No escape codes unless stdout is a terminal.
     run: async (ctx, args) => (await import('./pix.ts')).pixPay(ctx, args),
     synopsis: `pix pay --txid TXID [--valor 12.34]                         (dev: pay a charge at the Pix simulator)`,
     help: `Development only: pays a charge at the built-in Pix simulator of the running portal, which then
-calls the portal's webhook like a real PSP.`,
+calls the portal's webhook like a real PSP. A recurring top-up's charge (Pix Automático) settles
+its scheduled attempt at once, as on its due date (no --valor).`,
+  },
+  'pix recurring run': {
+    run: async (ctx, args) => (await import('./pix.ts')).pixRecurringRun(ctx, args),
+    synopsis: `pix recurring run                                           (schedule the recurring top-ups' charges now)`,
+    help: `Asks the portal to run now the pass it runs periodically: asks the PSP about recurrences and
+their open charges, then schedules the charge of every authorized recurrence whose period is
+due (2–10 days ahead; the amount that brings the projected balance to the target, capped at the
+maximum, at least R$ 1,00, none when the balance stays above the target; docs/billing.md).`,
   },
 };
 

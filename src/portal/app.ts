@@ -22,11 +22,14 @@ import { healthRoutes, staticRoutes } from './routes/system.ts';
 import { topUpRoutes } from './routes/topup.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
+import type { RecurringService } from '../pix/recurring/service.ts';
 
 export interface PortalDeps {
   db: pg.Pool;
   nc: NatsConnection | null;
   pix: PixService;
+  /** Recurring top-ups (Pix Automático), null when the PSP adapter has none. */
+  recurring?: RecurringService | null;
   simulator: PixSimulator | null;
   devMode: boolean;
   gatewayUrl: string;
@@ -59,7 +62,7 @@ export function createPortalApp(d: PortalDeps): Hono<AppEnv> {
   app.onError(onError);
   app.use(...middleware(dropUnreadBody, secureHeaders(secureHeadersFor(d.publicHttps)), requestContext(d)));
   app.route('/', staticRoutes());
-  app.route('/', webhookRoutes(d.pix, d.metrics));
+  app.route('/', webhookRoutes(d.pix, d.metrics, d.recurring ?? null));
   app.use(...middleware(sessionLoader(d.db)));
   app.route('/', healthRoutes());
   app.use(...middleware(allowedMethods));

@@ -14,6 +14,23 @@ export function loadPortalEnv(env: Record<string, string | undefined> = process.
 }
 
 export const SIMULATOR_PIX_KEY = 'catraca-simulador@example.com';
+/** The simulator's receiver account for Pix Automático charges (PIX_ACCOUNT_* override it). */
+export const SIMULATOR_ACCOUNT = { agencia: '0001', conta: '1234567', tipoConta: 'CORRENTE' } as const;
+
+/**
+ * The account recurring charges pay into: PIX_ACCOUNT_AGENCY, _NUMBER and _TYPE, all three or
+ * none; none with the simulator is its own account, none with a real PSP turns recurring top-ups off.
+ */
+export function receiverAccount(
+  env: Pick<PortalEnv, 'PIX_ACCOUNT_AGENCY' | 'PIX_ACCOUNT_NUMBER' | 'PIX_ACCOUNT_TYPE'>,
+  provider: 'simulator' | 'bcb' | 'custom',
+): { agencia: string; conta: string; tipoConta: 'CORRENTE' | 'POUPANCA' | 'PAGAMENTO' } | null {
+  const given = [env.PIX_ACCOUNT_AGENCY, env.PIX_ACCOUNT_NUMBER, env.PIX_ACCOUNT_TYPE].filter((v) => v !== undefined).length;
+  if (given === 3) return { agencia: env.PIX_ACCOUNT_AGENCY!, conta: env.PIX_ACCOUNT_NUMBER!, tipoConta: env.PIX_ACCOUNT_TYPE! };
+  if (given > 0)
+    throw new PortalConfigError('PIX_ACCOUNT_AGENCY, PIX_ACCOUNT_NUMBER and PIX_ACCOUNT_TYPE go together (the account Pix Automático charges pay into)');
+  return provider === 'bcb' ? null : { ...SIMULATOR_ACCOUNT };
+}
 
 /** A startup refusal: the message says what to set. */
 export class PortalConfigError extends Error {

@@ -50,7 +50,7 @@ export async function sendEventMail(m: MailDeps, d: DeliveryRow, e: NotifyEvent)
 /** The amount of the tenant's last paid top-up (null: it never paid one). */
 async function lastTopUpAmount(db: pg.Pool, tenantId: string): Promise<bigint | null> {
   const { rows } = await db.query(
-    `select amount_micros from pix_charges where tenant_id = $1 and status = 'CONCLUIDA' order by paid_at desc nulls last, created_at desc limit 1`,
+    `select amount_micros from pix_charges where tenant_id = $1 and status = 'CONCLUIDA' and id_rec is null order by paid_at desc nulls last, created_at desc limit 1`,
     [tenantId],
   );
   return rows[0]?.amount_micros ?? null;
@@ -103,7 +103,7 @@ export async function composeMail(site: string, to: string[], tenant: string, e:
   const subject = t(`notify.mail.subject.${e.type}` as MessageKey, vars);
   const body = t(`notify.mail.body.${e.type}` as MessageKey, vars);
   const footer = t('notify.mail.footer', { tenant, link: `${base}/notifications` });
-  const topup = e.type.startsWith('balance.') ? t('notify.mail.topup_link', { link: `${base}/topup` }) : null;
+  const topup = e.type.startsWith('balance.') || e.type === 'topup.recurring_failed' ? t('notify.mail.topup_link', { link: `${base}/topup` }) : null;
   const text: string[] = [body];
   const html: string[] = [`<p>${escapeHtml(body)}</p>`];
   const attachments: Mail['attachments'] = [];
