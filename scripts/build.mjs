@@ -21,6 +21,7 @@ const ASSETS = [
   { from: 'src/db/migrations', filter: (f) => /^\d+_.*\.sql$/.test(f) },
   { from: 'src/db/functions', filter: (f) => /\.sql$/.test(f) },
   { from: 'src/nfse/schema', filter: (f) => /\.xsd$/.test(f) },
+  { from: 'src/nfse/simulator', filter: (f) => /\.json$/.test(f) },
 ];
 
 let tsc;

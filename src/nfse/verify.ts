@@ -25,11 +25,13 @@ export function checkEnveloped(xml: string, signed: string): SignatureCheck {
   }
   const root = doc.documentElement;
   if (!root) return { ok: false, reason: 'no root element' };
-  const sigs = doc.getElementsByTagNameNS(DSIG_NS, 'Signature');
+  // the root's own signature (an NFS-e also carries the DPS's, inside it)
+  const sigs = Array.from(root.childNodes).filter((n) => n.nodeType === 1 && (n as Element).localName === 'Signature') as Element[];
   if (sigs.length === 0) return { ok: false, reason: 'no signature', missing: true };
   if (sigs.length > 1) return { ok: false, reason: 'more than one signature' };
   const sigNode = sigs[0];
-  if (sigNode.parentNode !== root) return { ok: false, reason: 'the signature is not a child of the root' };
+  if (sigNode.namespaceURI !== DSIG_NS) return { ok: false, reason: 'the signature is not in the XMLDSig namespace' };
+  if (root.lastChild !== sigNode) return { ok: false, reason: 'the signature is not the last child of the root' };
   const group = Array.from(root.childNodes).find((n) => n.nodeType === 1 && (n as Element).localName === signed) as Element | undefined;
   const id = group?.getAttribute('Id');
   if (!group || !id) return { ok: false, reason: `no ${signed} with an Id` };
