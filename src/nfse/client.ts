@@ -47,7 +47,7 @@ export class SefinClient {
   private readonly agent: Agent;
   private readonly base: string;
 
-  constructor(private readonly o: SefinClientOptions) {
+  constructor(o: SefinClientOptions) {
     this.base = o.baseUrl.replace(/\/+$/, '');
     const timeout = o.timeoutMs ?? 30_000;
     this.agent = new Agent({
@@ -97,7 +97,8 @@ export class SefinClient {
     return { kind: 'rejected', status: r.status, errors: errorsOf(b, r.status) };
   }
 
-  private async call(
+  /** One request to the API; its JSON answer, or why there was none. */
+  async call(
     method: 'GET' | 'POST',
     path: string,
     json?: unknown,

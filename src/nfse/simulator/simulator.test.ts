@@ -120,6 +120,6 @@ describe('the Sefin Nacional simulator, through catraca client', () => {
 
 /** A raw POST /nfse through the client's mTLS connection. */
 async function fetchJson(body: unknown): Promise<{ erros: { Codigo: string }[] }> {
-  const r = await client['call']('POST', '/nfse', body);
+  const r = await client.call('POST', '/nfse', body);
   return (r as { body: { erros: { Codigo: string }[] } }).body;
 }
