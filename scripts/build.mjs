@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // `npm run build`: compiles src/ and workers/ to dist/ with tsc (tsconfig.build.json: type-checked,
 // `.ts` import specifiers rewritten to `.js`), then copies the files the compiled code reads at run
-// time next to it: the portal's and the console's static files, the SQL migrations and the SQL function files
+// time next to it: the portal's and the console's static files, the SQL migrations and the SQL function files, the NFS-e schemas (src/nfse/schema)
 // (src/db/migrate.ts reads both folders). dist/ is rebuilt from scratch so a deleted source never
 // lingers there. `npm start` runs this first (prestart).
 import { spawnSync } from 'node:child_process';
@@ -20,6 +20,8 @@ const ASSETS = [
   { from: 'src/console/static', filter: (f) => /\.(css|js|svg|png|ico)$/.test(f) },
   { from: 'src/db/migrations', filter: (f) => /^\d+_.*\.sql$/.test(f) },
   { from: 'src/db/functions', filter: (f) => /\.sql$/.test(f) },
+  { from: 'src/nfse/schema', filter: (f) => /\.xsd$/.test(f) },
+  { from: 'src/nfse/simulator', filter: (f) => /\.json$/.test(f) },
 ];
 
 let tsc;
