@@ -4,7 +4,7 @@ import { createPool } from '../db/pool.ts';
 import { configureLogging, createLogger, logCrashes } from '../log.ts';
 import { serveMetrics } from '../metrics/http.ts';
 import { type Counter, createMetrics } from '../metrics/registry.ts';
-import { isLoopbackHost } from '../portal/config.ts';
+import { isLoopbackHost } from '../web/proxy.ts';
 import { onShutdown, quietly } from '../process/shutdown.ts';
 import { ConsoleConfigError } from './config.ts';
 import { startConsole } from './server.ts';

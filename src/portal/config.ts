@@ -1,6 +1,7 @@
 import { accessSync, constants } from 'node:fs';
 import { loadConfig, type PortalEnvSchema } from '../config.ts';
 import type { z } from 'zod';
+import { isLoopbackHost } from '../web/proxy.ts';
 
 // Portal and Pix settings (environment). Documented in docs/operations.md (configuration) and .env.example.
 // Nothing defaults to the simulator: PIX_PROVIDER must be given (bcb with a complete
@@ -38,15 +39,6 @@ export class PortalConfigError extends Error {
     super(message);
     this.name = 'PortalConfigError';
   }
-}
-
-/** 127.0.0.0/8, ::1 (also as ::ffff:127.x) and localhost: reachable from this machine only. */
-export function isLoopbackHost(host: string): boolean {
-  const h = host
-    .trim()
-    .toLowerCase()
-    .replace(/^\[|\]$/g, '');
-  return h === 'localhost' || h === '::1' || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h);
 }
 
 /** Where the portal listens when PORTAL_HOST is not set: loopback in development, all interfaces otherwise. */

@@ -4,7 +4,7 @@ import { createLogger } from '../../log.ts';
 import type { Mail, Mailer } from '../../mail/index.ts';
 import { qrPng } from '../../pix/brcode.ts';
 import { type ChargeRow, type PixService, TopUpError } from '../../pix/service.ts';
-import { amount, dateTime } from '../format.ts';
+import { amount, dateTime } from '../../web/format.ts';
 import { escapeHtml } from '../../web/html.ts';
 import { type MessageKey, translator } from '../i18n/index.ts';
 import { type DeliveryRow, RECIPIENTS_SQL } from '../../notify/deliveries.ts';

@@ -8,20 +8,10 @@ import { createSession, destroySessionToken, MIN_PASSWORD, SESSION_TTL_MS } from
 import { type MailContext, sendInvitation } from '../emails.ts';
 import { type AppEnv, clearPortalCookie, type Ctx, SESSION_COOKIE, setPortalCookie, tenantOf } from '../http.ts';
 import { one, redirect } from '../../web/http.ts';
-import {
-  acceptInvitation,
-  changeRole,
-  invite,
-  listInvitations,
-  listMembers,
-  type MemberChange,
-  openInvitation,
-  removeMember,
-  revokeInvitation,
-} from '../members.ts';
+import { acceptInvitation, changeRole, invite, listInvitations, type MemberChange, openInvitation, removeMember, revokeInvitation } from '../members.ts';
 import type { Renderer } from '../render.ts';
 import { afterRevocation } from '../revocation.ts';
-import { isRole } from '../roles.ts';
+import { isRole, listMembers } from '../../db/members.ts';
 import { can, forbidden } from '../authorize.ts';
 import { messagePage } from '../views/layout.ts';
 import { accountPage, grantableRoles, invitationPage, membersPage, removeMemberPage } from '../views/members.ts';

@@ -7,7 +7,7 @@ import { qrDataUrl } from '../../pix/brcode.ts';
 import { CENTAVO_MICROS, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../../pix/limits.ts';
 import { type PixService, TopUpError } from '../../pix/service.ts';
 import { type MailContext, sendVerification } from '../emails.ts';
-import { money } from '../format.ts';
+import { money } from '../../web/format.ts';
 import { type AppEnv, type Ctx, tenantOf } from '../http.ts';
 import { json, one, redirect } from '../../web/http.ts';
 import type { Renderer } from '../render.ts';

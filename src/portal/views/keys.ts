@@ -1,7 +1,7 @@
 import type { ApiKeyRecord } from '../../db/keys.ts';
 import type { ModelRecord } from '../../db/models.ts';
 import { csrfField, html, raw, type SafeHtml } from '../../web/html.ts';
-import { amount, dateTime, int, money } from '../format.ts';
+import { amount, dateTime, int, money } from '../../web/format.ts';
 import type { ViewCtx } from './layout.ts';
 
 function allowlist(c: ViewCtx, k: ApiKeyRecord) {

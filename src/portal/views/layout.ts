@@ -1,8 +1,9 @@
 import { frame, langLink } from '../../web/layout.ts';
 import { csrfField, html, type SafeHtml } from '../../web/html.ts';
 import type { Lang, T } from '../i18n/index.ts';
-import { money } from '../format.ts';
-import { may, type Role } from '../roles.ts';
+import { money } from '../../web/format.ts';
+import type { Role } from '../../db/members.ts';
+import { may } from '../roles.ts';
 
 export interface ViewCtx {
   t: T;

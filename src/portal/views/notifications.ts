@@ -1,6 +1,6 @@
 import { EVENT_TYPES } from '../../notify/events.ts';
 import type { EndpointView, LogRow, TenantSettings } from '../../notify/settings.ts';
-import { dateTime, int } from '../format.ts';
+import { dateTime, int } from '../../web/format.ts';
 import { html, raw, type SafeHtml } from '../../web/html.ts';
 import type { MessageKey } from '../i18n/index.ts';
 import type { ViewCtx } from './layout.ts';

@@ -1,7 +1,7 @@
 import { TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../../pix/limits.ts';
 import type { ChargeRow } from '../../pix/service.ts';
 import { csrfField, html, raw, type SafeHtml } from '../../web/html.ts';
-import { dateTime, money, time } from '../format.ts';
+import { dateTime, money, time } from '../../web/format.ts';
 import type { ViewCtx } from './layout.ts';
 
 export function topupPage(c: ViewCtx, charges: ChargeRow[], v: { amount?: string } = {}): SafeHtml {

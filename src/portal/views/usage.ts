@@ -1,4 +1,4 @@
-import { amount, dateTime, int, money, price } from '../format.ts';
+import { amount, dateTime, int, money, price } from '../../web/format.ts';
 import type { ModelRecord } from '../../db/models.ts';
 import { pager } from '../../web/layout.ts';
 import { html, type SafeHtml } from '../../web/html.ts';
