@@ -149,7 +149,7 @@ export const ConfigSchema = PortalEnvSchema.extend({
     .number()
     .int()
     .positive()
-    .default(8 * 1024 ** 3),
+    .default(4 * 1024 ** 3),
   /**
    * A worker (or a door's in-process pools) gathers the usage of requests ending within this many
    * ms into one JetStream message; 0 = one message per event-loop turn. A process killed in that

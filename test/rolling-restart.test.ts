@@ -11,7 +11,7 @@ import { type Proc, startStack, stopProcess, type TestStack } from './helpers/st
 // Counted exactly: streams cut 0, requests refused 0, and every request billed exactly once.
 
 const STREAMS = 500;
-const TOKENS = 16; // per stream, at 4 tokens/s: a 4 s stream
+const TOKENS = 16; // per stream, at 2 tokens/s: an 8 s stream
 const PRICE = 1000n; // µBRL per output token (input free)
 const TENANTS = 5;
 
@@ -19,7 +19,7 @@ let stack: TestStack;
 let balancer: Balancer;
 
 beforeAll(async () => {
-  stack = await startStack({ gateways: 1, workers: 1, env: { DRAIN_TIMEOUT_MS: '30000' } });
+  stack = await startStack({ gateways: 1, workers: 1, env: { DRAIN_TIMEOUT_MS: '30000' }, readyTimeoutMs: 120_000 });
   // one at a time: five processes compiling at once on a busy machine outlast the ready timeout
   await stack.spawnGateway();
   await stack.spawnWorker();
@@ -55,7 +55,7 @@ function startLoad(url: string, keys: string[]): Load {
     stream: true,
     max_tokens: TOKENS,
     messages: [{ role: 'user', content: 'go' }],
-    sim: { tokens_per_second: 4 },
+    sim: { tokens_per_second: 2 },
   });
   const client = async (i: number) => {
     await new Promise((r) => setTimeout(r, (i * 1000) / STREAMS)); // 500 streams open within a second
@@ -131,19 +131,25 @@ describe('rolling restart under 500 streams', () => {
     const exits: Record<string, number | null> = {};
     const started = Date.now();
 
-    // one process at a time: SIGTERM (it drains and exits), its replacement started meanwhile
-    const replace = async (old: Proc, spawn: () => Promise<Proc>, name: string) => {
-      inFlightAtSigterm[name] = load.inFlight;
-      const stopped = stopProcess(old, 'SIGTERM', 60_000);
+    // one process at a time: its replacement started, then SIGTERM (it drains and exits)
+    const replace = async (old: Proc, spawn: () => Promise<Proc>, name: string, ready: (fresh: Proc) => Promise<void> = async () => {}) => {
       const fresh = await spawn();
-      exits[name] = await stopped;
+      await ready(fresh);
+      inFlightAtSigterm[name] = load.inFlight;
+      exits[name] = await stopProcess(old, 'SIGTERM', 60_000);
       return fresh;
     };
     for (const [i, door] of [...stack.gateways].entries()) {
-      const fresh = await replace(door, () => stack.spawnGateway(), `gateway${i}`);
-      balancer.add(fresh.port!);
+      await replace(
+        door,
+        () => stack.spawnGateway(),
+        `gateway${i}`,
+        async (fresh) => {
+          balancer.add(fresh.port!);
+          await until('the new front door in the balancer', () => balancer.healthy().includes(fresh.port!), 10_000);
+        },
+      );
       balancer.remove(door.port!);
-      await until('the new front door in the balancer', () => balancer.healthy().includes(fresh.port!), 10_000);
     }
     for (const [i, worker] of [...stack.workers].entries()) await replace(worker, () => stack.spawnWorker(), `worker${i}`);
     await replace(stack.metering[0], () => stack.spawnMetering(), 'metering0');

@@ -36,7 +36,7 @@ export interface MeteringOptions {
   instanceId?: string;
   /** USAGE stream settings (default: from the environment) */
   stream?: UsageStreamSettings;
-  /** USAGE_LOG_RETENTION_DAYS and USAGE_LOG_MAX_BYTES (default 8 days, 8 GiB) */
+  /** USAGE_LOG_RETENTION_DAYS and USAGE_LOG_MAX_BYTES (default 8 days, 4 GiB) */
   usageLog?: { retentionDays?: number; maxBytes?: number };
   /** USAGE_BACKLOG_ALARM (0: no alarm) and how often the backlog is checked */
   backlogAlarm?: number;
@@ -63,7 +63,7 @@ export async function ensureMeteringConsumer(
   await ensureUsageLog(nc, {
     replicas: Math.max(1, usage.replicas),
     retentionDays: usageLog.retentionDays ?? 8,
-    maxBytes: usageLog.maxBytes ?? 8 * 1024 ** 3,
+    maxBytes: usageLog.maxBytes ?? 4 * 1024 ** 3,
   });
   const jsm = await nc.jetstreamManager();
   const config = {
