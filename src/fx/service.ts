@@ -172,7 +172,7 @@ export class FxService {
       const current = await currentRate(c);
       if (status.pinnedMicros !== null) return { rate: current, changed: [] as string[] };
       let rate = current;
-      if (!current || current.source !== 'ptax' || current.micros !== quote.sellMicros || current.date !== quote.date) {
+      if (current?.source !== 'ptax' || current.micros !== quote.sellMicros || current.date !== quote.date) {
         await c.query(`insert into fx_rates (rate_date, usd_brl_micros, source, published_at, valid_from) values ($1, $2, 'ptax', $3, $4)`, [
           quote.date,
           quote.sellMicros,
