@@ -99,6 +99,10 @@ export const PortalEnvSchema = z.object({
   PIX_SIM_PORT: z.coerce.number().int().nonnegative().default(0),
   PIX_CHARGE_EXPIRY_S: z.coerce.number().int().positive().default(3600),
   PIX_RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(30000),
+  /** The BCB's PTAX OData service (src/fx/): the dollar's rate for USD-priced models. `npm start` points it at its simulator. */
+  PTAX_URL: z.string().url().default('https://olinda.bcb.gov.br/olinda/servico/PTAX/versao/v1/odata'),
+  /** Hour (São Paulo, 0–23) after which the console takes the day's PTAX and recomputes USD-priced models, business days. */
+  PTAX_HOUR: z.coerce.number().int().min(0).max(23).default(14),
   /** Days the portal keeps rows of pix_webhook_events (the audit of authenticated webhook deliveries); 0 = forever. */
   PIX_WEBHOOK_RETENTION_DAYS: int(90),
   /**

@@ -110,6 +110,8 @@ ${AMOUNTS}`,
           [--upstream-model M] [--base-url URL] [--api-key-env VAR]
           --input-price BRL_PER_1M_TOKENS --output-price BRL_PER_1M_TOKENS
           [--cached-input-price BRL|none] [--cache-write-price BRL|none] [--cache-write-1h-price BRL|none]
+          | --usd-input-price USD --usd-output-price USD [--markup 1.30] [--usd-cached-input-price USD]
+            [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]  (BRL = USD × PTAX × markup)
           [--max-output-tokens N] --context-length N (required for a new model)
           [--modalities text,image,audio,file] [--image-tokens N|none]
           [--extra-params top_k,min_p] [--legacy-completions true|false] [--reasoning true|false] [--weight N]
@@ -241,6 +243,13 @@ PostgreSQL does not answer. No escape codes unless stdout is a terminal.
     help: `Development only: pays a charge at the built-in Pix simulator of the running portal, which then
 calls the portal's webhook like a real PSP. A recurring top-up's charge (Pix Automático) settles
 its scheduled attempt at once, as on its due date (no --valor).`,
+  },
+  'fx pin': {
+    run: async (ctx, args) => (await import('./fx.ts')).fxPin(ctx, args),
+    synopsis: `fx pin --rate BRL_PER_USD | --clear                          (pin the dollar's rate of USD-priced models)`,
+    help: `Pins the rate USD-priced models are sold at (BRL = USD × rate × markup, docs/billing.md) instead
+of the day's PTAX, recomputes their prices and tells the front doors; --clear goes back to the
+PTAX (the console takes the last published one within a minute).`,
   },
   'pix recurring run': {
     run: async (ctx, args) => (await import('./pix.ts')).pixRecurringRun(ctx, args),

@@ -304,7 +304,7 @@ export class RecurringService {
     return withTransaction(this.db, async (c) => {
       const { rows } = await c.query(`select *, next_due_date::text as next_due_date from pix_recurrences where id_rec = $1`, [idRec]);
       const rec = rows[0] as RecurrenceRow | undefined;
-      if (!rec || rec.status !== 'APROVADA' || !rec.next_due_date) return null;
+      if (rec?.status !== 'APROVADA' || !rec.next_due_date) return null;
       await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_RECURRING_TENANT, rec.tenant_id]);
       const again = await c.query(`select next_due_date::text as d, status from pix_recurrences where id_rec = $1`, [idRec]);
       if (again.rows[0].status !== 'APROVADA' || again.rows[0].d !== rec.next_due_date) return null; // another pass did it
