@@ -4,10 +4,13 @@
 //          any database read, after GATEWAY_UNKNOWN_KEYS_PER_MINUTE lookups)
 //   many   each junk request with its own client address (X-Forwarded-For from a trusted proxy):
 //          every junk key costs a PostgreSQL lookup, on the lookups' own capped pool
+//   fresh  no junk: a key just made, opened by --fresh-requests streamed requests at once from the
+//          runner's address (a batch job behind one NAT); every one must be served, and cost one
+//          lookup (the requests that wait on a lookup already running take no token of the limit)
 // Reported per phase: the real traffic's p50/p99/max and its errors (503s), what the junk got
 // (by status), and the front door's PostgreSQL key lookups (catraca_key_lookups_total).
 //
-//   npx tsx bench/junk-keys.ts [--seconds 10] [--real-rate 100] [--junk-rate 5000] [--phases quiet,one,many] [--cpu-prof DIR]
+//   npx tsx bench/junk-keys.ts [--seconds 10] [--real-rate 100] [--junk-rate 5000] [--phases quiet,one,many,fresh] [--fresh-requests 5000] [--cpu-prof DIR]
 import { spawn } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import http from 'node:http';
@@ -15,6 +18,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { generateApiKey } from '../src/auth/keys.ts';
+import { createApiKey } from '../src/db/keys.ts';
+import { createPool } from '../src/db/pool.ts';
 import { freePort } from '../src/stack/services.ts';
 import { readCpuSeconds, readCpuSecondsOfTree } from './procs.ts';
 import { runTarget, type TargetResult } from './load/runner.ts';
@@ -27,6 +32,7 @@ const { values } = parseArgs({
     'junk-rate': { type: 'string', default: '5000' },
     phases: { type: 'string', default: 'quiet,one,many' },
     'max-inflight': { type: 'string', default: '4000' },
+    'fresh-requests': { type: 'string', default: '5000' },
     'cpu-prof': { type: 'string' },
     // internal: this script run as the flood's own process (its event loop apart from the runner's)
     flood: { type: 'string' },
@@ -127,6 +133,52 @@ if (values.flood) {
   process.exit(0);
 }
 
+/** A key just made for `tenantId`, then `n` streamed requests with it at once from this address; what they got, by status. */
+async function freshKeyBurst(url: string, databaseUrl: string, tenantId: string, n: number): Promise<{ by_status: Record<string, number>; ms: number }> {
+  const db = createPool(databaseUrl, 1);
+  const { key } = await createApiKey(db, { tenantId, label: 'fresh burst', models: null }).finally(() => db.end());
+  const u = new URL(`${url}/chat/completions`);
+  const agent = new http.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
+  const body = JSON.stringify({ model: 'bench/mock', stream: true, messages: [{ role: 'user', content: 'fresh' }], max_tokens: 8 });
+  const byStatus: Record<string, number> = {};
+  const count = (k: string) => (byStatus[k] = (byStatus[k] ?? 0) + 1);
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from(
+      { length: n },
+      () =>
+        new Promise<void>((resolve) => {
+          const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) };
+          const req = http.request({ agent, host: u.hostname, port: u.port, path: u.pathname, method: 'POST', headers }, (res) => {
+            let text = '';
+            res.setEncoding('utf8');
+            res.on('data', (c: string) => res.statusCode !== 200 && (text += c));
+            res.on('end', () => {
+              const code = res.statusCode === 200 ? '' : ` ${(safeParse(text) as { error?: { code?: string } } | null)?.error?.code ?? ''}`;
+              count(`${res.statusCode}${code}`);
+              resolve();
+            });
+          });
+          req.on('error', (err: NodeJS.ErrnoException) => {
+            count(`conn_${err.code ?? 'error'}`);
+            resolve();
+          });
+          req.end(body);
+        }),
+    ),
+  );
+  agent.destroy();
+  return { by_status: byStatus, ms: Math.round(performance.now() - t0) };
+}
+
+function safeParse(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
 async function keyMetrics(port: number): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
   try {
@@ -172,6 +224,21 @@ try {
     let junk: JunkResult | null = null;
     let result: TargetResult;
     const cpu0 = cpuNow();
+    if (phase === 'fresh') {
+      const fresh = await freshKeyBurst(stack.gatewayUrl, stack.databaseUrl, stack.tenantIds[0]!, Number(values['fresh-requests']));
+      const after = await keyMetrics(metricsPort);
+      rows.push({
+        phase,
+        fresh_requests: Number(values['fresh-requests']),
+        fresh_status: fresh.by_status,
+        fresh_ms: fresh.ms,
+        pg_lookups_found: (after['catraca_key_lookups_total{result="found"}'] ?? 0) - (before['catraca_key_lookups_total{result="found"}'] ?? 0),
+        refused_rate_limited:
+          (after['catraca_key_refusals_total{reason="rate_limited"}'] ?? 0) - (before['catraca_key_refusals_total{reason="rate_limited"}'] ?? 0),
+      });
+      console.log(JSON.stringify(rows.at(-1)));
+      continue;
+    }
     if (phase === 'quiet') result = await runTarget(real, load);
     else {
       // the flood starts with the warm-up and ends with the measured phase
