@@ -1,4 +1,5 @@
 import http from 'node:http';
+import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import { createLogger } from '../../log.ts';
 import { route } from './routes.ts';
@@ -27,6 +28,11 @@ export interface PixSimulatorOptions extends SimSettings {
   port?: number;
   /** How often scheduled recurring charges due today settle (the SPI's day); 0: only on request (tests). Default 60 s. */
   settleEveryMs?: number;
+  /**
+   * Serve HTTPS and require a client certificate signed by `ca`, as a PSP's BCB API Pix does
+   * (mTLS): a client without one fails the TLS handshake. Without it, plain HTTP (development).
+   */
+  tls?: { cert: string | Buffer; key: string | Buffer; ca: string | Buffer };
 }
 
 export interface PixSimulator {
@@ -61,7 +67,7 @@ export async function startPixSimulator(o: PixSimulatorOptions): Promise<PixSimu
     merchantName: o.merchantName ?? 'CATRACA SIMULADOR',
     merchantCity: o.merchantCity ?? 'SAO PAULO',
   });
-  const server = http.createServer(async (req, res) => {
+  const handler: http.RequestListener = async (req, res) => {
     try {
       const method = req.method ?? 'GET';
       const url = new URL(req.url ?? '/', 'http://sim');
@@ -77,7 +83,10 @@ export async function startPixSimulator(o: PixSimulatorOptions): Promise<PixSimu
       if (!res.headersSent)
         res.writeHead(500, { 'content-type': 'application/json; charset=utf-8' }).end(JSON.stringify({ title: 'Erro interno', status: 500 }));
     }
-  });
+  };
+  const server = o.tls
+    ? https.createServer({ cert: o.tls.cert, key: o.tls.key, ca: o.tls.ca, requestCert: true, rejectUnauthorized: true }, handler)
+    : http.createServer(handler);
 
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -85,7 +94,7 @@ export async function startPixSimulator(o: PixSimulatorOptions): Promise<PixSimu
   });
   const addr = server.address() as AddressInfo;
   const host = addr.address.includes(':') ? `[${addr.address}]` : addr.address;
-  sim.baseUrl = `http://${host === '0.0.0.0' || host === '[::]' ? '127.0.0.1' : host}:${addr.port}`;
+  sim.baseUrl = `${o.tls ? 'https' : 'http'}://${host === '0.0.0.0' || host === '[::]' ? '127.0.0.1' : host}:${addr.port}`;
   const settleEvery = o.settleEveryMs ?? 60_000;
   let settling: Promise<unknown> | null = null;
   const timer =
