@@ -6,7 +6,7 @@ import type { DbClient } from '../db/pool.ts';
 // Standard Webhooks' {type, timestamp, data}, amounts as exact BRL decimal strings with 6 decimals
 // (the ledger's unit), ids of the tenant, key and charge.
 
-export const EVENT_TYPES = ['balance.low', 'balance.depleted', 'topup.credited', 'key.limit_reached', 'key.revoked', 'key.expiring'] as const;
+export const EVENT_TYPES = ['balance.low', 'balance.depleted', 'topup.credited', 'key.limit_reached', 'key.revoked', 'key.expiring', 'invoice.issued'] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 export const EventTypeSchema = z.enum(EVENT_TYPES);
 
@@ -91,4 +91,9 @@ export async function topUpEvent(db: DbClient, txid: string): Promise<NotifyEven
 /** key.expiring of keys within 7 days of their expiry (once per key), at most `limit`. */
 export async function scanExpiringKeys(db: DbClient, limit = 500): Promise<NotifyEvent[]> {
   return (await db.query('select * from catraca_notify_expiring($1)', [limit])).rows;
+}
+
+/** invoice.issued of a nota fiscal just issued (once per invoice): in the transaction that stored it (src/nfse/issuer.ts). */
+export async function invoiceIssuedEvent(db: DbClient, invoiceId: string, xmlUrl: string): Promise<NotifyEvent[]> {
+  return (await db.query('select * from catraca_notify_invoice($1, $2)', [invoiceId, xmlUrl])).rows;
 }

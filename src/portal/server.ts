@@ -23,6 +23,8 @@ import { afterBalanceChange } from '../notify/bus.ts';
 import { type NotifierOptions, startNotifier } from './notifier/dispatcher.ts';
 import { parseSchedule } from '../config.ts';
 import type { Resolver } from '../notify/ssrf.ts';
+import { type IssuerTuning, type NfseService, startNfse } from '../nfse/start.ts';
+import type { NfseSetup } from '../nfse/settings.ts';
 
 export { requestUrl };
 
@@ -69,6 +71,8 @@ export interface StartPortalOptions {
   env?: Record<string, string | undefined>;
   /** How many CSV exports may run at once, and when a stalled one ends (default EXPORT_LIMITS, src/portal/routes/exports.ts). */
   exportLimits?: ExportLimits;
+  /** NFS-e issuing (src/nfse): false turns it off whatever NFSE_PROVIDER says; tests give settings and timings. */
+  nfse?: false | { setup?: NfseSetup | null; tuning?: IssuerTuning };
 }
 
 export interface Portal {
@@ -77,6 +81,8 @@ export interface Portal {
   app: Hono<AppEnv>;
   pix: PixService;
   simulator: PixSimulator | null;
+  /** NFS-e issuing, when on */
+  nfse: NfseService | null;
   close(): Promise<void>;
 }
 
@@ -92,10 +98,14 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const devMode = setup.devMode;
   const { psp, simulator, webhookSecret } = await connectPsp(db, env, setup, options);
   const nc = options.nc ?? null;
+  // NFS-e issuing (src/nfse): refuses to start on settings that could only make rejected notes
+  const nfse = options.nfse === false ? null : await startNfse({ db, nc, env, site, setup: options.nfse?.setup, tuning: options.nfse?.tuning });
   const pix = new PixService(db, psp, {
     expiresInS: options.chargeExpiryS ?? env.PIX_CHARGE_EXPIRY_S,
     // topup.credited and the balance crossings of a credit or refund (src/notify)
     notify: (tenantId, events) => afterBalanceChange(db, nc, tenantId, events, log),
+    // a nota fiscal to issue or cancel was made with the credit or refund
+    invoices: () => nfse?.issuer.kick(),
   });
 
   const app = createPortalApp({
@@ -138,8 +148,10 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     app,
     pix,
     simulator,
+    nfse,
     close: async () => {
       clearInterval(purge);
+      await nfse?.stop();
       await notifier?.stop();
       await pix.stop();
       if (!options.mailer) mailer.close();
