@@ -81,6 +81,8 @@ export interface SoakResult {
   holds_end: { request: number; lease: number };
   nats_subscriptions: { baseline: number | null; max: number | null; end: number | null };
   rss_mib: Record<string, { start: number | null; end: number | null; max: number | null }>;
+  /** RSS growth in the second half of the load (least-squares slope of its samples), MiB a minute: a leak shows here, the first half's warm-up does not */
+  rss_mib_per_min_second_half: Record<string, number | null>;
   cpu_pct_mean: Record<string, number | null>;
   event_loop_p99_ms: Record<string, { p50: number | null; p99: number | null; max: number | null }>;
   ledger_check: { ok: boolean; tenants_checked: number; mismatches: unknown[] };
@@ -120,6 +122,15 @@ const quantile = (xs: number[], q: number): number | null => {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))]!;
 };
 const round1 = (v: number | null) => (v === null ? null : Math.round(v * 10) / 10);
+
+/** Least-squares slope of (x, y) points; null for fewer than 2 distinct x. */
+export function slope(points: Array<[number, number]>): number | null {
+  if (points.length < 2) return null;
+  const mx = points.reduce((a, [x]) => a + x, 0) / points.length;
+  const my = points.reduce((a, [, y]) => a + y, 0) / points.length;
+  const sxx = points.reduce((a, [x]) => a + (x - mx) ** 2, 0);
+  return sxx === 0 ? null : points.reduce((a, [x, y]) => a + (x - mx) * (y - my), 0) / sxx;
+}
 
 /** mulberry32: a small seeded PRNG, so a run's mix can be replayed. */
 function rng(seed: number): () => number {
@@ -539,6 +550,14 @@ export async function runSoak(o: SoakOptions): Promise<SoakResult> {
           },
         ]),
       ),
+      rss_mib_per_min_second_half: Object.fromEntries(
+        names.map((n) => {
+          const [from, to] = [o.durationMs / 2000, o.durationMs / 1000];
+          const pts = samples.filter((s) => s.t_s >= from && s.t_s <= to && s.rss_mib[n] != null).map((s) => [s.t_s / 60, s.rss_mib[n]!] as [number, number]);
+          const b = slope(pts);
+          return [n, b === null ? null : Math.round(b * 100) / 100];
+        }),
+      ),
       cpu_pct_mean: Object.fromEntries(
         names.map((n) => {
           const xs = during.map((s) => s.cpu_pct[n]).filter((v): v is number => v != null);
@@ -651,7 +670,10 @@ export function summarize(r: SoakResult): string {
     `soak ${r.options.duration_s} s at ${r.options.rate} req/s: ${r.sent} requests; by status ${JSON.stringify(r.by_status)}; 5xx ${r.server_5xx}; client errors ${JSON.stringify(r.client_errors)}`,
     `debits ${r.debits} for ${r.debited_expected} answered 200 (missing ${r.missing_debits}, unexpected ${r.unexpected_debits}); holds at end ${JSON.stringify(r.holds_end)}; ledger check ${r.ledger_check.ok ? 'ok' : 'FAILED'} (${r.ledger_check.tenants_checked} tenants)`,
     `NATS subscriptions: baseline ${r.nats_subscriptions.baseline}, max ${r.nats_subscriptions.max}, end ${r.nats_subscriptions.end}`,
-    ...Object.entries(r.rss_mib).map(([n, v]) => `RSS ${n}: start ${v.start} MiB, end ${v.end} MiB, max ${v.max} MiB; CPU mean ${r.cpu_pct_mean[n]} %`),
+    ...Object.entries(r.rss_mib).map(
+      ([n, v]) =>
+        `RSS ${n}: start ${v.start} MiB, end ${v.end} MiB, max ${v.max} MiB, ${r.rss_mib_per_min_second_half[n]} MiB/min in the second half; CPU mean ${r.cpu_pct_mean[n]} %`,
+    ),
     ...Object.entries(r.event_loop_p99_ms).map(([n, v]) => `event-loop p99 ${n}: median ${v.p50} ms, p99 ${v.p99} ms, max ${v.max} ms`),
     ...Object.entries(r.by_kind).map(([k, v]) => `${k}: ${v.sent} sent, ${JSON.stringify(v.by_status)}, p50 ${v.p50_ms} ms, p99 ${v.p99_ms} ms`),
     ...(r.files.json ? [`result: ${r.files.json}`] : []),

@@ -79,6 +79,16 @@ export const PortalEnvSchema = z.object({
   PIX_CERT_FILE: z.string().optional(),
   PIX_CERT_KEY_FILE: z.string().optional(),
   PIX_CA_FILE: z.string().optional(),
+  /** Our account the Pix Automático charges pay into (cobr.recebedor): agency (up to 4 digits), number, type. All three, or none (recurring top-ups off; the simulator has its own). */
+  PIX_ACCOUNT_AGENCY: z
+    .string()
+    .regex(/^\d{1,4}$/)
+    .optional(),
+  PIX_ACCOUNT_NUMBER: z
+    .string()
+    .regex(/^[0-9A-Za-z-]{1,20}$/)
+    .optional(),
+  PIX_ACCOUNT_TYPE: z.enum(['CORRENTE', 'POUPANCA', 'PAGAMENTO']).optional(),
   PIX_MERCHANT_NAME: z.string().default('CATRACA'),
   PIX_MERCHANT_CITY: z.string().default('SAO PAULO'),
   /** Secret in the webhook URL; generated once per installation and kept in portal_settings when unset. */
@@ -89,6 +99,10 @@ export const PortalEnvSchema = z.object({
   PIX_SIM_PORT: z.coerce.number().int().nonnegative().default(0),
   PIX_CHARGE_EXPIRY_S: z.coerce.number().int().positive().default(3600),
   PIX_RECONCILE_INTERVAL_MS: z.coerce.number().int().nonnegative().default(30000),
+  /** The BCB's PTAX OData service (src/fx/): the dollar's rate for USD-priced models. `npm start` points it at its simulator. */
+  PTAX_URL: z.string().url().default('https://olinda.bcb.gov.br/olinda/servico/PTAX/versao/v1/odata'),
+  /** Hour (São Paulo, 0–23) after which the console takes the day's PTAX and recomputes USD-priced models, business days. */
+  PTAX_HOUR: z.coerce.number().int().min(0).max(23).default(14),
   /** Days the portal keeps rows of pix_webhook_events (the audit of authenticated webhook deliveries); 0 = forever. */
   PIX_WEBHOOK_RETENTION_DAYS: int(90),
   /**
@@ -199,6 +213,14 @@ export const ConfigSchema = PortalEnvSchema.extend({
     .int()
     .positive()
     .default(1024 ** 3),
+  /** Days the USAGE_LOG stream keeps each settled usage message: how far back a restored ledger can settle usage again (docs/operations.md, "Backup and restore"). */
+  USAGE_LOG_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(8),
+  /** Byte limit of the USAGE_LOG stream (limits retention, discard old): beyond it the oldest copies go first. */
+  USAGE_LOG_MAX_BYTES: z.coerce
+    .number()
+    .int()
+    .positive()
+    .default(4 * 1024 ** 3),
   /**
    * A worker (or a door's in-process pools) gathers the usage of requests ending within this many
    * ms into one JetStream message; 0 = one message per event-loop turn. A process killed in that

@@ -10,6 +10,7 @@ import { type MockUpstream, startMockUpstream } from '../bench/mock-upstream/ser
 import { type Prices, usageCostMicros } from '../src/billing/money.ts';
 import { setAlias, upsertModel } from '../src/db/models.ts';
 import { startStack, type TestStack } from './helpers/stack.ts';
+import { UNDER_CI } from './helpers/tools.ts';
 
 // The real Claude Code CLI (`claude -p`) pointed at the front door (ANTHROPIC_BASE_URL, a catraca
 // key as ANTHROPIC_API_KEY), offline, in a HOME of its own: on an Anthropic-protocol mock model
@@ -19,8 +20,7 @@ import { startStack, type TestStack } from './helpers/stack.ts';
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const CLAUDE = join(ROOT, 'node_modules/@anthropic-ai/claude-code-linux-x64/claude');
 const present = existsSync(CLAUDE);
-/** Under CI a missing binary is a failure, never a silent skip. */
-const UNDER_CI = Boolean(process.env.CI) && process.env.CI !== 'false' && process.env.CI !== '0';
+// Under CI a missing binary is a failure, never a silent skip.
 const MISSING = `${CLAUDE} is not installed (npm ci installs @anthropic-ai/claude-code on linux-x64)`;
 if (!present) console.warn(UNDER_CI ? `the Claude Code tests fail under CI: ${MISSING}` : `skipping the Claude Code tests: ${MISSING}`);
 

@@ -46,15 +46,27 @@ async function metrics(door: Proc): Promise<Record<string, number>> {
   return out;
 }
 
+/** The door's open client requests (catraca_inflight). */
+async function inflight(door: Proc): Promise<number> {
+  const port = JSON.parse(door.lines.find((l) => l.includes('front door listening'))!).metrics_port;
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  return Number(/^catraca_inflight(?:\{[^}]*\})? (\d+)$/m.exec(text)?.[1] ?? 0);
+}
+
 const agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
 
 /** POST /v1/chat/completions; the status, the error code, and whether the server asked to close. */
-function chat(door: Proc, key: string, opts: { forwardedFor?: string; content?: string } = {}) {
-  const body = JSON.stringify({ model: 'sim/echo', max_tokens: 5, messages: [{ role: 'user', content: opts.content ?? 'olá' }] });
+function chat(door: Proc, key: string, opts: { forwardedFor?: string; content?: string; stream?: boolean; agent?: http.Agent } = {}) {
+  const body = JSON.stringify({
+    model: 'sim/echo',
+    max_tokens: 5,
+    messages: [{ role: 'user', content: opts.content ?? 'olá' }],
+    ...(opts.stream ? { stream: true } : {}),
+  });
   return new Promise<{ status: number; code: string | null; text: string; connection: string | undefined }>((resolve, reject) => {
     const req = http.request(
       {
-        agent,
+        agent: opts.agent ?? agent,
         host: '127.0.0.1',
         port: door.port,
         path: '/v1/chat/completions',
@@ -215,4 +227,64 @@ describe('a refused key ends its connection before its body is read', () => {
     expect(res.headers.get('connection')).toBe('close');
     expect((await res.json()).error.code).toBe('invalid_api_key');
   });
+});
+
+describe('many requests at once with a key the door has not cached, from one address', () => {
+  it('a fresh real key: every one served (one lookup, no 429), and the address still has all its lookups for unknown keys', async () => {
+    const fresh = (await stack.tenant('100.00')).key;
+    const address = '203.0.113.40';
+    const many = new http.Agent({ keepAlive: true, maxSockets: 500 });
+    const before = await metrics(trusting);
+    // The door's lookup of the key waits on a lock of api_keys until every request has arrived, so
+    // all 500 wait on that one lookup (as when a batch job behind one NAT opens them at once)
+    const lock = await stack.db.connect();
+    let answers: Awaited<ReturnType<typeof chat>>[];
+    try {
+      await lock.query('begin; lock table api_keys in access exclusive mode');
+      let answered = 0;
+      const sent = Promise.all(
+        Array.from({ length: 500 }, (_, i) =>
+          chat(trusting, fresh, { forwardedFor: address, content: `burst ${i}`, stream: true, agent: many }).finally(() => answered++),
+        ),
+      );
+      // every request either waiting in the door or already answered (before the fix: 429s)
+      const deadline = Date.now() + 20_000;
+      while ((await inflight(trusting)) + answered < 500 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+      await lock.query('commit');
+      answers = await sent;
+    } finally {
+      await lock.query('rollback').catch(() => {});
+      lock.release();
+      many.destroy();
+    }
+    const byStatus: Record<string, number> = {};
+    for (const a of answers) byStatus[`${a.status} ${a.code ?? ''}`.trim()] = (byStatus[`${a.status} ${a.code ?? ''}`.trim()] ?? 0) + 1;
+    expect(byStatus).toEqual({ 200: 500 });
+    expect(answers.every((a) => a.text.includes('burst') && a.text.trimEnd().endsWith('data: [DONE]'))).toBe(true);
+    const after = await metrics(trusting);
+    // one PostgreSQL lookup for the 500, and nothing counted against the address
+    expect(after['catraca_key_lookups_total{result="found"}'] - before['catraca_key_lookups_total{result="found"}']).toBe(1);
+    expect((after['catraca_key_refusals_total{reason="rate_limited"}'] ?? 0) - (before['catraca_key_refusals_total{reason="rate_limited"}'] ?? 0)).toBe(0);
+    // the limit still holds for keys that do not exist, from that same address: PER_ADDRESS lookups, then 429
+    const codes: string[] = [];
+    for (let i = 0; i < PER_ADDRESS + 3; i++) codes.push((await chat(trusting, generateApiKey(), { forwardedFor: address })).code!);
+    expect(codes).toEqual([...Array(PER_ADDRESS).fill('invalid_api_key'), ...Array(3).fill('rate_limit_exceeded')]);
+  }, 120000);
+
+  it('one junk key sent many times at once from one address: one lookup, one token of the limit, every request 401', async () => {
+    const junk = generateApiKey();
+    const address = '203.0.113.41';
+    const many = new http.Agent({ keepAlive: true, maxSockets: 200 });
+    const before = await metrics(trusting);
+    const answers = await Promise.all(Array.from({ length: 200 }, () => chat(trusting, junk, { forwardedFor: address, agent: many })));
+    many.destroy();
+    expect(answers.map((a) => `${a.status} ${a.code}`)).toEqual(Array(200).fill('401 invalid_api_key'));
+    const after = await metrics(trusting);
+    expect(after['catraca_key_lookups_total{result="not_found"}'] - before['catraca_key_lookups_total{result="not_found"}']).toBe(1);
+    // that key cost the address one of its PER_ADDRESS lookups (some of the 200 may have come after
+    // the lookup ended, and were refused from the negative cache without one)
+    const codes: string[] = [];
+    for (let i = 0; i < PER_ADDRESS; i++) codes.push((await chat(trusting, generateApiKey(), { forwardedFor: address })).code!);
+    expect(codes).toEqual([...Array(PER_ADDRESS - 1).fill('invalid_api_key'), 'rate_limit_exceeded']);
+  }, 120000);
 });

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -21,6 +21,7 @@ import { upsertModel } from '../src/db/models.ts';
 import { LOGIN_ROLES } from '../src/db/roles.ts';
 import { ensureNats, findNatsServer, type ServiceHandle } from '../src/stack/services.ts';
 import { startStack, type TestStack } from './helpers/stack.ts';
+import { DOCKER_COMPOSE, describeWith, pathOf } from './helpers/tools.ts';
 
 // NATS authentication and per-subject permissions per role (deploy/nats/auth.conf): a nats-server
 // runs that file with random passwords in its environment; each role connects with its own
@@ -489,9 +490,7 @@ describe("a front door serving pools in its own process (GATEWAY_LOCAL_POOLS), i
 // docker-compose.yml (Debian's docker-compose 1.29): the three-node cluster with this file's users.
 // That it is refused without any one NATS password is checked with the other required variables
 // in test/portal/config.test.ts.
-const COMPOSE = ['/usr/bin/docker-compose', '/usr/local/bin/docker-compose'].find((p) => existsSync(p));
-
-describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NATS user and one database role per service', () => {
+describeWith(DOCKER_COMPOSE, 'docker-compose.yml: a three-node NATS cluster, one NATS user and one database role per service', () => {
   it('gives every node its name, volume, routes and config, and every app service its roles and the three nodes', async () => {
     const cwd = mkdtempSync(join(tmpdir(), 'catraca-compose-'));
     const env: Record<string, string> = {
@@ -509,7 +508,7 @@ describe.skipIf(!COMPOSE)('docker-compose.yml: a three-node NATS cluster, one NA
       ...Object.fromEntries(ROLES.map((r) => [`NATS_${r.toUpperCase()}_PASSWORD`, `n${r}0`])),
       ...Object.fromEntries(LOGIN_ROLES.map((r) => [`DB_${r.toUpperCase()}_PASSWORD`, `db${r}0`])),
     };
-    const out = await run(COMPOSE!, ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'], { cwd, env }).finally(() =>
+    const out = await run(pathOf(DOCKER_COMPOSE), ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'], { cwd, env }).finally(() =>
       rmSync(cwd, { recursive: true, force: true }),
     );
     expect(out.stderr).toBe('');

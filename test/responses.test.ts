@@ -14,6 +14,7 @@ import { type BilledTokens, costMicros, type Prices, usageCostMicros } from '../
 import { upsertModel } from '../src/db/models.ts';
 import { countTokens, promptTokens } from '../src/providers/sim/tokens.ts';
 import { SIM_PRICES, startStackWithVendor, type TestStack } from './helpers/stack.ts';
+import { UNDER_CI } from './helpers/tools.ts';
 
 // POST /v1/responses (and GET/DELETE /v1/responses/{id}, /input_items) through the whole path with
 // real clients — the openai SDK and the Codex CLI — against the sim, an OpenAI-compatible mock
@@ -586,7 +587,6 @@ async function settledDebits(tenantId: string, n: number): Promise<Array<{ amoun
 
 // under CI a missing binary is a failure, never a silent skip
 const codexMissing = !existsSync(CODEX);
-const UNDER_CI = Boolean(process.env.CI) && process.env.CI !== 'false' && process.env.CI !== '0';
 if (codexMissing) console.warn(`${UNDER_CI ? 'failing' : 'skipping'} the Codex CLI tests: the Codex CLI is not installed (${CODEX})`);
 
 describe.skipIf(codexMissing && !UNDER_CI)('the real Codex CLI (codex exec) on POST /v1/responses', () => {

@@ -20,12 +20,17 @@ export const subjects = {
   /** Usage, captured by the JetStream stream USAGE. */
   usage: (pool: string) => `catraca.usage.${pool}`,
   usageWildcard: 'catraca.usage.>',
+  /** Usage metering has settled, copied by metering after its ledger commit into the stream USAGE_LOG (restores replay it). */
+  usageLog: (pool: string) => `catraca.usagelog.${pool}`,
+  usageLogWildcard: 'catraca.usagelog.>',
   /** Broadcast: a key was revoked or changed; every front door drops its cached record. */
   keyInvalidated: 'catraca.keys.invalidated',
   /** Broadcast: a tenant was suspended or reactivated; front doors stop admitting it from leases. */
   tenantChanged: 'catraca.tenants.changed',
   /** Broadcast: a catalog entry was added or changed; front doors and workers reload. */
   catalogChanged: 'catraca.catalog.changed',
+  /** `catraca pix recurring run`: a request the portal (which holds the PSP session) answers with the pass it ran. */
+  pixRecurringRun: 'catraca.pix.recurring.run',
   /** Notification events (src/notify), captured by the JetStream stream NOTIFY; the portal's notifier delivers them. */
   notify: (type: string) => `catraca.notify.${type}`,
   notifyWildcard: 'catraca.notify.>',
@@ -62,6 +67,8 @@ const CANCEL_PREFIX = 'catraca.cancel.';
 const CAPACITY_PREFIX = 'catraca.capacity.';
 
 export const USAGE_STREAM = 'USAGE';
+/** Every settled usage message, kept USAGE_LOG_RETENTION_DAYS: what a restored ledger settles again (src/bus/usage-log.ts). */
+export const USAGE_LOG_STREAM = 'USAGE_LOG';
 export const METERING_DURABLE = 'metering';
 export const NOTIFY_STREAM = 'NOTIFY';
 export const NOTIFY_DURABLE = 'notifier';

@@ -9,6 +9,7 @@ import { ledgerCheckCommand } from './commands/ledger.ts';
 import { operatorCreate, operatorDisable, operatorList, operatorReset } from './commands/operator.ts';
 import { deploymentAdd, deploymentList, deploymentRemove } from './commands/deployment.ts';
 import { aliasAdd, aliasList, aliasRemove, modelList, modelSet } from './commands/model.ts';
+import { usageReplay } from './commands/usage.ts';
 import { tenantCreate, tenantList, tenantMembers, tenantReactivate, tenantSuspend } from './commands/tenant.ts';
 import { CliError, createContext, UsageError, type CliContext } from './context.ts';
 
@@ -109,6 +110,8 @@ ${AMOUNTS}`,
           [--upstream-model M] [--base-url URL] [--api-key-env VAR]
           --input-price BRL_PER_1M_TOKENS --output-price BRL_PER_1M_TOKENS
           [--cached-input-price BRL|none] [--cache-write-price BRL|none] [--cache-write-1h-price BRL|none]
+          | --usd-input-price USD --usd-output-price USD [--markup 1.30] [--usd-cached-input-price USD]
+            [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]  (BRL = USD × PTAX × markup)
           [--max-output-tokens N] --context-length N (required for a new model)
           [--modalities text,image,audio,file] [--image-tokens N|none]
           [--extra-params top_k,min_p] [--legacy-completions true|false] [--reasoning true|false] [--weight N]
@@ -187,6 +190,16 @@ ${AMOUNTS}`,
     help: `Proves every balance equals credits − debits, held equals the open holds, and no request is
 debited twice. Exit 1 when anything does not match.`,
   },
+  'usage replay': {
+    run: usageReplay,
+    synopsis: `usage replay --since TIME                                  → {replayed, first_seq, last_seq, first_at, last_at, log_starts_at, covered}`,
+    help: `After restoring the ledger from a backup: puts every usage message metering settled since TIME
+(an ISO date-time with its zone, e.g. the base backup's START TIME) back on the USAGE stream, from
+the USAGE_LOG stream (kept USAGE_LOG_RETENTION_DAYS). Metering settles each request once by its
+id: those the restored ledger already holds are no-ops, the rest are debited as they were. Run it
+with metering running against the restored database and the front doors still stopped. Exit 1
+when USAGE_LOG does not reach back to TIME (covered: false). Needs NATS only (NATS_URL).`,
+  },
   'operator create': {
     run: operatorCreate,
     synopsis: `operator create --email E [--password-stdin]               → {id, email, password, totp_secret, otpauth_url, recovery_codes}`,
@@ -228,7 +241,23 @@ PostgreSQL does not answer. No escape codes unless stdout is a terminal.
     run: async (ctx, args) => (await import('./pix.ts')).pixPay(ctx, args),
     synopsis: `pix pay --txid TXID [--valor 12.34]                         (dev: pay a charge at the Pix simulator)`,
     help: `Development only: pays a charge at the built-in Pix simulator of the running portal, which then
-calls the portal's webhook like a real PSP.`,
+calls the portal's webhook like a real PSP. A recurring top-up's charge (Pix Automático) settles
+its scheduled attempt at once, as on its due date (no --valor).`,
+  },
+  'fx pin': {
+    run: async (ctx, args) => (await import('./fx.ts')).fxPin(ctx, args),
+    synopsis: `fx pin --rate BRL_PER_USD | --clear                          (pin the dollar's rate of USD-priced models)`,
+    help: `Pins the rate USD-priced models are sold at (BRL = USD × rate × markup, docs/billing.md) instead
+of the day's PTAX, recomputes their prices and tells the front doors; --clear goes back to the
+PTAX (the console takes the last published one within a minute).`,
+  },
+  'pix recurring run': {
+    run: async (ctx, args) => (await import('./pix.ts')).pixRecurringRun(ctx, args),
+    synopsis: `pix recurring run                                           (schedule the recurring top-ups' charges now)`,
+    help: `Asks the portal to run now the pass it runs periodically: asks the PSP about recurrences and
+their open charges, then schedules the charge of every authorized recurrence whose period is
+due (2–10 days ahead; the amount that brings the projected balance to the target, capped at the
+maximum, at least R$ 1,00, none when the balance stays above the target; docs/billing.md).`,
   },
 };
 

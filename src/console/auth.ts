@@ -1,11 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { verify } from '@node-rs/argon2';
 import { createId } from '@paralleldrive/cuid2';
 import { Secret, TOTP } from 'otpauth';
 import type pg from 'pg';
 import { type DbClient, withTransaction } from '../db/pool.ts';
-import { hashPassword, normalizeEmail, validEmail } from '../portal/auth.ts';
 import { sessionStore, sha256 } from '../web/sessions.ts';
+import { hashPassword, loginThrottle, normalizeEmail, passwordMatches, validEmail } from '../web/sign-in.ts';
 import { audit } from './audit.ts';
 
 // Operator accounts of the console: a password (argon2id, as the portal's) and a TOTP code (RFC
@@ -17,7 +16,7 @@ export const ISSUER = 'catraca console';
 export const MIN_OPERATOR_PASSWORD = 12;
 export const RECOVERY_CODES = 10;
 /**
- * Sign-in throttle, as the portal's (src/portal/auth.ts), over failed (or in-flight) attempts
+ * Sign-in throttle, as the portal's (src/web/sign-in.ts), over failed (or in-flight) attempts
  * within OPERATOR_LOGIN_WINDOW_MIN:
  *   wrong passwords  OPERATOR_LOGIN_MAX_PER_PAIR per (e-mail, address) pair lock that pair; the
  *                    e-mail as a whole has OPERATOR_LOGIN_EMAIL_FREE free, then each further attempt
@@ -183,48 +182,27 @@ export type SignInResult =
   | { ok: false; error: 'rate_limited'; minutes?: number; seconds?: number }
   | { ok: false; error: 'bad_credentials'; failed: 'password' | 'code'; operator: Operator | null };
 
-type Reservation = { ok: true; id: string } | { ok: false; minutes: number } | { ok: false; seconds: number };
-
 /**
- * Counts and records one attempt (before anything is checked, under advisory locks on the e-mail
- * and the address, in that order), so that parallel guesses see each other: the limits above are
- * checked against every failed or in-flight attempt of the window. The row is recorded as a
- * password failure; a correct password turns it into a code attempt (see signIn).
+ * Counts and records one attempt before anything is checked (src/web/sign-in.ts), so that parallel
+ * guesses see each other: the limits above are checked against every failed or in-flight attempt
+ * of the window. The row is recorded as a password failure; a correct password turns it into a
+ * code attempt (see signIn).
  */
-async function reserveAttempt(db: pg.Pool, email: string, ip: string): Promise<Reservation> {
-  return withTransaction(db, async (c) => {
-    await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_OPERATOR_EMAIL, email]);
-    await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_OPERATOR_IP, ip]);
-    const { rows } = await c.query(
-      `select count(*) filter (where email = $1 and ip = $2 and kind = 'password')::int as by_pair,
-              count(*) filter (where ip = $2)::int as by_ip,
-              count(*) filter (where email = $1 and kind = 'password')::int as by_email,
-              count(*) filter (where email = $1 and kind = 'code')::int as codes,
-              extract(epoch from now() - max(created_at) filter (where email = $1 and kind = 'password'))::float8 as since_last_s
-         from operator_login_failures where created_at > now() - make_interval(mins => $3) and (email = $1 or ip = $2)`,
-      [email, ip, OPERATOR_LOGIN_WINDOW_MIN],
-    );
-    const r = rows[0];
-    if (r.by_pair >= OPERATOR_LOGIN_MAX_PER_PAIR || r.by_ip >= OPERATOR_LOGIN_MAX_PER_IP || r.codes >= OPERATOR_LOGIN_MAX_CODE)
-      return { ok: false, minutes: OPERATOR_LOGIN_WINDOW_MIN };
-    if (r.by_email >= OPERATOR_LOGIN_EMAIL_FREE) {
-      const delay = Math.min(2 ** (r.by_email - OPERATOR_LOGIN_EMAIL_FREE), OPERATOR_LOGIN_EMAIL_MAX_DELAY_S);
-      if (r.since_last_s < delay) return { ok: false, seconds: Math.max(1, Math.ceil(delay - r.since_last_s)) };
-    }
-    const { rows: ins } = await c.query(`insert into operator_login_failures (email, ip, kind) values ($1, $2, 'password') returning id::text as id`, [
-      email,
-      ip,
-    ]);
-    return { ok: true, id: ins[0].id };
-  });
-}
-
-let dummyHash: Promise<string> | null = null;
+const signInAttempts = loginThrottle({
+  table: 'operator_login_failures',
+  locks: { email: LOCK_OPERATOR_EMAIL, ip: LOCK_OPERATOR_IP },
+  windowMin: OPERATOR_LOGIN_WINDOW_MIN,
+  maxPerPair: OPERATOR_LOGIN_MAX_PER_PAIR,
+  maxPerIp: OPERATOR_LOGIN_MAX_PER_IP,
+  emailFree: OPERATOR_LOGIN_EMAIL_FREE,
+  emailMaxDelayS: OPERATOR_LOGIN_EMAIL_MAX_DELAY_S,
+  maxCodes: OPERATOR_LOGIN_MAX_CODE,
+});
 
 /** Password and code (TOTP, or a recovery code) in one step; whichever is wrong, the answer is the same. */
 export async function signIn(db: pg.Pool, a: { email: string; password: string; code: string; ip: string; now?: number }): Promise<SignInResult> {
   const email = normalizeEmail(a.email).slice(0, 254);
-  const reserved = await reserveAttempt(db, email, a.ip);
+  const reserved = await signInAttempts.reserve(db, email, a.ip);
   if (!reserved.ok) return { error: 'rate_limited', ...reserved };
   const { rows } = await db.query(
     'select id, email, created_at, created_by, disabled_at, password_hash, totp_secret from operators where email = $1 and disabled_at is null',
@@ -232,8 +210,7 @@ export async function signIn(db: pg.Pool, a: { email: string; password: string; 
   );
   const row = rows[0];
   const pw = String(a.password ?? '').slice(0, 1024);
-  dummyHash ??= hashPassword(randomBytes(16).toString('hex'));
-  const passwordOk = row ? await verify(row.password_hash, pw).catch(() => false) : (await verify(await dummyHash, pw).catch(() => false)) && false;
+  const passwordOk = await passwordMatches(row?.password_hash, pw);
   const { password_hash: _h, totp_secret: secret, ...operator } = row ?? {};
   // a wrong password keeps the row recorded above (a password failure of this pair and e-mail)
   if (!passwordOk) return { ok: false, error: 'bad_credentials', failed: 'password', operator: row ? (operator as Operator) : null };
@@ -248,7 +225,7 @@ export async function signIn(db: pg.Pool, a: { email: string; password: string; 
     recoveryCodesLeft = await useRecoveryCode(db, row.id, code);
     if (recoveryCodesLeft === null) return { ok: false, error: 'bad_credentials', failed: 'code', operator: operator as Operator };
   }
-  await db.query('delete from operator_login_failures where email = $1 and ip = $2', [email, a.ip]);
+  await signInAttempts.clear(db, email, a.ip);
   return { ok: true, operator: operator as Operator, recoveryCodesLeft };
 }
 

@@ -4,10 +4,11 @@ import { createPool } from '../db/pool.ts';
 import { configureLogging, createLogger, logCrashes } from '../log.ts';
 import { serveMetrics } from '../metrics/http.ts';
 import { type Counter, createMetrics } from '../metrics/registry.ts';
-import { isLoopbackHost } from '../portal/config.ts';
+import { isLoopbackHost } from '../web/proxy.ts';
 import { onShutdown, quietly } from '../process/shutdown.ts';
 import { ConsoleConfigError } from './config.ts';
 import { startConsole } from './server.ts';
+import { FxService } from '../fx/service.ts';
 
 // The operator's console: a process of its own on CONSOLE_HOST:CONSOLE_PORT (127.0.0.1:8082 by
 // default), connecting to PostgreSQL as catraca_console and to NATS to tell front doors and workers
@@ -55,6 +56,9 @@ try {
   }
   throw err;
 }
+// the dollar's rate for USD-priced models: the day's PTAX after PTAX_HOUR, recomputed prices announced (src/fx/)
+const fx = new FxService(db, { ptaxUrl: config.PTAX_URL, hour: config.PTAX_HOUR, nc, metrics });
+fx.start();
 const metricsServer = await serveMetrics(config, metrics, { instance: config.CATRACA_INSTANCE ?? `console-${process.pid}` });
 // a console nobody can sign in to says how to fix that
 const { rows } = await db.query('select count(*)::int as n from operators where disabled_at is null');
@@ -65,6 +69,7 @@ onShutdown(
   log,
   async () => {
     await server.close();
+    await quietly(fx.stop());
     await quietly(metricsServer?.close());
     await quietly(nc.drain());
     await quietly(db.end());

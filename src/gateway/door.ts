@@ -20,10 +20,18 @@ import { type ClientOf, KeyCache } from './key-cache.ts';
 import { type LocalPools, startLocalPools } from './local-pools.ts';
 import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
 import { type ResponseState, sendError } from './respond.ts';
+import { SseWriter } from './sse-writer.ts';
 import { StreamRouter } from './stream-router.ts';
 import type { HttpRequest, HttpResponse } from './uws.ts';
 
 const log = createLogger('gateway');
+
+/**
+ * How long a client may keep an idle connection to a door before reusing it: the `keep-alive:
+ * timeout=5` hint every answer carries (respond.ts). A draining door waits this long after its
+ * last answer, so a request a client sends on a connection it already holds is served, not refused.
+ */
+const KEEP_ALIVE_IDLE_MS = 5_000;
 
 export interface DoorOptions {
   config: Config;
@@ -49,7 +57,15 @@ export class Door {
   readonly addresses: ClientAddresses;
   readonly catalog: Catalog;
   readonly deps: ExchangeDeps;
+  /**
+   * SIGTERM: no new connections (the listen socket is closed), `/healthz` answers 503 so a load
+   * balancer takes the door out; a request on a connection the door already holds is still served,
+   * and every answer closes its connection (the client's next one goes to another door).
+   */
   draining = false;
+  /** The drain is over (or timed out) and the parts are stopping: anything still arriving gets 503 `shutting_down`. */
+  private closing = false;
+  private lastAnswerAt = 0;
   private inFlight = 0;
   private requests = 0;
   private readonly byStatus: Record<number, number> = {};
@@ -188,6 +204,7 @@ export class Door {
 
   /** Counts an answer that was not an exchange's (those count through `deps.onFinish`). */
   track(status: number, route = 'other'): void {
+    this.lastAnswerAt = Date.now();
     this.byStatus[status] = (this.byStatus[status] ?? 0) + 1;
     this.metrics.answered(status, Date.now(), null, route);
   }
@@ -199,6 +216,7 @@ export class Door {
   }
 
   private ended(status: number, startedAt: number, ttfbMs: number | null, route: string): void {
+    this.lastAnswerAt = Date.now();
     this.byStatus[status] = (this.byStatus[status] ?? 0) + 1;
     this.metrics.answered(status, startedAt, ttfbMs, route);
     this.exit();
@@ -209,9 +227,9 @@ export class Door {
     if (this.draining && this.inFlight === 0) this.drained?.();
   }
 
-  /** 503 while draining: the request is answered and counted here. */
+  /** 503 once the drain is over and the door is closing: the request is answered and counted here. */
   refuseIfDraining(s: ResponseState, send: (s: ResponseState, err: unknown) => void = sendError): boolean {
-    if (!this.draining) return false;
+    if (!this.closing) return false;
     this.track(503);
     send(s, errors.shuttingDown());
     return true;
@@ -221,12 +239,37 @@ export class Door {
     return { inFlight: this.inFlight, requests: this.requests, byStatus: { ...this.byStatus } };
   }
 
-  /** Stops taking requests, waits for those in flight up to `graceMs`, then stops every part. */
+  /**
+   * The drain (the listen socket is already closed): waits, up to `graceMs` in all, until no
+   * request is in flight and no client can still reuse a kept-alive connection (KEEP_ALIVE_IDLE_MS
+   * after the last answer; every answer from now on closes its connection, streams included),
+   * then stops every part. What arrives after that is refused with 503 `shutting_down`.
+   */
   async close(graceMs: number): Promise<void> {
     this.draining = true;
-    if (this.inFlight > 0) {
-      await Promise.race([new Promise<void>((r) => (this.drained = r)), new Promise<void>((r) => setTimeout(r, graceMs).unref())]);
+    SseWriter.closeConnectionAtEnd = true;
+    const deadline = Date.now() + graceMs;
+    for (;;) {
+      const now = Date.now();
+      if (now >= deadline) break;
+      if (this.inFlight > 0) {
+        await new Promise<void>((r) => {
+          const timer = setTimeout(r, deadline - now);
+          timer.unref();
+          this.drained = () => {
+            clearTimeout(timer);
+            r();
+          };
+        });
+        this.drained = null;
+        continue;
+      }
+      const idleUntil = this.lastAnswerAt + KEEP_ALIVE_IDLE_MS;
+      if (now >= idleUntil) break;
+      await new Promise<void>((r) => setTimeout(r, Math.min(idleUntil, deadline) - now).unref());
     }
+    this.closing = true;
+    if (this.inFlight > 0) log.warn('drain timed out: cutting what is still in flight', { door: this.id, in_flight: this.inFlight, grace_ms: graceMs });
     for (const stop of this.stops) await stop();
   }
 }

@@ -1,9 +1,9 @@
 import { randomFillSync } from 'node:crypto';
 import type { NatsConnection } from 'nats';
 import type { Admission } from '../billing/admission.ts';
-import { affordableOutputTokens, type PriceStrings, type Prices, priceStrings, pricesOfStrings, usageCostMicros } from '../billing/money.ts';
+import { affordableOutputTokens, type Prices, priceStrings } from '../billing/money.ts';
 import { DoneSchema, ExtendedDeltaSchema, FRAME, type FrameError, FrameErrorSchema, parsePayload, payloadText, type RawFrame } from '../bus/frames.ts';
-import { encode, type Job, type UsageCount } from '../bus/messages.ts';
+import { encode, type Job } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
 import type { Catalog, CatalogEntry } from '../catalog/catalog.ts';
 import type { Config } from '../config.ts';
@@ -11,19 +11,18 @@ import { type ApiKeyRecord, hasFinerLimits } from '../db/keys.ts';
 import type { Db } from '../db/pool.ts';
 import { CatracaError, errors } from '../errors.ts';
 import { createLogger } from '../log.ts';
-import { Collected } from '../protocols/collector.ts';
 import { parseJsonObject } from '../protocols/request-body.ts';
 import { checkStoredText } from '../protocols/stored-text.ts';
-import type { Ending, ParsedRequest, Protocol, ResponseEncoder } from '../protocols/types.ts';
+import type { Ending, ParsedRequest, Protocol } from '../protocols/types.ts';
 import type { JobRunner } from '../runner/runner.ts';
 import type { Span, Tracer } from '../tracing/tracer.ts';
 import type { Dispatcher, Ticket } from './dispatcher.ts';
 import { type Candidate, candidateOf, extraAttempts, holdFor } from './candidates.ts';
-import { refusal } from './hold.ts';
+import { HeldRequest, usageCost } from './hold.ts';
 import type { KeyCache } from './key-cache.ts';
 import type { GatewayMetrics } from './metrics.ts';
-import { KEEP_ALIVE_HINT, publicError, type ResponseState, sendJson } from './respond.ts';
-import { SseWriter } from './sse-writer.ts';
+import { Reply } from './reply.ts';
+import type { ResponseState } from './respond.ts';
 import type { StreamRouter } from './stream-router.ts';
 
 const log = createLogger('gateway');
@@ -67,26 +66,18 @@ const SPAN_NAMES: Record<string, string> = { chat: 'chat.completions' };
 
 /**
  * One request of any protocol from admission to its last byte: the same key checks, worst-case
- * hold, dispatch, relay and billing for every route; the protocol reads the request and writes
- * the answer. The hold taken here is released by the metering consumer when the worker's usage
- * settles, or here when no worker took the job.
+ * hold, dispatch, relay and billing for every route; the protocol reads the request and its
+ * encoder writes the answer (`Reply`). The hold (`HeldRequest`) is settled by the metering
+ * consumer when the worker's usage arrives, or given back here when no worker has the job.
  */
 export class Exchange<R extends ParsedRequest = ParsedRequest> {
   private workerId?: string;
-  private sse?: SseWriter;
-  private encoder!: ResponseEncoder;
-  private readonly collected = new Collected();
-  private started = false; // SSE headers sent
   private finished = false;
   private upstreamDone = false; // terminal frame received
   private cancelSent = false;
-  /** the hold this request was admitted under (its id, or the door's lease) */
-  private hold = '';
-  /** the admission was told how the request ended (lease accounting) */
-  private accounted = false;
+  private readonly held: HeldRequest;
+  private readonly reply: Reply;
   private ticket?: Ticket;
-  /** x-ratelimit-* headers, sent on every answer once admission has counted the request */
-  private headers: Record<string, string>;
   private model!: CatalogEntry;
   private prices!: Prices;
   private key!: ApiKeyRecord;
@@ -98,7 +89,6 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
   private readonly maxTokens: number[] = [];
   /** micro-BRL that failed candidates may cost (carried into the one debit) */
   private carried = 0n;
-  private streaming = false;
   private firstByteAt: number | null = null;
   private readonly startedAt = Date.now();
   private readonly span?: Span;
@@ -114,7 +104,17 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
     private readonly s: ResponseState,
     traceparent?: string,
   ) {
-    this.headers = protocol.responseHeaders?.(s.requestId) ?? {};
+    this.held = new HeldRequest(deps.admission, s.requestId, protocol.free === true);
+    this.reply = new Reply(
+      s,
+      protocol,
+      deps.config.MAX_CLIENT_BUFFER_BYTES,
+      () => {
+        this.cancelUpstream();
+        this.finish(200);
+      },
+      deps.metrics,
+    );
     this.span = deps.tracer?.startSpan(SPAN_NAMES[protocol.name] ?? protocol.name, {
       links: [traceparent],
       kind: 'server',
@@ -126,7 +126,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
   aborted(): void {
     this.s.aborted = true;
     this.ticket?.cancel(); // a job still waiting for a worker never reaches one
-    this.sse?.markAborted();
+    this.reply.aborted();
     this.cancelUpstream();
     this.finish(499);
   }
@@ -141,16 +141,26 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       this.req = req;
       this.candidates = await this.resolveCandidates(key, req);
       if (this.s.aborted) return;
-      this.streaming = req.stream;
+      this.reply.streaming = req.stream;
       await this.admit(key);
-      if (this.s.aborted) {
-        await this.deps.admission.release(this.s.requestId);
-        return;
-      }
+      if (this.s.aborted) return await this.held.releaseUnsent();
       await this.dispatchCandidate(0);
     } catch (err) {
-      this.fail(err);
+      await this.failed(err);
     }
+  }
+
+  /**
+   * The pipeline threw: the error answers (if the client is still there), and a hold no worker has
+   * goes back first, so that a client that sees the answer sees its balance whole.
+   */
+  private async failed(err: unknown): Promise<void> {
+    try {
+      await this.held.releaseUnsent();
+    } catch (releaseErr) {
+      log.warn('hold release failed', { request_id: this.s.requestId, err: releaseErr });
+    }
+    this.fail(err);
   }
 
   /**
@@ -181,55 +191,36 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
   /** Reserves the worst case; sets the output cap each candidate's job pays for. */
   private async admit(key: ApiKeyRecord): Promise<void> {
     const { min, max } = holdFor(this.candidates);
-    const admitStarted = performance.now();
-    const result = await this.deps.admission.admit({
-      requestId: this.s.requestId,
-      tenantId: key.tenant_id,
-      keyId: key.id,
-      min,
-      max,
-      ttlMs: this.deps.config.REQUEST_TIMEOUT_MS + this.deps.config.HOLD_GRACE_MS,
-      leasable: key.rate_limit_requests === null && !hasFinerLimits(key),
-      ...(hasFinerLimits(key) ? { limited: { tokens: this.rateTokens, endUser: this.req.endUser ?? null } } : {}),
-    });
-    this.hold = result.hold;
-    this.deps.metrics?.admitted(performance.now() - admitStarted);
-    if (result.rl_limit !== null && result.rl_reset_ms !== null) {
-      this.headers['x-ratelimit-limit'] = String(result.rl_limit);
-      this.headers['x-ratelimit-remaining'] = String(Math.max(0, result.rl_remaining ?? 0));
-      this.headers['x-ratelimit-reset'] = String(Date.now() + Number(result.rl_reset_ms));
-    }
-    if (result.status === 'rate_limited') {
-      throw errors.rateLimited(Math.max(1, Math.ceil(Number(result.rl_reset_ms) / 1000)), { ...this.headers });
-    }
-    if (result.status === 'concurrency_limited') throw errors.concurrencyLimited(result.rl_limit ?? 0);
-    if (result.status === 'tpm_limited') {
-      throw errors.tpmLimited(this.rateTokens, result.rl_limit ?? 0, result.rl_remaining ?? 0, Math.max(1, Math.ceil(Number(result.rl_reset_ms) / 1000)));
-    }
-    if (result.status === 'end_user_limit') throw errors.endUserLimit(this.req.endUser ?? '', result.available);
-    if (result.status === 'tenant_suspended') throw errors.tenantSuspended();
     const primary = this.candidates[0];
-    if (result.status === 'ok') {
-      if (this.protocol.free) {
-        // counted against the key's rate limit, and nothing to settle: the (zero) hold goes back now
-        this.accounted = true;
-        this.hold = '';
-        await this.deps.admission.release(this.s.requestId);
-      }
-      for (const c of this.candidates) this.maxTokens.push(c.requested ?? c.wanted);
-      // one candidate with no cap asked for runs with what the hold could cover, less what its
-      // failed attempts on other deployments may carry
-      if (this.candidates.length === 1 && primary.requested === null && !this.protocol.free) {
-        const budget = result.held - extraAttempts(primary);
-        this.maxTokens[0] = Math.max(1, affordableOutputTokens(budget, primary.inputTokens, primary.holdPrices, primary.wanted));
-      }
-      return;
+    const admitStarted = performance.now();
+    const held = await this.held.admit(
+      {
+        requestId: this.s.requestId,
+        tenantId: key.tenant_id,
+        keyId: key.id,
+        min,
+        max,
+        ttlMs: this.deps.config.REQUEST_TIMEOUT_MS + this.deps.config.HOLD_GRACE_MS,
+        leasable: key.rate_limit_requests === null && !hasFinerLimits(key),
+        ...(hasFinerLimits(key) ? { limited: { tokens: this.rateTokens, endUser: this.req.endUser ?? null } } : {}),
+      },
+      {
+        headers: this.reply.headers,
+        primary,
+        rateTokens: this.rateTokens,
+        endUser: this.req.endUser,
+        portalUrl: this.deps.portalUrl,
+        onKeyRevoked: () => this.deps.keys.invalidate(key.id),
+        onAnswer: () => this.deps.metrics?.admitted(performance.now() - admitStarted),
+      },
+    );
+    for (const c of this.candidates) this.maxTokens.push(c.requested ?? c.wanted);
+    // one candidate with no cap asked for runs with what the hold could cover, less what its
+    // failed attempts on other deployments may carry
+    if (this.candidates.length === 1 && primary.requested === null && !this.protocol.free) {
+      const budget = held - extraAttempts(primary);
+      this.maxTokens[0] = Math.max(1, affordableOutputTokens(budget, primary.inputTokens, primary.holdPrices, primary.wanted));
     }
-    if (result.status === 'key_revoked') {
-      this.deps.keys.invalidate(key.id);
-      throw errors.revokedKey();
-    }
-    throw refusal(result, primary.inputTokens, primary.wanted, primary.holdPrices, this.deps.portalUrl);
   }
 
   /** Tokens this request counts against its key's tokens-per-minute limit: none for a free one (a token count generates nothing). */
@@ -248,7 +239,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       key_id: key.id,
       model: { id: this.model.id, fingerprint: this.model.fingerprint, ...priceStrings(this.prices) },
       body,
-      hold: this.hold,
+      hold: this.held.id,
       max_tokens: maxTokens,
       ...(req.routing ? { routing: req.routing } : {}),
       ...(last ? {} : { fallback: true }),
@@ -281,19 +272,19 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
   private retryNext(why: string, carry?: string): void {
     log.info('model failed before its first byte; trying the next', { request_id: this.s.requestId, model: this.model.id, code: why });
     if (carry) this.carried = BigInt(carry);
-    void this.dispatchCandidate(this.current + 1).catch((err) => this.fail(err));
+    void this.dispatchCandidate(this.current + 1).catch((err) => this.failed(err));
   }
 
   private async dispatch(key: ApiKeyRecord, req: R, maxTokens: number): Promise<void> {
     const job = this.newJob(key, req, maxTokens);
-    this.encoder = this.protocol.encoder(
-      { requestId: this.s.requestId, model: this.model.id, created: Math.floor(this.startedAt / 1000), streaming: this.streaming },
+    this.reply.encoder = this.protocol.encoder(
+      { requestId: this.s.requestId, model: this.model.id, created: Math.floor(this.startedAt / 1000), streaming: this.reply.streaming },
       req,
     );
     this.deps.router.register(this.s.requestId, {
       onFrame: (frame) => this.onFrame(frame),
       onFailure: (err) => {
-        this.account(null); // the end was never seen: its worst case stays counted
+        this.held.settle(null); // the end was never seen: its worst case stays counted
         this.ticket?.cancel(); // a job still waiting for a worker never reaches one
         this.cancelUpstream();
         this.fail(err);
@@ -310,6 +301,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
         const ack = local.offer(job, this.model, this.model.pool, this.span?.traceparent());
         return ack.ok ? ack.worker : null;
       });
+    this.held.jobSent(); // from the first offer on, a worker may have it
     const taken = offerLocal?.();
     if (taken) {
       this.workerId = taken;
@@ -326,9 +318,8 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
     // the job never leaves, so its hold goes back at once and the client gets a 413, not a 500.
     const maxPayload = this.deps.nc.info?.max_payload;
     if (maxPayload !== undefined && payload.byteLength > maxPayload) {
-      this.accounted = true;
+      this.held.jobReturned();
       this.deps.router.unregister(this.s.requestId);
-      await this.deps.admission.release(this.s.requestId);
       throw errors.jobTooLarge(maxPayload);
     }
     this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, this.span && { traceparent: this.span.traceparent() }, offerLocal);
@@ -344,16 +335,16 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       if (e.code === 'upstream_timeout') {
         // No worker answered in time: one may still hold the job, so the hold stays (it settles
         // or expires and the sweeper releases it).
-        this.account(null);
+        this.held.settle(null);
         throw e;
       }
+      // no worker took the job: its hold goes back when the request ends (`failed`), or the next model keeps it
+      this.held.jobReturned();
       if (e.code === 'no_worker_available') this.deps.metrics?.noResponders();
       if (this.hasNext && !this.s.aborted && (e.code === 'no_worker_available' || e.code === 'overloaded')) {
         // nothing reached a vendor: the next model keeps the hold
         return this.retryNext(e.code);
       }
-      this.accounted = true;
-      await this.deps.admission.release(this.s.requestId);
       if (e.code === 'worker_refused') {
         // Most likely the catalog entry changed between our copy and the worker's: reload ours.
         log.warn('worker refused the job', { request_id: this.s.requestId, reason: e.message });
@@ -367,40 +358,40 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
   private onFrame(frame: RawFrame): void {
     if (this.finished) {
       // the client is gone; the worker's terminal frame still says what the request cost
-      if (frame.type === FRAME.done || frame.type === FRAME.error) this.accountFrame(frame);
+      if (frame.type === FRAME.done || frame.type === FRAME.error) {
+        this.upstreamDone = true;
+        this.deps.router.unregister(this.s.requestId);
+        this.held.settleFrame(frame, this.prices);
+      }
       return;
     }
     switch (frame.type) {
       case FRAME.keepalive:
         // not while another model may still answer: the stream opens with the model that does
-        if (this.streaming && !this.hasNext) this.send(this.encoder.keepalive());
+        if (!this.hasNext) this.reply.keepalive();
         return;
       case FRAME.text:
-        // the hot path: the worker's JSON string literal goes into the chunk as bytes
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
-        if (this.streaming) this.send(this.encoder.text(frame.payload));
-        else this.collected.text(JSON.parse(payloadText(frame.payload)) as string);
+        this.reply.text(frame.payload);
         return;
       case FRAME.extended: {
         const d = parsePayload(ExtendedDeltaSchema, frame.payload);
         if (!d) return this.badFrame();
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
-        if (!this.streaming) return this.collected.delta(d);
-        const chunk = this.encoder.delta(d);
-        if (chunk) this.send(chunk);
+        this.reply.delta(d);
         return;
       }
       case FRAME.body:
         if (this.firstByteAt === null) this.firstByteAt = Date.now();
-        this.collected.bodyPiece(payloadText(frame.payload));
+        this.reply.bodyPiece(payloadText(frame.payload));
         return;
       case FRAME.done: {
         const d = parsePayload(DoneSchema, frame.payload);
         if (!d) return this.badFrame();
         this.upstreamDone = true;
         this.deps.router.unregister(this.s.requestId);
-        const cost = this.cost(d.usage, d.prices, d.extra_cost);
-        this.account(cost);
+        const cost = usageCost(this.held.free, this.prices, d.usage, d.prices, d.extra_cost);
+        this.held.settle(cost);
         this.complete({ finishReason: d.finish_reason, stopSequence: d.stop_sequence, usage: d.usage, estimated: d.estimated, costMicros: cost });
         return;
       }
@@ -410,12 +401,14 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
         this.upstreamDone = true;
         this.deps.router.unregister(this.s.requestId);
         if (e.retryable && this.hasNext) {
+          // the worker publishes no usage for a failure it marks retryable
+          this.held.jobReturned();
           // never a retry once anything of this answer reached the client (or was collected for it)
           if (!this.sentAnything) return this.retryNext(e.code, e.extra_cost);
           // the worker published no usage for a failure it thought retried: its hold goes back (not charged)
           return this.dropRetryable(e.code, e.extra_cost, e);
         }
-        this.account(e.usage ? this.cost(e.usage, e.prices, e.extra_cost) : null);
+        this.held.settle(e.usage ? usageCost(this.held.free, this.prices, e.usage, e.prices, e.extra_cost) : null);
         const headers: Record<string, string> = e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {};
         this.fail(new CatracaError(e.status, errorTypeFor(e.status), e.code, e.message, null, headers));
         return;
@@ -425,7 +418,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
 
   /** Whether any byte of the answer went to the client, or any output was collected for it. */
   private get sentAnything(): boolean {
-    return this.started || this.firstByteAt !== null;
+    return this.reply.started || this.firstByteAt !== null;
   }
 
   /**
@@ -435,115 +428,30 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
    */
   private dropRetryable(code: string, extra: string | undefined, e: FrameError): void {
     log.warn('a retryable failure after bytes reached the client: not retried, not charged', { request_id: this.s.requestId, code, cost: extra });
-    this.accounted = true;
-    void this.deps.admission.release(this.s.requestId).catch((err) => log.warn('hold release failed', { request_id: this.s.requestId, err }));
+    this.held.releaseSoon();
     const headers: Record<string, string> = e.retry_after !== undefined ? { 'retry-after': String(Math.ceil(e.retry_after)) } : {};
     this.fail(new CatracaError(e.status, errorTypeFor(e.status), e.code, e.message, null, headers));
-  }
-
-  /** What the tenant is debited for this usage (metering computes the same from the usage message). */
-  private cost(usage: UsageCount, prices?: PriceStrings, extra?: string): bigint {
-    if (this.protocol.free) return 0n;
-    return usageCostMicros(usage, prices ? pricesOfStrings(prices) : this.prices) + BigInt(extra ?? '0');
-  }
-
-  /** A terminal frame after the response ended: only its cost matters now. */
-  private accountFrame(frame: RawFrame): void {
-    this.upstreamDone = true;
-    this.deps.router.unregister(this.s.requestId);
-    const end = frame.type === FRAME.done ? parsePayload(DoneSchema, frame.payload) : parsePayload(FrameErrorSchema, frame.payload);
-    if (end && 'retryable' in end && end.retryable) {
-      // a failed candidate publishes no usage: its hold goes back here (what it may cost is not charged)
-      if (end.extra_cost) log.warn('client left during a fallback: the failed attempt is not charged', { request_id: this.s.requestId, cost: end.extra_cost });
-      this.accounted = true;
-      void this.deps.admission.release(this.s.requestId).catch((err) => log.warn('hold release failed', { request_id: this.s.requestId, err }));
-      return;
-    }
-    this.account(end?.usage ? this.cost(end.usage, end.prices, end.extra_cost) : null);
-  }
-
-  /** Tells admission how the request ended: what it will be debited, or null when unknown. */
-  private account(cost: bigint | null): void {
-    if (this.accounted || !this.hold) return;
-    this.accounted = true;
-    this.deps.admission.finish(this.s.requestId, cost);
   }
 
   private badFrame(): void {
     this.deps.router.failRoute(this.s.requestId, errors.upstream(502, 'invalid_frame', 'The worker sent a malformed frame.'));
   }
 
-  /** Sends streamed bytes; the first go out with the status, the headers and the stream's opening in one write. */
-  private send(chunk: string | Uint8Array): void {
-    if (this.started) this.sse?.write(chunk);
-    else this.startStream(chunk);
-  }
-
-  private startStream(first?: string | Uint8Array): void {
-    if (this.started || this.s.aborted) return;
-    this.started = true;
-    const res = this.s.res;
-    this.sse = new SseWriter(res, this.deps.config.MAX_CLIENT_BUFFER_BYTES, () => {
-      log.warn('client too slow; cancelling', { request_id: this.s.requestId });
-      this.cancelUpstream();
-      this.finish(200);
-      this.s.done = true;
-      res.close();
-    });
-    const open = this.encoder.open();
-    const body = first === undefined ? open : typeof first === 'string' ? open + first : Buffer.concat([Buffer.from(open), first]);
-    this.sse.write(body, () => {
-      res.writeStatus('200 OK');
-      res.writeHeader('content-type', 'text/event-stream; charset=utf-8');
-      res.writeHeader('cache-control', 'no-cache');
-      res.writeHeader('x-request-id', this.s.requestId);
-      res.writeHeader('x-accel-buffering', 'no');
-      res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
-      for (const k in this.headers) res.writeHeader(k, this.headers[k]);
-    });
-  }
-
   private complete(end: Ending): void {
     this.deps.router.unregister(this.s.requestId);
-    const pending = this.encoder.beforeEnd?.(this.collected, end);
+    const pending = this.reply.beforeEnd(end);
     if (pending) void pending.finally(() => this.writeEnd(end));
     else this.writeEnd(end);
   }
 
   private writeEnd(end: Ending): void {
     if (this.finished) return; // the client left while the end waited
-    if (this.streaming) {
-      this.startStream();
-      this.sse?.end(this.encoder.close(end));
-      this.s.done = true;
-    } else {
-      let body: unknown;
-      try {
-        body = this.encoder.body(this.collected, end); // a whole body (embeddings) is checked there
-      } catch (err) {
-        return this.fail(err);
-      }
-      sendJson(this.s, 200, body, this.headers);
-    }
-    this.finish(200);
+    this.finish(this.reply.end(end));
   }
 
   private fail(err: unknown): void {
     if (this.finished) return;
-    const e = publicError(err);
-    if (e.status === 500) log.error('request failed', { request_id: this.s.requestId, err: err as Error });
-    else if (!(err instanceof CatracaError)) log.warn('request refused: database', { request_id: this.s.requestId, code: e.code, err: err as Error });
-    let status = 200;
-    if (this.started) {
-      this.deps.metrics?.midStreamError();
-      this.sse?.end(this.encoder.fail(e));
-      this.s.done = true;
-    } else {
-      const answer = this.protocol.errorBody(e);
-      status = answer.status ?? e.status;
-      sendJson(this.s, status, answer.body, { ...this.headers, ...e.headers, ...answer.headers });
-    }
-    this.finish(status);
+    this.finish(this.reply.fail(err));
   }
 
   private finish(status: number): void {

@@ -143,6 +143,35 @@ describe('KeyCache', () => {
     expect(keys.resolve(real[0], fromA)).toMatchObject({ id: 'key0' });
     expect(keys.counts).toMatchObject({ rate_limited: 2, found: 8, not_found: 10 });
   });
+
+  it('requests waiting on a lookup already running cost no token: a fresh real key opened 1 000 times at once is served every time; junk still runs out', async () => {
+    const fresh = generateApiKey();
+    const db = fakeDb([fresh], true);
+    const keys = cache(db, { unknownPerMinute: 5 });
+    const fromA = () => '203.0.113.9';
+    const asked = Array.from({ length: 1000 }, () => refusal(Promise.resolve().then(() => keys.resolve(fresh, fromA))));
+    await tick();
+    expect(db.queries).toBe(1);
+    db.openAll();
+    expect(new Set(await Promise.all(asked))).toEqual(new Set(['accepted']));
+    // the same junk key 100 times at once: one lookup, one token
+    const junk = generateApiKey();
+    const refused = Array.from({ length: 100 }, () => refusal(Promise.resolve().then(() => keys.resolve(junk, fromA))));
+    await tick();
+    db.openAll();
+    expect(new Set(await Promise.all(refused))).toEqual(new Set(['invalid_api_key']));
+    expect(db.queries).toBe(2);
+    // the address has its 5 tokens less that one: 4 more junk keys looked up, then 429
+    const more: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const p = refusal(Promise.resolve().then(() => keys.resolve(generateApiKey(), fromA)));
+      await tick();
+      db.openAll();
+      more.push((await p)!);
+    }
+    expect(more).toEqual([...Array(4).fill('invalid_api_key'), 'rate_limit_exceeded']);
+    expect(keys.counts).toMatchObject({ rate_limited: 1, found: 1, not_found: 5 });
+  });
 });
 
 describe('AddressLimiter', () => {

@@ -87,7 +87,8 @@ interface Waiter {
  * lookup, so
  *   - unknown keys are remembered in a small cache of their own: they never evict a real key;
  *   - lookups of keys never found here are rate-limited per client address before the database
- *     (a token bucket; a lookup that finds a key gives its token back): 429 past the limit;
+ *     (a token bucket; a lookup that finds a key gives its token back): 429 past the limit; a
+ *     request for a key whose lookup is already running waits for it without a token of its own;
  *   - at most `concurrency` lookups run at once (on a pool of their own in the front door, never
  *     admission's); keys known here (a record to refresh) go first, unknown ones wait in a bounded
  *     queue for at most `maxWaitMs`, then 503 `key_lookup_busy` with retry-after.
@@ -190,8 +191,11 @@ export class KeyCache {
         throw INVALID_KEY;
       }
     }
-    // a key known here (its record expired) is refreshed without costing its client a token
-    const address = !entry && this.limiter ? (client?.() ?? '') : null;
+    // A key known here (its record expired) is refreshed without costing its client a token, and so
+    // is a key whose lookup is already running: the limit counts lookups, and a request that waits
+    // for one costs PostgreSQL nothing (many connections opening at once with a key just made —
+    // a batch job behind one NAT — all wait for the first one's lookup, and are all served).
+    const address = !entry && this.limiter && !this.inflight.has(hash) ? (client?.() ?? '') : null;
     if (address !== null) {
       const retryAfterS = this.limiter!.take(address, now);
       if (retryAfterS > 0) {

@@ -5,6 +5,7 @@ import type { Db } from '../db/pool.ts';
 import { openHolds, sweepExpiredHolds } from '../billing/ledger.ts';
 import { sweepExpiredResponses } from '../db/responses.ts';
 import { ensureUsageStream, watchUsageBacklog, type UsageStreamSettings } from '../bus/usage-stream.ts';
+import { ensureUsageLog, journalUsage } from '../bus/usage-log.ts';
 import { METERING_DURABLE, subjects, USAGE_STREAM } from '../bus/subjects.ts';
 import { encode } from '../bus/messages.ts';
 import { createLogger } from '../log.ts';
@@ -35,6 +36,8 @@ export interface MeteringOptions {
   instanceId?: string;
   /** USAGE stream settings (default: from the environment) */
   stream?: UsageStreamSettings;
+  /** USAGE_LOG_RETENTION_DAYS and USAGE_LOG_MAX_BYTES (default 8 days, 4 GiB) */
+  usageLog?: { retentionDays?: number; maxBytes?: number };
   /** USAGE_BACKLOG_ALARM (0: no alarm) and how often the backlog is checked */
   backlogAlarm?: number;
   backlogIntervalMs?: number;
@@ -50,8 +53,18 @@ export interface Metering {
   stop(): Promise<void>;
 }
 
-export async function ensureMeteringConsumer(nc: NatsConnection, ackWaitMs = 10000, stream: UsageStreamSettings = {}): Promise<void> {
-  await ensureUsageStream(nc, stream);
+export async function ensureMeteringConsumer(
+  nc: NatsConnection,
+  ackWaitMs = 10000,
+  stream: UsageStreamSettings = {},
+  usageLog: MeteringOptions['usageLog'] = {},
+): Promise<void> {
+  const usage = await ensureUsageStream(nc, stream);
+  await ensureUsageLog(nc, {
+    replicas: Math.max(1, usage.replicas),
+    retentionDays: usageLog.retentionDays ?? 8,
+    maxBytes: usageLog.maxBytes ?? 4 * 1024 ** 3,
+  });
   const jsm = await nc.jetstreamManager();
   const config = {
     durable_name: METERING_DURABLE,
@@ -85,7 +98,7 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const { nc, db } = opts;
   const batchSize = opts.batch ?? 128;
   const tracer = opts.tracer ?? tracerFromEnv('catraca-metering');
-  await ensureMeteringConsumer(nc, opts.ackWaitMs, opts.stream);
+  await ensureMeteringConsumer(nc, opts.ackWaitMs, opts.stream, opts.usageLog);
   const js = nc.jetstream();
   const consumer = await js.consumers.get(USAGE_STREAM, METERING_DURABLE);
   const stats: MeteringStats = {
@@ -111,6 +124,8 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
     log,
     (tenantId) => nc.publish(subjects.tenantChanged, encode({ tenant_id: tenantId })),
     (tenants, keys) => notify.add(tenants, keys),
+    // every settled message is copied to USAGE_LOG before its ack (a restored ledger replays it)
+    (msgs) => journalUsage(nc, msgs),
   );
   // Batches in flight at once (`concurrency`), messages per batch (one PostgreSQL transaction each).
   const batcher = new LingerBatcher<JsMsg>((batch) => settler.settle(batch), { batchSize, concurrency: opts.concurrency ?? 2, lingerMs: opts.lingerMs ?? 20 });

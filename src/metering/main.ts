@@ -21,6 +21,7 @@ const metering = await startMetering({
   ackWaitMs: config.METERING_ACK_WAIT_MS,
   instanceId: config.CATRACA_INSTANCE,
   stream: { maxBytes: config.USAGE_MAX_BYTES },
+  usageLog: { retentionDays: config.USAGE_LOG_RETENTION_DAYS, maxBytes: config.USAGE_LOG_MAX_BYTES },
   backlogAlarm: config.USAGE_BACKLOG_ALARM,
   backlogIntervalMs: config.USAGE_BACKLOG_INTERVAL_MS,
 });

@@ -48,6 +48,8 @@ export class UsageSettler {
     private readonly onSuspended: (tenantId: string) => void = () => {},
     /** after a commit: the tenants and keys it debited (notifications, src/notify/settled.ts) */
     private readonly onSettled: (tenantIds: Set<string>, keyIds: Set<string>) => void = () => {},
+    /** after a commit, before the acks: the messages settled (copied to USAGE_LOG); a failure is a failed settlement (redelivered) */
+    private readonly journal: (msgs: JsMsg[]) => Promise<void> = async () => {},
   ) {
     const byStatus = 'Usage messages settled, by status: settled (debited once) or duplicate (already settled, a no-op)';
     this.mx = {
@@ -109,6 +111,7 @@ export class UsageSettler {
       const known = new Set<JsMsg>();
       for (let i = 0; i < items.length; i++) if (this.conclude(items[i], results[i])) known.add(items[i].msg);
       this.settled(items, results);
+      await this.journal(group.filter((r) => known.has(r.msg)).map((r) => r.msg));
       // A plain ack, not a confirmed one: a lost ack means a redelivery, and a redelivered message
       // settles as 'duplicate' no-ops, so waiting for the server's confirmation buys nothing.
       for (const r of group) {

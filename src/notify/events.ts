@@ -6,7 +6,16 @@ import type { DbClient } from '../db/pool.ts';
 // Standard Webhooks' {type, timestamp, data}, amounts as exact BRL decimal strings with 6 decimals
 // (the ledger's unit), ids of the tenant, key and charge.
 
-export const EVENT_TYPES = ['balance.low', 'balance.depleted', 'topup.credited', 'key.limit_reached', 'key.revoked', 'key.expiring', 'invoice.issued'] as const;
+export const EVENT_TYPES = [
+  'balance.low',
+  'balance.depleted',
+  'topup.credited',
+  'topup.recurring_failed',
+  'key.limit_reached',
+  'key.revoked',
+  'key.expiring',
+  'invoice.issued',
+] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 export const EventTypeSchema = z.enum(EVENT_TYPES);
 
@@ -81,6 +90,11 @@ export async function keysRevokedEvents(db: DbClient, keyIds: readonly string[])
   const out: NotifyEvent[] = [];
   for (const id of keyIds) out.push(...(await keyRevokedEvent(db, id)));
   return out;
+}
+
+/** topup.recurring_failed of a recurring charge's failed attempt (once per charge and attempt): in the transaction that records it. */
+export async function recurringFailedEvent(db: DbClient, txid: string, attempt: number, reason: string, willRetry: boolean): Promise<NotifyEvent[]> {
+  return (await db.query('select * from catraca_notify_recurring_failed($1, $2, $3, $4)', [txid, attempt, reason, willRetry])).rows;
 }
 
 /** topup.credited of a credited charge (once per charge): in the credit's transaction. */

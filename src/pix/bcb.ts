@@ -121,6 +121,16 @@ export class BcbPixAdapter implements PspAdapter {
     return j.access_token;
   }
 
+  /** One authenticated call to the API Pix (the recurrence endpoints use it: src/pix/recurrence.ts). */
+  request(method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> {
+    return this.call(method, path, body);
+  }
+
+  /** The per-installation webhook secret check of every callback (…/webhooks/pix/<secret>/…). */
+  secretOk(secret: string | null): boolean {
+    return !!secret && secretsEqual(secret, this.o.webhookSecret);
+  }
+
   private async call(method: string, path: string, body?: unknown): Promise<{ status: number; json: unknown }> {
     for (let attempt = 0; ; attempt++) {
       const res = await httpRequest(`${this.o.baseUrl}${path}`, {

@@ -52,3 +52,33 @@ export async function qrDataUrl(brCode: string): Promise<string> {
 export async function qrPng(brCode: string): Promise<Buffer> {
   return QRCode.toBuffer(brCode, { type: 'png', errorCorrectionLevel: 'M', margin: 2, width: 280 });
 }
+
+/** One EMV field: id, two-digit length, value. */
+const tlv = (id: string, value: string) => `${id}${String(value.length).padStart(2, '0')}${value}`;
+
+/**
+ * BR Code of a Pix Automático recurrence (the QR the payer's bank reads to authorize it): field 80
+ * carries the recurrence's location (GUI br.gov.bcb.pix, sub-field 25). With `cobBrCode` it is the
+ * composite QR of journey 3 (that one-off charge paid, and the recurrence authorized, in one scan);
+ * without, the QR of journey 2 (authorization alone: no amount, field 26 only the GUI).
+ */
+export function buildRecurrenceBrCode(a: { recLocation: string; merchantName: string; merchantCity: string; cobBrCode?: string }): string {
+  const field80 = tlv('80', tlv('00', 'br.gov.bcb.pix') + tlv('25', a.recLocation.replace(/^https?:\/\//, '')));
+  let head: string;
+  if (a.cobBrCode) {
+    if (!hasValidCrc(a.cobBrCode)) throw new Error('not a BR Code');
+    head = a.cobBrCode.slice(0, -8);
+  } else {
+    head =
+      tlv('00', '01') +
+      tlv('26', tlv('00', 'br.gov.bcb.pix')) +
+      tlv('52', '0000') +
+      tlv('53', '986') +
+      tlv('58', 'BR') +
+      tlv('59', a.merchantName.slice(0, 25)) +
+      tlv('60', a.merchantCity.slice(0, 15)) +
+      tlv('62', tlv('05', '***'));
+  }
+  const payload = `${head}${field80}6304`;
+  return payload + crc16(payload);
+}

@@ -101,9 +101,10 @@ export class PixService {
     // one tenant's top-up form, not a hot path.
     const row = await withTransaction(this.db, async (c) => {
       await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_TOPUP_TENANT, tenantId]);
-      const { rows: open } = await c.query(`select count(*)::int as n from pix_charges where tenant_id = $1 and status = 'ATIVA' and expires_at > now()`, [
-        tenantId,
-      ]);
+      const { rows: open } = await c.query(
+        `select count(*)::int as n from pix_charges where tenant_id = $1 and status = 'ATIVA' and expires_at > now() and id_rec is null`,
+        [tenantId],
+      );
       if (open[0].n >= maxOpen) throw new TopUpError('too_many_open');
       const txid = newTxid();
       const expiresInS = this.opts.expiresInS ?? DEFAULT_CHARGE_EXPIRY_S;
@@ -122,12 +123,16 @@ export class PixService {
 
   /** A charge of this tenant only (IDOR: another tenant's txid is "not found"). */
   async getCharge(txid: string, tenantId: string): Promise<ChargeRow | null> {
-    const { rows } = await this.db.query('select * from pix_charges where txid = $1 and tenant_id = $2', [txid, tenantId]);
+    // one-off charges only: a recurring one has no QR (its page is the recurrence's)
+    const { rows } = await this.db.query('select * from pix_charges where txid = $1 and tenant_id = $2 and id_rec is null', [txid, tenantId]);
     return rows[0] ?? null;
   }
 
   async listCharges(tenantId: string, limit = 20): Promise<ChargeRow[]> {
-    const { rows } = await this.db.query('select * from pix_charges where tenant_id = $1 order by created_at desc limit $2', [tenantId, limit]);
+    const { rows } = await this.db.query('select * from pix_charges where tenant_id = $1 and id_rec is null order by created_at desc limit $2', [
+      tenantId,
+      limit,
+    ]);
     return rows;
   }
 
@@ -311,7 +316,7 @@ export class PixService {
 
   /** Asks the PSP about one open charge: credits a payment whose webhook never came, expires, removes. */
   async reconcileCharge(txid: string): Promise<ChargeStatus | null> {
-    const { rows } = await this.db.query('select * from pix_charges where txid = $1', [txid]);
+    const { rows } = await this.db.query('select * from pix_charges where txid = $1 and id_rec is null', [txid]);
     const ch = rows[0] as ChargeRow | undefined;
     if (!ch) return null;
     if (ch.status !== 'ATIVA') return ch.status;
@@ -331,7 +336,10 @@ export class PixService {
 
   /** One pass over open charges, least recently checked first. */
   async reconcileOnce(limit = 50): Promise<{ checked: number; failed: number }> {
-    const { rows } = await this.db.query(`select txid from pix_charges where status = 'ATIVA' order by checked_at nulls first, created_at limit $1`, [limit]);
+    const { rows } = await this.db.query(
+      `select txid from pix_charges where status = 'ATIVA' and id_rec is null order by checked_at nulls first, created_at limit $1`,
+      [limit],
+    );
     let failed = 0;
     for (const r of rows) {
       try {

@@ -6,8 +6,10 @@ import type { Mailer } from '../mail/index.ts';
 import type { Metrics } from '../metrics/registry.ts';
 import type { PixService } from '../pix/service.ts';
 import type { PixSimulator } from '../pix/simulator/server.ts';
-import { type AppEnv, secureHeadersFor } from './http.ts';
-import { allowedMethods, dropUnreadBody, formPost, onError, requestContext, requireSession, sessionLoader } from './middleware.ts';
+import type { AppEnv } from './http.ts';
+import { secureHeadersFor } from '../web/http.ts';
+import { allowedMethods, dropUnreadBody } from '../web/middleware.ts';
+import { formPost, onError, requestContext, requireSession, sessionLoader } from './middleware.ts';
 import { renderer } from './render.ts';
 import { authRoutes, linkRoutes } from './routes/auth.ts';
 import type { TrustFn } from '../web/proxy.ts';
@@ -22,11 +24,14 @@ import { healthRoutes, staticRoutes } from './routes/system.ts';
 import { topUpRoutes } from './routes/topup.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
+import type { RecurringService } from '../pix/recurring/service.ts';
 
 export interface PortalDeps {
   db: pg.Pool;
   nc: NatsConnection | null;
   pix: PixService;
+  /** Recurring top-ups (Pix Automático), null when the PSP adapter has none. */
+  recurring?: RecurringService | null;
   simulator: PixSimulator | null;
   devMode: boolean;
   gatewayUrl: string;
@@ -57,12 +62,12 @@ export function createPortalApp(d: PortalDeps): Hono<AppEnv> {
   const r = renderer(d.db);
   const app = new Hono<AppEnv>();
   app.onError(onError);
-  app.use(...middleware(dropUnreadBody, secureHeaders(secureHeadersFor(d.publicHttps)), requestContext(d)));
+  app.use(...middleware(dropUnreadBody(), secureHeaders(secureHeadersFor(d.publicHttps)), requestContext(d)));
   app.route('/', staticRoutes());
-  app.route('/', webhookRoutes(d.pix, d.metrics));
+  app.route('/', webhookRoutes(d.pix, d.metrics, d.recurring ?? null));
   app.use(...middleware(sessionLoader(d.db)));
   app.route('/', healthRoutes());
-  app.use(...middleware(allowedMethods));
+  app.use(...middleware(allowedMethods()));
   const [formLimit, formChecks] = formPost(r);
   app.post('*', ...middleware(formLimit, formChecks));
   app.route('/', authRoutes(d, r));

@@ -1,14 +1,11 @@
-import { randomBytes, timingSafeEqual } from 'node:crypto';
-import { hash, verify } from '@node-rs/argon2';
 import { createId } from '@paralleldrive/cuid2';
 import type pg from 'pg';
 import { createTenant } from '../db/tenants.ts';
 import { withTransaction, type DbClient } from '../db/pool.ts';
 import { sessionStore, sha256 } from '../web/sessions.ts';
-import type { Role } from './roles.ts';
+import { hashPassword, loginThrottle, normalizeEmail, passwordMatches, validEmail } from '../web/sign-in.ts';
+import type { Role } from '../db/members.ts';
 
-// argon2id with OWASP's second recommended profile (19 MiB, t=2, p=1).
-const ARGON2 = { algorithm: 2 as never, memoryCost: 19456, timeCost: 2, parallelism: 1 };
 /** Absolute lifetime of a session. */
 export const SESSION_TTL_MS = 7 * 24 * 3600 * 1000;
 /** A session with no request for this long is expired (sliding). */
@@ -16,7 +13,6 @@ export const SESSION_IDLE_MS = 30 * 60 * 1000;
 /** last_seen_at is written at most this often (one UPDATE per session per minute, not per request). */
 export const SESSION_TOUCH_MS = 60 * 1000;
 export const MIN_PASSWORD = 10;
-const EMAIL_RE = /^[^\s@]{1,64}@[^\s@]{1,255}\.[^\s@]{2,}$/;
 
 /**
  * Login throttle, failed (or in-flight) attempts within LOGIN_WINDOW_MIN: 5 per (e-mail, client
@@ -56,19 +52,6 @@ export interface Session {
   csrf: string;
   idHash: Buffer;
 }
-
-export const normalizeEmail = (e: string) =>
-  String(e ?? '')
-    .trim()
-    .toLowerCase();
-export const validEmail = (e: string) => e.length <= 254 && EMAIL_RE.test(e);
-
-export function hashPassword(pw: string): Promise<string> {
-  return hash(pw, ARGON2);
-}
-
-// A fixed hash to verify against when the e-mail is unknown, so timing does not reveal accounts.
-let dummyHash: Promise<string> | null = null;
 
 /**
  * Counts and records one sign-up attempt of a client address atomically (advisory lock on the
@@ -120,55 +103,33 @@ export async function signUp(db: pg.Pool, a: { email: string; password: string; 
   }
 }
 
-export type LoginReservation = { ok: true } | { ok: false; minutes: number } | { ok: false; seconds: number };
-
-/**
- * Login throttle, atomic: under advisory locks on the e-mail and on the address (always in that
- * order), counts the failed or in-flight attempts of the window and, when under every limit
- * (LOGIN_MAX_PER_PAIR, LOGIN_MAX_PER_IP, the e-mail's backoff), records this attempt BEFORE the
- * password is checked. Parallel attempts therefore see each other: of 50 simultaneous wrong
- * passwords for one e-mail from one address, exactly LOGIN_MAX_PER_PAIR are checked. A successful
- * sign-in deletes the rows of its own (e-mail, address) pair, and no one else's.
- */
-export async function reserveLoginAttempt(db: pg.Pool, email: string, ip: string): Promise<LoginReservation> {
-  return withTransaction(db, async (c) => {
-    await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_LOGIN_EMAIL, email]);
-    await c.query('select pg_advisory_xact_lock($1, hashtext($2))', [LOCK_LOGIN_IP, ip]);
-    const { rows } = await c.query(
-      `select count(*) filter (where email = $1 and ip = $2)::int as by_pair, count(*) filter (where ip = $2)::int as by_ip,
-              count(*) filter (where email = $1)::int as by_email,
-              extract(epoch from now() - max(created_at) filter (where email = $1))::float8 as since_last_s
-         from portal_login_failures where created_at > now() - make_interval(mins => $3) and (email = $1 or ip = $2)`,
-      [email, ip, LOGIN_WINDOW_MIN],
-    );
-    const r = rows[0];
-    if (r.by_pair >= LOGIN_MAX_PER_PAIR || r.by_ip >= LOGIN_MAX_PER_IP) return { ok: false, minutes: LOGIN_WINDOW_MIN };
-    if (r.by_email >= LOGIN_EMAIL_FREE) {
-      const delay = Math.min(2 ** (r.by_email - LOGIN_EMAIL_FREE), LOGIN_EMAIL_MAX_DELAY_S);
-      if (r.since_last_s < delay) return { ok: false, seconds: Math.max(1, Math.ceil(delay - r.since_last_s)) };
-    }
-    await c.query('insert into portal_login_failures (email, ip) values ($1, $2)', [email, ip]);
-    return { ok: true };
-  });
-}
+/** The login throttle of LOGIN_WINDOW_MIN and the limits above, over portal_login_failures (src/web/sign-in.ts). */
+const loginAttempts = loginThrottle({
+  table: 'portal_login_failures',
+  locks: { email: LOCK_LOGIN_EMAIL, ip: LOCK_LOGIN_IP },
+  windowMin: LOGIN_WINDOW_MIN,
+  maxPerPair: LOGIN_MAX_PER_PAIR,
+  maxPerIp: LOGIN_MAX_PER_IP,
+  emailFree: LOGIN_EMAIL_FREE,
+  emailMaxDelayS: LOGIN_EMAIL_MAX_DELAY_S,
+});
 
 export async function logIn(
   db: pg.Pool,
   a: { email: string; password: string; ip: string },
 ): Promise<{ ok: true; user: User } | { ok: false; error: 'rate_limited'; minutes?: number; seconds?: number } | { ok: false; error: 'bad_credentials' }> {
   const email = normalizeEmail(a.email).slice(0, 254);
-  const reserved = await reserveLoginAttempt(db, email, a.ip);
+  const reserved = await loginAttempts.reserve(db, email, a.ip);
   if (!reserved.ok) return { error: 'rate_limited', ...reserved };
   const { rows } = await db.query('select id, tenant_id, email, created_at, email_verified_at, role, password_hash from portal_users where email = $1', [
     email,
   ]);
   const row = rows[0];
   const pw = String(a.password ?? '').slice(0, 1024);
-  dummyHash ??= hashPassword(randomBytes(16).toString('hex'));
-  const ok = row ? await verify(row.password_hash, pw).catch(() => false) : (await verify(await dummyHash, pw).catch(() => false)) && false;
+  const ok = await passwordMatches(row?.password_hash, pw);
   // A failure keeps the row recorded above; it counts for LOGIN_WINDOW_MIN.
   if (!ok) return { ok: false, error: 'bad_credentials' };
-  await db.query('delete from portal_login_failures where email = $1 and ip = $2', [email, a.ip]);
+  await loginAttempts.clear(db, email, a.ip);
   const { password_hash: _h, ...user } = row;
   return { ok: true, user };
 }

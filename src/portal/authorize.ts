@@ -5,7 +5,7 @@ import type { AppEnv, Ctx } from './http.ts';
 import { json } from '../web/http.ts';
 import { type Renderer, unauthenticated } from './render.ts';
 import { may, type RoutePermission } from './roles.ts';
-import * as V from './views.ts';
+import * as V from './views/layout.ts';
 
 // The role check of every portal route: each declares its permission with `can(…)` as its first
 // handler; `authorize` refuses what the member's role may not do (the table is in roles.ts).

@@ -1,6 +1,7 @@
 import { accessSync, constants } from 'node:fs';
 import { loadConfig, type PortalEnvSchema } from '../config.ts';
 import type { z } from 'zod';
+import { isLoopbackHost } from '../web/proxy.ts';
 
 // Portal and Pix settings (environment). Documented in docs/operations.md (configuration) and .env.example.
 // Nothing defaults to the simulator: PIX_PROVIDER must be given (bcb with a complete
@@ -14,6 +15,23 @@ export function loadPortalEnv(env: Record<string, string | undefined> = process.
 }
 
 export const SIMULATOR_PIX_KEY = 'catraca-simulador@example.com';
+/** The simulator's receiver account for Pix Automático charges (PIX_ACCOUNT_* override it). */
+export const SIMULATOR_ACCOUNT = { agencia: '0001', conta: '1234567', tipoConta: 'CORRENTE' } as const;
+
+/**
+ * The account recurring charges pay into: PIX_ACCOUNT_AGENCY, _NUMBER and _TYPE, all three or
+ * none; none with the simulator is its own account, none with a real PSP turns recurring top-ups off.
+ */
+export function receiverAccount(
+  env: Pick<PortalEnv, 'PIX_ACCOUNT_AGENCY' | 'PIX_ACCOUNT_NUMBER' | 'PIX_ACCOUNT_TYPE'>,
+  provider: 'simulator' | 'bcb' | 'custom',
+): { agencia: string; conta: string; tipoConta: 'CORRENTE' | 'POUPANCA' | 'PAGAMENTO' } | null {
+  const given = [env.PIX_ACCOUNT_AGENCY, env.PIX_ACCOUNT_NUMBER, env.PIX_ACCOUNT_TYPE].filter((v) => v !== undefined).length;
+  if (given === 3) return { agencia: env.PIX_ACCOUNT_AGENCY!, conta: env.PIX_ACCOUNT_NUMBER!, tipoConta: env.PIX_ACCOUNT_TYPE! };
+  if (given > 0)
+    throw new PortalConfigError('PIX_ACCOUNT_AGENCY, PIX_ACCOUNT_NUMBER and PIX_ACCOUNT_TYPE go together (the account Pix Automático charges pay into)');
+  return provider === 'bcb' ? null : { ...SIMULATOR_ACCOUNT };
+}
 
 /** A startup refusal: the message says what to set. */
 export class PortalConfigError extends Error {
@@ -21,15 +39,6 @@ export class PortalConfigError extends Error {
     super(message);
     this.name = 'PortalConfigError';
   }
-}
-
-/** 127.0.0.0/8, ::1 (also as ::ffff:127.x) and localhost: reachable from this machine only. */
-export function isLoopbackHost(host: string): boolean {
-  const h = host
-    .trim()
-    .toLowerCase()
-    .replace(/^\[|\]$/g, '');
-  return h === 'localhost' || h === '::1' || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h);
 }
 
 /** Where the portal listens when PORTAL_HOST is not set: loopback in development, all interfaces otherwise. */

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { safeText } from '../web/csv.ts';
 import { count } from './csv.ts';
-import { axisStep, longDay, shortDay } from './usage-views.ts';
+import { axisStep, longDay, shortDay } from './views/usage.ts';
 
 describe('CSV cells', () => {
   it('text a spreadsheet would run as a formula gets a leading apostrophe (OWASP CSV injection)', () => {

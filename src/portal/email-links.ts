@@ -2,7 +2,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { withTransaction } from '../db/pool.ts';
 import { keysRevokedEvents, type NotifyEvent } from '../notify/events.ts';
-import { hashPassword } from './auth.ts';
+import { hashPassword } from '../web/sign-in.ts';
 
 // One-time links sent by e-mail (portal_email_tokens): `verify` proves the address before the
 // first top-up; `reset` sets a new password (and proves the address too). The token is 256 random

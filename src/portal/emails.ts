@@ -5,7 +5,7 @@ import type { User } from './auth.ts';
 import { issueLink, type LinkPurpose } from './email-links.ts';
 import { escapeHtml } from '../web/html.ts';
 import type { Lang, T } from './i18n/index.ts';
-import type { Role } from './roles.ts';
+import type { Role } from '../db/members.ts';
 
 // The portal's e-mails, in the language of the request that caused them. Sent in the background:
 // a sign-up answers at once whether its e-mail goes to a new account or an existing one, and an

@@ -1,7 +1,6 @@
 import type { HttpBindings } from '@hono/node-server';
 import type { Context } from 'hono';
 import { deleteCookie, setCookie } from 'hono/cookie';
-import type { secureHeaders } from 'hono/secure-headers';
 import type { Session } from './auth.ts';
 import type { Lang, T } from './i18n/index.ts';
 import type { Form } from '../web/http.ts';
@@ -36,38 +35,6 @@ export interface AppEnv {
   };
 }
 export type Ctx = Context<AppEnv>;
-
-/** hono/secure-headers, set to the portal's headers and nothing more (HSTS: see secureHeadersFor). */
-export const SECURE_HEADERS: Parameters<typeof secureHeaders>[0] = {
-  contentSecurityPolicy: {
-    defaultSrc: ["'self'"],
-    imgSrc: ["'self'", 'data:'],
-    scriptSrc: ["'self'"],
-    styleSrc: ["'self'"],
-    connectSrc: ["'self'"],
-    formAction: ["'self'"],
-    frameAncestors: ["'none'"],
-    baseUri: ["'none'"],
-  },
-  xContentTypeOptions: true,
-  xFrameOptions: 'DENY',
-  referrerPolicy: 'same-origin',
-  crossOriginResourcePolicy: false,
-  crossOriginOpenerPolicy: false,
-  originAgentCluster: false,
-  strictTransportSecurity: false,
-  xDnsPrefetchControl: false,
-  xDownloadOptions: false,
-  xPermittedCrossDomainPolicies: false,
-  xXssProtection: false,
-};
-
-/** HSTS is sent whenever the portal's public URL is https (a year; subdomains are the operator's to decide). */
-export const HSTS = 'max-age=31536000';
-export const secureHeadersFor = (publicHttps: boolean): Parameters<typeof secureHeaders>[0] => ({
-  ...SECURE_HEADERS,
-  strictTransportSecurity: publicHttps ? HSTS : false,
-});
 
 /**
  * The request's URL, its path exactly as sent: `//x` stays a path (the URL parser would take `x` for

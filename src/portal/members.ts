@@ -2,9 +2,11 @@ import { createId } from '@paralleldrive/cuid2';
 import type pg from 'pg';
 import { type DbClient, withTransaction } from '../db/pool.ts';
 import { keysRevokedEvents, type NotifyEvent } from '../notify/events.ts';
-import { hashPassword, normalizeEmail, type User, validEmail } from './auth.ts';
+import type { User } from './auth.ts';
+import { hashPassword, normalizeEmail, validEmail } from '../web/sign-in.ts';
 import { newLinkToken, TOKEN_RE, tokenHash } from './email-links.ts';
-import { isRole, may, type Role } from './roles.ts';
+import { isRole, type Role } from '../db/members.ts';
+import { may } from './roles.ts';
 
 // A tenant's members (issue 20): invitations by e-mail link, roles, removal and leaving.
 // A tenant always keeps an owner: every change that could take one away runs in a transaction
@@ -18,13 +20,6 @@ export const INVITE_TTL_S = 7 * 24 * 3600;
 export const INVITES_PER_TENANT_PER_HOUR = 20;
 const LOCK_TENANT_INVITES = 7261106;
 
-export interface Member {
-  id: string;
-  email: string;
-  role: Role;
-  created_at: Date;
-  email_verified_at: Date | null;
-}
 export interface Invitation {
   id: string;
   email: string;
@@ -43,15 +38,6 @@ export interface OpenInvitation {
   invited_by_email: string | null;
   /** the address already has a login (in this tenant or another): accepting is refused */
   taken: boolean;
-}
-
-export async function listMembers(db: DbClient, tenantId: string): Promise<Member[]> {
-  const { rows } = await db.query(
-    `select id, email, role, created_at, email_verified_at from portal_users where tenant_id = $1
-      order by array_position(array['owner', 'admin', 'billing', 'developer'], role), created_at, id`,
-    [tenantId],
-  );
-  return rows;
 }
 
 /** The tenant's open invitations (not accepted, not revoked), the expired ones included until they are cleaned up. */

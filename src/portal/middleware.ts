@@ -7,32 +7,15 @@ import { loadSession } from './auth.ts';
 import { reachedOverHttps, type TrustFn } from '../web/proxy.ts';
 import { translator } from './i18n/index.ts';
 import { type AppEnv, LANG_COOKIE, PRE_CSRF_COOKIE, SESSION_COOKIE, setPortalCookie } from './http.ts';
-import { send, TEXT } from '../web/http.ts';
 import { type Renderer, unauthenticated } from './render.ts';
-import * as V from './views.ts';
+import * as V from './views/layout.ts';
 
-// The portal's middleware, in the order createPortalApp (app.ts) runs it: the request context, the
-// pre-sign-in CSRF token, the form checks and the error handler are src/web/middleware.ts's, shared
-// with the operator's console; the session is the portal's own.
+// The portal's middleware, in the order createPortalApp (app.ts) runs it: the unread body dropped,
+// the methods allowed, the request context, the pre-sign-in CSRF token, the form checks and the
+// error handler are src/web/middleware.ts's, shared with the operator's console; the session is the
+// portal's own.
 
 const log = createLogger('portal');
-
-/**
- * A request body nobody read (a 413 decided on its Content-Length, a 405, a POST to /healthz) is read
- * and dropped before the answer goes out, as the portal always did: answered with the body still on
- * the wire, @hono/node-server's clean-up can close the connection under a keep-alive client that
- * already sent its next request on it ("other side closed"). The server's requestTimeout bounds it.
- */
-export const dropUnreadBody: MiddlewareHandler<AppEnv> = async (c, next) => {
-  await next();
-  const incoming = c.env.incoming;
-  if (c.req.method === 'GET' || c.req.method === 'HEAD' || incoming.readableDidRead || incoming.readableEnded) return;
-  try {
-    for await (const _ of incoming);
-  } catch {
-    // the client went away: there is nobody to answer
-  }
-};
 
 export interface RequestContextOptions {
   /** Who may forward client addresses (PORTAL_TRUSTED_PROXIES, compiled). */
@@ -69,9 +52,6 @@ export function sessionLoader(db: pg.Pool): MiddlewareHandler<AppEnv> {
     await next();
   };
 }
-
-export const allowedMethods: MiddlewareHandler<AppEnv> = async (c, next) =>
-  ['GET', 'HEAD', 'POST'].includes(c.req.method) ? next() : send(c, 405, TEXT, 'Method Not Allowed', { allow: 'GET, POST' });
 
 export const requireSession: MiddlewareHandler<AppEnv> = async (c, next) => (c.var.session ? next() : unauthenticated(c));
 

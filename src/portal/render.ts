@@ -3,9 +3,9 @@ import { getTenant } from '../db/tenants.ts';
 import type { SafeHtml } from '../web/html.ts';
 import type { Ctx } from './http.ts';
 import { json, redirect, send } from '../web/http.ts';
-import * as V from './views.ts';
+import * as V from './views/layout.ts';
 
-// Pages in the portal's layout (views.ts), and the answers shared by every area: 404, and what a
+// Pages in the portal's layout (views/layout.ts), and the answers shared by every area: 404, and what a
 // request that needs a session gets without one.
 
 export type PageOptions = { flash?: string | null; error?: string | null };

@@ -3,7 +3,8 @@ import { describe, expect, it } from 'vitest';
 import type { AppEnv } from './http.ts';
 import { translator } from './i18n/index.ts';
 import type { Renderer } from './render.ts';
-import { may, PERMISSIONS, type Role, ROLES } from './roles.ts';
+import { type Role, ROLES } from '../db/members.ts';
+import { may, PERMISSIONS } from './roles.ts';
 import { authorize, can, declaredPermission, endpointsOf, middleware } from './authorize.ts';
 
 describe('the permission table', () => {

@@ -2,11 +2,10 @@
 // portal route declares the action it performs with `can(action)` (authorize.ts). `authorize` (after the session
 // gate in app.ts) checks the signed-in member's role against PERMISSIONS on the server, before the
 // route runs, and refuses a route that declared nothing: a route added without a permission is
-// closed to everyone (and test/portal/route-roles.test.ts fails) rather than open.
+// closed to everyone (and test/portal/route-roles.test.ts fails) rather than open. The roles
+// themselves are a member row's (src/db/members.ts).
 
-export const ROLES = ['owner', 'admin', 'billing', 'developer'] as const;
-export type Role = (typeof ROLES)[number];
-export const isRole = (s: unknown): s is Role => (ROLES as readonly unknown[]).includes(s);
+import { ROLES, type Role } from '../db/members.ts';
 
 const EVERYONE = ROLES;
 /**

@@ -6,14 +6,18 @@ import { secureHeaders } from 'hono/secure-headers';
 import type pg from 'pg';
 import type { NatsConnection } from 'nats';
 import { createLogger } from '../log.ts';
+import { BcbPixAdapter } from '../pix/bcb.ts';
+import { BcbRecurrenceApi } from '../pix/recurrence.ts';
+import { RecurringService } from '../pix/recurring/service.ts';
 import { PixService } from '../pix/service.ts';
+import { subjects } from '../bus/subjects.ts';
 import type { PixSimulator } from '../pix/simulator/server.ts';
 import type { PspAdapter } from '../pix/types.ts';
 import { createPortalApp } from './app.ts';
 import { cleanUp, CLEANUP_INTERVAL_MS } from './cleanup.ts';
-import { loadPortalEnv, resolvePortalSetup, type PortalEnv } from './config.ts';
-import { type AppEnv, SECURE_HEADERS } from './http.ts';
-import { requestUrl, send, TEXT } from '../web/http.ts';
+import { loadPortalEnv, receiverAccount, resolvePortalSetup, type PortalEnv } from './config.ts';
+import type { AppEnv } from './http.ts';
+import { requestUrl, SECURE_HEADERS, send, TEXT } from '../web/http.ts';
 import { connectPsp } from './psp.ts';
 import type { ExportLimits } from './routes/exports.ts';
 import { compileTrust, LOOPBACK_PROXIES, trustedProxies } from '../web/proxy.ts';
@@ -57,6 +61,8 @@ export interface StartPortalOptions {
   signupLimitPerHour?: number;
   reconcileIntervalMs?: number;
   chargeExpiryS?: number;
+  /** The clock of recurring top-ups (tests move it with the simulator's calendar); default the system's. */
+  now?: () => Date;
   /** PUT /webhook/{chave} at start (default true). */
   registerWebhook?: boolean;
   /**
@@ -80,6 +86,8 @@ export interface Portal {
   /** The Hono app (its `routes`: what test/portal/route-roles.test.ts checks every role against). */
   app: Hono<AppEnv>;
   pix: PixService;
+  /** Recurring top-ups (Pix Automático); null when the PSP adapter has no recurrence API. */
+  recurring: RecurringService | null;
   simulator: PixSimulator | null;
   /** NFS-e issuing, when on */
   nfse: NfseService | null;
@@ -107,11 +115,20 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     // a nota fiscal to issue or cancel was made with the credit or refund
     invoices: () => nfse?.issuer.kick(),
   });
+  const recurring =
+    psp instanceof BcbPixAdapter
+      ? new RecurringService(db, new BcbRecurrenceApi(psp), pix, {
+          account: receiverAccount(env, options.pixAdapter ? 'custom' : setup.provider),
+          notify: (tenantId, events) => afterBalanceChange(db, nc, tenantId, events, log),
+          now: options.now,
+        })
+      : null;
 
   const app = createPortalApp({
     db,
     nc,
     pix,
+    recurring,
     simulator,
     devMode,
     gatewayUrl: s.gatewayUrl,
@@ -129,8 +146,12 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const { server, url } = await listen(app, s.listenHost, options);
 
   site.url ||= url;
-  if (options.registerWebhook !== false) await registerPixWebhook(psp, (env.PIX_WEBHOOK_BASE_URL ?? s.publicUrl ?? url).replace(/\/+$/, ''), webhookSecret);
+  if (options.registerWebhook !== false)
+    await registerPixWebhook(psp, recurring, (env.PIX_WEBHOOK_BASE_URL ?? s.publicUrl ?? url).replace(/\/+$/, ''), webhookSecret);
   pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
+  if (recurring?.enabled) recurring.start(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
+  // `catraca pix recurring run`: this process holds the PSP session, so it runs the pass and answers
+  const runSub = recurring && nc ? nc.subscribe(subjects.pixRecurringRun, { callback: (_err, msg) => void answerRecurringRun(recurring, msg) }) : null;
   const purge = periodicCleanup(
     db,
     { webhookRetentionDays: env.PIX_WEBHOOK_RETENTION_DAYS, unverifiedDays: env.PORTAL_UNVERIFIED_SIGNUP_DAYS },
@@ -147,13 +168,16 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     url,
     app,
     pix,
+    recurring,
     simulator,
     nfse,
     close: async () => {
       clearInterval(purge);
+      runSub?.unsubscribe();
       await nfse?.stop();
       await notifier?.stop();
       await pix.stop();
+      await recurring?.stop();
       if (!options.mailer) mailer.close();
       await closeServer(server);
       if (simulator) await simulator.close();
@@ -213,12 +237,46 @@ async function listen(app: Hono<AppEnv>, listenHost: string, options: StartPorta
 }
 
 /** Tells the PSP where to notify payments; not fatal when it fails (reconciliation still finds them). */
-async function registerPixWebhook(psp: PixService['psp'], webhookBase: string, webhookSecret: string): Promise<void> {
+async function registerPixWebhook(psp: PixService['psp'], recurring: RecurringService | null, webhookBase: string, webhookSecret: string): Promise<void> {
   try {
     await psp.registerWebhook(`${webhookBase}/webhooks/pix/${webhookSecret}`);
     log.info('pix webhook registered', { provider: psp.name, base: webhookBase });
   } catch (err) {
     log.error('pix webhook registration failed; payments will be found by reconciliation only', { err, provider: psp.name });
+  }
+  if (!recurring?.enabled) return;
+  try {
+    // callbacks come to …/rec and …/cobr
+    await recurring.api.registerWebhooks(`${webhookBase}/webhooks/pix/${webhookSecret}`);
+    log.info('pix recurrence webhooks registered', { provider: psp.name, base: webhookBase });
+  } catch (err) {
+    log.error('pix recurrence webhook registration failed; recurrences and their charges will be found by reconciliation only', { err, provider: psp.name });
+  }
+}
+
+/** Answers one `catraca pix recurring run` request with the pass's outcome (amounts as micro-BRL strings). */
+async function answerRecurringRun(recurring: RecurringService, msg: { respond(data?: Uint8Array): boolean; data: Uint8Array }): Promise<void> {
+  try {
+    if (!recurring.enabled) throw new Error('recurring top-ups are off: set PIX_ACCOUNT_AGENCY, PIX_ACCOUNT_NUMBER and PIX_ACCOUNT_TYPE');
+    await recurring.reconcileOnce();
+    const r = await recurring.runOnce();
+    const out = {
+      ok: true,
+      checked: r.checked,
+      failed: r.failed,
+      scheduled: r.scheduled.map((s) => ({
+        id_rec: s.idRec,
+        tenant_id: s.tenantId,
+        due_date: s.dueDate,
+        txid: s.txid,
+        amount_micros: s.projection.amountMicros === null ? null : String(s.projection.amountMicros),
+        projected_micros: String(s.projection.projectedMicros),
+        rule: s.projection.rule,
+      })),
+    };
+    msg.respond(Buffer.from(JSON.stringify(out)));
+  } catch (err) {
+    msg.respond(Buffer.from(JSON.stringify({ ok: false, error: (err as Error).message })));
   }
 }
 

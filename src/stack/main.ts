@@ -22,6 +22,7 @@ import { migrateDatabase } from '../db/migrate.ts';
 import { createPool } from '../db/pool.ts';
 import { configureLogging, createLogger, logCrashes, prettyLine, redactUrl } from '../log.ts';
 import { onShutdown, stopWithParent } from '../process/shutdown.ts';
+import { startPtaxSimulator } from '../fx/simulator.ts';
 import { Teardown } from '../process/teardown.ts';
 import { loadPortalEnv, resolvePortalSetup } from '../portal/config.ts';
 import { checkConsolePort } from '../console/config.ts';
@@ -139,7 +140,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       portal_url: plan.processes.includes('portal') ? `http://127.0.0.1:${plan.portalPort}` : null,
       console_url: plan.processes.includes('console') ? `http://127.0.0.1:${plan.consolePort}` : null,
     };
-    const mail = await startDevMail(plan, options, teardown);
+    const mail = { ...(await startDevMail(plan, options, teardown)), ...(await startDevPtax(options, teardown)) };
     const supervisor = createSupervisor(childSpecs(plan, urls, databaseUrls, options, mail), options);
     teardown.add(() => supervisor.stop());
     supervisor.start();
@@ -318,6 +319,15 @@ async function startDevMail(plan: StackPlan, options: StackOptions, teardown: Te
   teardown.add(() => sink.close());
   log.info('development SMTP sink listening; the portal shows what it receives at /dev/mail', { url: sink.url });
   return { SMTP_URL: sink.url, DEV_MAIL_DIR: dir };
+}
+
+/** The dollar's rate in development: the PTAX simulator (src/fx/simulator.ts), unless PTAX_URL is given. */
+async function startDevPtax(options: StackOptions, teardown: Teardown): Promise<Record<string, string>> {
+  if (process.env.PTAX_URL || options.env?.PTAX_URL) return {};
+  const sim = await startPtaxSimulator();
+  teardown.add(() => sim.close());
+  log.info('PTAX simulator listening (the dollar at a fixed rate)', { url: sim.url, rate: sim.defaultSell });
+  return { PTAX_URL: sim.url };
 }
 
 /** Each process as the supervisor (re)starts it: its place in the stack and the environment all share. */

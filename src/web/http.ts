@@ -1,9 +1,10 @@
 import type { Context } from 'hono';
+import type { secureHeaders } from 'hono/secure-headers';
 import type { ContentfulStatusCode } from 'hono/utils/http-status';
 
-// What every web app here (the portal, the console) does with HTTP: forms, the request's URL, the
-// link to the other language, and the response helpers every page goes through (content type,
-// no-store).
+// What every web app here (the portal, the console) does with HTTP: its security headers, forms,
+// the request's URL, the link to the other language, and the response helpers every page goes
+// through (content type, no-store).
 
 export const MAX_FORM_BYTES = 64 * 1024;
 export type Form = Record<string, string | string[]>;
@@ -63,3 +64,35 @@ export const send = (c: Context, status: number, type: string, body: string | Ui
 export const redirect = (c: Context, to: string): Response => send(c, 303, TEXT, '', { location: to });
 export const json = (c: Context, status: number, body: unknown, extra: Record<string, string> = {}): Response =>
   send(c, status, 'application/json; charset=utf-8', JSON.stringify(body), extra);
+
+/** hono/secure-headers, set to the headers every web app sends and nothing more (HSTS: see secureHeadersFor). */
+export const SECURE_HEADERS: Parameters<typeof secureHeaders>[0] = {
+  contentSecurityPolicy: {
+    defaultSrc: ["'self'"],
+    imgSrc: ["'self'", 'data:'],
+    scriptSrc: ["'self'"],
+    styleSrc: ["'self'"],
+    connectSrc: ["'self'"],
+    formAction: ["'self'"],
+    frameAncestors: ["'none'"],
+    baseUri: ["'none'"],
+  },
+  xContentTypeOptions: true,
+  xFrameOptions: 'DENY',
+  referrerPolicy: 'same-origin',
+  crossOriginResourcePolicy: false,
+  crossOriginOpenerPolicy: false,
+  originAgentCluster: false,
+  strictTransportSecurity: false,
+  xDnsPrefetchControl: false,
+  xDownloadOptions: false,
+  xPermittedCrossDomainPolicies: false,
+  xXssProtection: false,
+};
+
+/** HSTS is sent whenever the app's public URL is https (a year; subdomains are the operator's to decide). */
+export const HSTS = 'max-age=31536000';
+export const secureHeadersFor = (publicHttps: boolean): Parameters<typeof secureHeaders>[0] => ({
+  ...SECURE_HEADERS,
+  strictTransportSecurity: publicHttps ? HSTS : false,
+});

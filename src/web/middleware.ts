@@ -14,7 +14,7 @@ import { clientOf, type TrustFn } from './proxy.ts';
 import { type Lang, parseLang } from './i18n.ts';
 
 // The middleware the tenants' portal (src/portal/) and the operator's console (src/console/) share,
-// parameterised by each app's env type: the request context (URL, language, client address,
+// parameterised by each app's env type: a body nobody read dropped, the methods allowed, the request context (URL, language, client address,
 // Secure cookies), the pre-sign-in double-submit CSRF token, every POST form's checks (size,
 // control characters, Origin, synchronizer token) and the error handler. Each app keeps what is
 // its own: cookie names and attributes, its session, its pages and messages.
@@ -35,6 +35,30 @@ export interface WebVariables<TFn> {
 }
 // biome-ignore lint/suspicious/noExplicitAny: the translator's key type is each app's own
 export type WebEnv = { Bindings: HttpBindings; Variables: WebVariables<(key: any, vars?: Record<string, string | number>) => string> };
+
+/**
+ * A request body nobody read (a 413 decided on its Content-Length, a 405, a POST to /healthz) is read
+ * and dropped before the answer goes out: answered with the body still on
+ * the wire, @hono/node-server's clean-up can close the connection under a keep-alive client that
+ * already sent its next request on it ("other side closed"). The server's requestTimeout bounds it.
+ */
+export function dropUnreadBody<E extends WebEnv>(): MiddlewareHandler<E> {
+  return async (c, next) => {
+    await next();
+    const incoming = c.env.incoming;
+    if (c.req.method === 'GET' || c.req.method === 'HEAD' || incoming.readableDidRead || incoming.readableEnded) return;
+    try {
+      for await (const _ of incoming);
+    } catch {
+      // the client went away: there is nobody to answer
+    }
+  };
+}
+
+/** GET, HEAD and POST; any other method is answered 405. */
+export function allowedMethods<E extends WebEnv>(): MiddlewareHandler<E> {
+  return async (c, next) => (['GET', 'HEAD', 'POST'].includes(c.req.method) ? next() : send(c, 405, TEXT, 'Method Not Allowed', { allow: 'GET, POST' }));
+}
 
 export interface WebContextOptions<E extends Env> {
   /** Who may forward client addresses (the app's *_TRUSTED_PROXIES, compiled). */

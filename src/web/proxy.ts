@@ -12,6 +12,15 @@ import proxyaddr from 'proxy-addr';
 /** What the deprecated PORTAL_TRUST_PROXY=1 meant in practice: a proxy on this host. */
 export const LOOPBACK_PROXIES = ['127.0.0.0/8', '::1/128'];
 
+/** 127.0.0.0/8, ::1 (also as ::ffff:127.x) and localhost: reachable from this machine only. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^(::ffff:)?127(\.\d{1,3}){3}$/.test(h);
+}
+
 const split = (list: string | undefined) =>
   (list ?? '')
     .split(',')

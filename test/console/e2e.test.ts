@@ -14,7 +14,7 @@ import { mkdirSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { credit, settle } from '../../src/billing/ledger.ts';
 import { usageCostMicros } from '../../src/billing/money.ts';
 import { ledgerCheck } from '../../src/billing/ledger-check.ts';
@@ -22,7 +22,8 @@ import { totpFor } from '../../src/console/auth.ts';
 import { createApiKey } from '../../src/db/keys.ts';
 import { upsertModel } from '../../src/db/models.ts';
 import { createTenant } from '../../src/db/tenants.ts';
-import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
+import { launchChromium, newPage, signIn } from '../helpers/browser.ts';
+import { CHROMIUM, describeWith } from '../helpers/tools.ts';
 import type { TestStack } from '../helpers/stack.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -41,7 +42,7 @@ interface CliOperator {
   recovery_codes: string[];
 }
 
-describe.skipIf(!HAVE_CHROMIUM)('the console in Chromium, with two front doors', () => {
+describeWith(CHROMIUM, 'the console in Chromium, with two front doors', () => {
   let stack: TestStack;
   let browser: Browser;
   let page: Page;

@@ -38,16 +38,8 @@ import type { PixCharge, PspAdapter } from '../../src/pix/types.ts';
 import { createSession, destroySession, loadSession, logIn, signUp } from '../../src/portal/auth.ts';
 import { cleanUp } from '../../src/portal/cleanup.ts';
 import { putFlash, takeFlash } from '../../src/portal/flash.ts';
-import {
-  acceptInvitation,
-  changeRole,
-  invite,
-  listInvitations,
-  listMembers,
-  openInvitation,
-  removeMember,
-  revokeInvitation,
-} from '../../src/portal/members.ts';
+import { acceptInvitation, changeRole, invite, listInvitations, openInvitation, removeMember, revokeInvitation } from '../../src/portal/members.ts';
+import { listMembers } from '../../src/db/members.ts';
 import { exportQuery } from '../../src/portal/exports.ts';
 import { dailySpend, ledgerPage, spendByEndUser, spendByKey, spendByModel } from '../../src/portal/usage.ts';
 import { sweepExpiredResponses } from '../../src/db/responses.ts';
@@ -684,6 +676,7 @@ const EXECUTE: Record<string, { roles: LoginRole[]; definer: boolean }> = {
   catraca_notify_reconcile: { roles: ['metering'], definer: true },
   catraca_notify_key_revoked: { roles: ['portal', 'admin'], definer: true },
   catraca_notify_topup: { roles: ['portal'], definer: true },
+  catraca_notify_recurring_failed: { roles: ['portal'], definer: true },
   catraca_notify_expiring: { roles: ['portal'], definer: true },
   // the insert of one event, for the catraca_notify_* functions above: only they call it, as the owner
   catraca_notify_event: { roles: [], definer: true },

@@ -1,15 +1,13 @@
 // Chromium for the browser tests (the portal's and the console's): the system's, driven by
-// playwright-core. A test file skips itself where it is missing (`describe.skipIf(!HAVE_CHROMIUM)`).
-import { existsSync } from 'node:fs';
+// playwright-core. A suite that needs it is declared with `describeWith(CHROMIUM, …)` (./tools.ts):
+// skipped where it is missing, failed under CI.
 import { type Browser, type BrowserContextOptions, chromium, type Page } from 'playwright-core';
-
-export const CHROMIUM = '/usr/bin/chromium';
-export const HAVE_CHROMIUM = existsSync(CHROMIUM);
+import { CHROMIUM, pathOf } from './tools.ts';
 
 /** Headless Chromium, quiet (no sync, updates or background requests). */
 export function launchChromium(): Promise<Browser> {
   return chromium.launch({
-    executablePath: CHROMIUM,
+    executablePath: pathOf(CHROMIUM),
     args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
   });
 }

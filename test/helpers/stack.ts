@@ -33,6 +33,8 @@ export interface StackOptions {
   natsUrl?: string;
   /** A PostgreSQL of this stack's own (e.g. one the test kills); default: the run's DATABASE_URL. */
   databaseUrl?: string;
+  /** How long a process may take to log its ready line (default 45 s). */
+  readyTimeoutMs?: number;
 }
 
 export interface TestStack {
@@ -129,7 +131,7 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
   const consoles: Proc[] = [];
   const spawn = async (kind: ProcessName, list: Proc[], place: Partial<StartProcessOptions>): Promise<Proc> => {
     const p: Proc = own.start(kind, { name: `${kind}${list.length}`, ...place });
-    p.port = readyPort(await p.ready(45000));
+    p.port = readyPort(await p.ready(opts.readyTimeoutMs ?? 45000));
     list.push(p);
     return p;
   };

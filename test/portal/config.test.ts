@@ -2,18 +2,19 @@
 // refuses to start without a complete BCB API Pix configuration, and refuses the simulator or dev
 // mode on anything but a loopback address.
 import { execFile } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { networkInterfaces, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
-import { defaultPortalHost, isLoopbackHost, loadPortalEnv, resolvePortalSetup } from '../../src/portal/config.ts';
-import { trustedProxies } from '../../src/web/proxy.ts';
+import { defaultPortalHost, loadPortalEnv, resolvePortalSetup } from '../../src/portal/config.ts';
+import { isLoopbackHost, trustedProxies } from '../../src/web/proxy.ts';
 import { startPortal } from '../../src/portal/server.ts';
 import { tcpReachable } from '../../src/stack/services.ts';
 import { startMailSink } from '../../src/mail/sink.ts';
 import { ownDatabase } from '../helpers/own-database.ts';
+import { DOCKER_COMPOSE, describeWith, pathOf } from '../helpers/tools.ts';
 import { PortalClient, sinkMailbox } from './client.ts';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -194,8 +195,7 @@ describe('a bcb portal on all interfaces', () => {
 });
 
 // docker-compose.yml: Debian's docker-compose 1.29 must accept it (`config`) with the required
-// variables, and refuse it without any one of them. Skipped where docker-compose is not installed.
-const COMPOSE = ['/usr/bin/docker-compose', '/usr/local/bin/docker-compose'].find((p) => existsSync(p));
+// variables, and refuse it without any one of them (docker-compose missing: skipped, failed under CI).
 const REQUIRED = {
   POSTGRES_PASSWORD: '0123456789abcdef',
   PORTAL_PUBLIC_URL: 'https://portal.example.com.br',
@@ -227,7 +227,7 @@ function composeConfig(env: Record<string, string>): Promise<{ code: number; std
   const cwd = mkdtempSync(join(tmpdir(), 'catraca-compose-'));
   return new Promise((res) => {
     execFile(
-      COMPOSE!,
+      pathOf(DOCKER_COMPOSE),
       ['-f', join(ROOT, 'docker-compose.yml'), '--project-directory', cwd, 'config'],
       { cwd, env: { PATH: process.env.PATH!, ...env }, timeout: 30000 },
       (err, stdout, stderr) => {
@@ -238,7 +238,7 @@ function composeConfig(env: Record<string, string>): Promise<{ code: number; std
   });
 }
 
-describe.skipIf(!COMPOSE)('docker-compose.yml (docker-compose 1.29 config)', () => {
+describeWith(DOCKER_COMPOSE, 'docker-compose.yml (docker-compose 1.29 config)', () => {
   it('is accepted with the required variables: bcb portal, no secret literals, vendor keys, grace periods', async () => {
     const r = await composeConfig(REQUIRED);
     expect(r.stderr).toBe('');

@@ -6,15 +6,16 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
-import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
+import { launchChromium, newPage, signIn } from '../helpers/browser.ts';
+import { CHROMIUM, describeWith } from '../helpers/tools.ts';
 
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
 
-describe.skipIf(!HAVE_CHROMIUM)('team members in Chromium', () => {
+describeWith(CHROMIUM, 'team members in Chromium', () => {
   const db = createPool(process.env.DATABASE_URL!, 2);
   let portal: Portal;
   let sink: MailSink;

@@ -1,21 +1,21 @@
 // Chromium end-to-end: sign up → the verification e-mail (SMTP sink) → sign in → top up R$ 50,00 with the Pix simulator → balance → key restricted
 // to one model → the openai client uses it (allowed 200, other model 403) → usage shows it →
 // revoke → 401. Screenshots of every page go to test-artifacts/portal/ (gitignored).
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
 import { paySimulatedCharge } from '../../src/pix/simulator/pay.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
-import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
-import type { TestStack } from '../helpers/stack.ts';
+import { launchChromium, newPage, signIn } from '../helpers/browser.ts';
+import { startStack, type TestStack } from '../helpers/stack.ts';
+import { CHROMIUM, describeWith } from '../helpers/tools.ts';
 
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
-const haveStack = existsSync(join(process.cwd(), 'test', 'helpers', 'stack.ts'));
 
-describe.skipIf(!haveStack || !HAVE_CHROMIUM)('portal in Chromium, end to end through the gateway', () => {
+describeWith(CHROMIUM, 'portal in Chromium, end to end through the gateway', () => {
   let stack: TestStack;
   let portal: Portal;
   let sink: MailSink;
@@ -25,7 +25,6 @@ describe.skipIf(!haveStack || !HAVE_CHROMIUM)('portal in Chromium, end to end th
 
   beforeAll(async () => {
     mkdirSync(ARTIFACTS, { recursive: true });
-    const { startStack } = await import('../helpers/stack.ts');
     stack = await startStack({ gateways: 1, workers: 1 });
     sink = await startMailSink();
     portal = await startPortal({

@@ -10,7 +10,7 @@ import { createTenant } from '../../src/db/tenants.ts';
 import { upsertModel } from '../../src/db/models.ts';
 import { createMetrics } from '../../src/metrics/registry.ts';
 import { getSetting, SETTINGS } from '../../src/pix/settings.ts';
-import { hashPassword } from '../../src/portal/auth.ts';
+import { hashPassword } from '../../src/web/sign-in.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
 import { PortalClient } from './client.ts';
 

@@ -10,9 +10,10 @@ import { createPool } from '../../src/db/pool.ts';
 import { createTenant } from '../../src/db/tenants.ts';
 import { configureLogging } from '../../src/log.ts';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
-import { createSession, hashPassword } from '../../src/portal/auth.ts';
+import { createSession } from '../../src/portal/auth.ts';
+import { hashPassword } from '../../src/web/sign-in.ts';
 import { changeRole, removeMember } from '../../src/portal/members.ts';
-import type { Role } from '../../src/portal/roles.ts';
+import type { Role } from '../../src/db/members.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
 import { PortalClient, sinkMailbox } from './client.ts';
 

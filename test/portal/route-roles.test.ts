@@ -10,9 +10,10 @@ import { createApiKey } from '../../src/db/keys.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { createTenant } from '../../src/db/tenants.ts';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
-import { createSession, hashPassword } from '../../src/portal/auth.ts';
+import { createSession } from '../../src/portal/auth.ts';
+import { hashPassword } from '../../src/web/sign-in.ts';
 import { newLinkToken } from '../../src/portal/email-links.ts';
-import { ROLES, type Role } from '../../src/portal/roles.ts';
+import { ROLES, type Role } from '../../src/db/members.ts';
 import { declaredPermission, endpointsOf } from '../../src/portal/authorize.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
 import { PortalClient } from './client.ts';
@@ -137,7 +138,17 @@ const CASES: Case[] = [
   // public: no session needed (static files, the PSP's webhook, sign-in pages, e-mailed links)
   { route: 'GET /static/portal.js', ask: get(() => '/static/portal.js'), expect: ALL_200 },
   { route: 'GET /static/portal.css', ask: get(() => '/static/portal.css'), expect: ALL_200 },
-  ...['/webhooks/pix/:secret', '/webhooks/pix/:secret/', '/webhooks/pix/:secret/pix', '/webhooks/pix/:secret/pix/'].flatMap((p): Case[] => [
+  ...[
+    '/webhooks/pix/:secret',
+    '/webhooks/pix/:secret/',
+    '/webhooks/pix/:secret/pix',
+    '/webhooks/pix/:secret/pix/',
+    // Pix Automático: recurrences and recurring charges
+    '/webhooks/pix/:secret/rec',
+    '/webhooks/pix/:secret/rec/',
+    '/webhooks/pix/:secret/cobr',
+    '/webhooks/pix/:secret/cobr/',
+  ].flatMap((p): Case[] => [
     // the right secret, a notice without payments: refused as a bad body (a wrong secret would be 401, then 429)
     { route: `POST ${p}`, ask: webhook(p, 'POST'), expect: [400, 400, 400, 400, 400] },
     { route: `ALL ${p}`, ask: webhook(p, 'GET'), expect: [405, 405, 405, 405, 405] },

@@ -5,7 +5,7 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
 import { startMailSink, type MailSink } from '../../src/mail/sink.ts';
@@ -13,7 +13,8 @@ import { type Portal, startPortal } from '../../src/portal/server.ts';
 import { PortalClient, sinkMailbox } from './client.ts';
 import { addDays, todayInSaoPaulo } from '../../src/portal/period.ts';
 import { insertEntries, knownLedger, type LedgerEntry, uniq } from './usage-fixture.ts';
-import { HAVE_CHROMIUM, launchChromium, newPage, signIn } from '../helpers/browser.ts';
+import { launchChromium, newPage, signIn } from '../helpers/browser.ts';
+import { CHROMIUM, describeWith } from '../helpers/tools.ts';
 
 /** The label over the bar of the day i days ago: 1,00 + i × 0,37. */
 const bareAmount = (i: number) => {
@@ -23,7 +24,7 @@ const bareAmount = (i: number) => {
 
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
 
-describe.skipIf(!HAVE_CHROMIUM)('usage dashboard and exports in Chromium', () => {
+describeWith(CHROMIUM, 'usage dashboard and exports in Chromium', () => {
   const db = createPool(process.env.DATABASE_URL!, 2);
   const portalDb = createPool(derivedRoleUrl(process.env.DATABASE_URL!, 'portal'), 4);
   let sink: MailSink;

@@ -19,6 +19,7 @@ import { brlFlag, brlString, type Flags, intFlag, parseFlags, str } from '../arg
 import { CliError, type CliContext, UsageError } from '../context.ts';
 import { checkUpstreamKey } from './deployment.ts';
 import { broadcast, plainTable, withDb } from './shared.ts';
+import { saveUsdPrices, USD_FLAGS, usdFlags, usdToBrl } from './usd.ts';
 
 const MODEL_SET_FLAGS = [
   'id',
@@ -43,6 +44,7 @@ const MODEL_SET_FLAGS = [
   'weight',
   'name',
   'description',
+  ...USD_FLAGS,
 ];
 
 const announce = (ctx: CliContext, model: string) =>
@@ -51,11 +53,25 @@ const announce = (ctx: CliContext, model: string) =>
 
 export async function modelSet(ctx: CliContext, args: string[]): Promise<void> {
   const cmd = 'model set';
-  const flags = parseFlags(args, { values: MODEL_SET_FLAGS, required: ['id', 'pool', 'input-price', 'output-price'] }, cmd);
-  const given = modelFlags(flags, cmd);
+  const flags = parseFlags(args, { values: MODEL_SET_FLAGS, required: ['id', 'pool'] }, cmd);
+  const brlGiven = str(flags, 'input-price') !== undefined || str(flags, 'output-price') !== undefined;
+  const usd = usdFlags(flags, cmd, brlGiven);
+  if (!usd && (str(flags, 'input-price') === undefined || str(flags, 'output-price') === undefined))
+    throw new UsageError(`${cmd}: --input-price and --output-price (BRL), or --usd-input-price and --usd-output-price (USD, with --markup)`);
   const m = await withDb(ctx, async (db) => {
+    let given: GivenModel;
+    let rate: { micros: bigint; date: string } | undefined;
+    if (usd) {
+      const r = await usdToBrl(db, usd, cmd);
+      rate = r.rate;
+      given = modelFlags(flags, cmd, r.prices);
+    } else given = modelFlags(flags, cmd);
     const saved = await setModel(db, given);
-    if (saved.ok) return saved.model;
+    if (saved.ok) {
+      await saveUsdPrices(db, saved.model.id, 'primary', usd, rate);
+      if (usd && rate) ctx.warn(`priced from USD at R$ ${brlString(rate.micros)} per dollar (${rate.date}); recomputed at each new PTAX`);
+      return saved.model;
+    }
     switch (saved.error.code) {
       case 'is_alias':
         throw new CliError(`${cmd}: ${given.id} is an alias; remove it first (catraca model alias remove --alias ${given.id})`);
@@ -71,10 +87,21 @@ export async function modelSet(ctx: CliContext, args: string[]): Promise<void> {
   );
   await announce(ctx, m.id);
   // checked when named in this call (not on every price change of a model that keeps its key)
-  if (given.api_key_env) await checkUpstreamKey(ctx, m.pool, given.api_key_env);
+  const keyEnv = str(flags, 'api-key-env');
+  if (keyEnv) await checkUpstreamKey(ctx, m.pool, keyEnv);
 }
 
-function modelFlags(flags: Flags, cmd: string): GivenModel {
+function modelFlags(
+  flags: Flags,
+  cmd: string,
+  fromUsd?: {
+    input_price: bigint;
+    output_price: bigint;
+    cached_input_price: bigint | null;
+    cache_write_price: bigint | null;
+    cache_write_1h_price: bigint | null;
+  },
+): GivenModel {
   const id = str(flags, 'id')!;
   if (!MODEL_ID_RE.test(id)) throw new UsageError(`${cmd}: --id must look like vendor/name, got ${JSON.stringify(id)}`);
   const pool = str(flags, 'pool')!;
@@ -101,11 +128,11 @@ function modelFlags(flags: Flags, cmd: string): GivenModel {
   return {
     id,
     pool,
-    input_price: brlFlag(flags, 'input-price', cmd)!,
-    output_price: brlFlag(flags, 'output-price', cmd)!,
-    cached_input_price: optionalPrice(flags, 'cached-input-price', cmd),
-    cache_write_price: optionalPrice(flags, 'cache-write-price', cmd),
-    cache_write_1h_price: optionalPrice(flags, 'cache-write-1h-price', cmd),
+    input_price: fromUsd?.input_price ?? brlFlag(flags, 'input-price', cmd)!,
+    output_price: fromUsd?.output_price ?? brlFlag(flags, 'output-price', cmd)!,
+    cached_input_price: fromUsd ? fromUsd.cached_input_price : optionalPrice(flags, 'cached-input-price', cmd),
+    cache_write_price: fromUsd ? fromUsd.cache_write_price : optionalPrice(flags, 'cache-write-price', cmd),
+    cache_write_1h_price: fromUsd ? fromUsd.cache_write_1h_price : optionalPrice(flags, 'cache-write-1h-price', cmd),
     protocol,
     kind,
     upstream_model: str(flags, 'upstream-model') || undefined,

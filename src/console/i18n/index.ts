@@ -1,12 +1,11 @@
-import { type Lang, parseLang } from '../../portal/i18n/index.ts';
-import { makeTranslator } from '../../web/i18n.ts';
+import { type Lang, makeTranslator } from '../../web/i18n.ts';
 import { en } from './en.ts';
 import { type ConsoleMessages, ptBR } from './pt-BR.ts';
 
-// The console's strings, in pt-BR and English like the portal's (whose languages, cookie rule and
-// `?lang=` switch it shares).
+// The console's strings, in pt-BR and English like the portal's (the languages, cookie rule and
+// `?lang=` switch of src/web/i18n.ts).
 
-export { type Lang, parseLang };
+export type { Lang };
 export type ConsoleKey = keyof ConsoleMessages;
 const catalogs: Record<Lang, ConsoleMessages> = { 'pt-BR': ptBR, en };
 

@@ -7,7 +7,7 @@ import { subjects } from '../../bus/subjects.ts';
 import { listKeys } from '../../db/keys.ts';
 import { withTransaction } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
-import { amount } from '../../portal/format.ts';
+import { amount } from '../../web/format.ts';
 import { type Form, one, redirect } from '../../web/http.ts';
 import { audit } from '../audit.ts';
 import { broadcast } from '../bus.ts';
@@ -15,7 +15,7 @@ import { type CCtx, type ConsoleEnv, operatorOf } from '../http.ts';
 import type { ConsoleKey, T } from '../i18n/index.ts';
 import { listCharges } from '../pix.ts';
 import type { ConsoleRenderer } from '../render.ts';
-import { listMembers } from '../../portal/members.ts';
+import { listMembers } from '../../db/members.ts';
 import { getTenantDetail, listTenants, statement } from '../tenants.ts';
 import { tenantPage, tenantsPage } from '../views/tenants.ts';
 

@@ -2,7 +2,7 @@ import type { UpstreamKeyCheck } from '../../catalog/upstream-keys.ts';
 import type { DeploymentRow } from '../../bus/instances.ts';
 import { formatBrl } from '../../billing/money.ts';
 import type { DeploymentRecord, ModelRecord } from '../../db/models.ts';
-import { dateTime, int, price } from '../../portal/format.ts';
+import { dateTime, int, price } from '../../web/format.ts';
 import { html, raw, type SafeHtml } from '../../web/html.ts';
 import { type CatalogModel, keyCheck, type VendorCost, type WorkerState } from '../catalog.ts';
 import { csrfField, table, type ViewCtx } from './layout.ts';

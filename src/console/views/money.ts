@@ -1,4 +1,4 @@
-import { amount, dateTime, int } from '../../portal/format.ts';
+import { amount, dateTime, int } from '../../web/format.ts';
 import { html, type SafeHtml } from '../../web/html.ts';
 import type { DayTotal, MarginRow, ShortfallRow } from '../money.ts';
 import { table, type ViewCtx } from './layout.ts';

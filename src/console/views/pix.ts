@@ -1,4 +1,4 @@
-import { amount, dateTime } from '../../portal/format.ts';
+import { amount, dateTime } from '../../web/format.ts';
 import { html, type SafeHtml } from '../../web/html.ts';
 import type { ConsoleCharge, PixState } from '../pix.ts';
 import { table, type ViewCtx } from './layout.ts';

@@ -1,5 +1,5 @@
 import type { LedgerCheckResult } from '../../billing/ledger-check.ts';
-import { amount, dateTime, int } from '../../portal/format.ts';
+import { amount, dateTime, int } from '../../web/format.ts';
 import { html, raw, type SafeHtml } from '../../web/html.ts';
 import { AUDIT_ACTIONS, type AuditRow } from '../audit.ts';
 import type { Operator, OperatorSetup } from '../auth.ts';

@@ -1,8 +1,8 @@
 import type { ApiKeyRecord } from '../../db/keys.ts';
-import { amount, dateTime } from '../../portal/format.ts';
+import { amount, dateTime } from '../../web/format.ts';
 import { html, raw, type SafeHtml } from '../../web/html.ts';
 import type { ConsoleCharge } from '../pix.ts';
-import type { Member } from '../../portal/members.ts';
+import type { Member } from '../../db/members.ts';
 import type { StatementRow, TenantDetail, TenantListRow } from '../tenants.ts';
 import { csrfField, pager, table, type ViewCtx } from './layout.ts';
 import { chargesTable } from './pix.ts';

@@ -10,6 +10,12 @@
 -- notify_tenants row is locked first and the balance read after, so a credit committed meanwhile is
 -- seen (never an event for a balance that is no longer so). Tenants in id order: no deadlock between
 -- callers. Returns the events it made (the caller publishes them; else the dispatcher's relay does).
+-- An event's `balance` is what the debit that crossed left, not the balance now: metering checks up
+-- to 250 ms after the commit (CHECK_EVERY_MS), its sweep later still, and debits that settled
+-- meanwhile are not the crossing. The crossing is the tenant's latest ledger debit from at or above
+-- the line to below it, found newest first through ledger_tenant_time (reading the rows since the
+-- crossing: a few, as the check follows it closely); where there is none (a tenant below the line
+-- without ever being debited across it, e.g. a sign-up at R$ 0,00), the balance now.
 create or replace function catraca_notify_balance(p_tenants text[])
 returns setof notify_events
 language plpgsql
@@ -20,6 +26,7 @@ declare
   c record;
   s notify_tenants%rowtype;
   v_balance bigint;
+  v_left bigint;
   v_dust constant bigint := 10000;
 begin
   for c in
@@ -36,18 +43,26 @@ begin
     select balance_micros into v_balance from tenants where id = c.id;
     if s.low_balance_micros is not null and v_balance < s.low_balance_micros and not s.low_fired then
       update notify_tenants set low_fired = true where tenant_id = c.id;
+      v_left := coalesce((select l.balance_after_micros from ledger l
+                           where l.tenant_id = c.id and l.kind = 'debit' and l.balance_after_micros < s.low_balance_micros
+                             and l.balance_after_micros + l.amount_micros >= s.low_balance_micros
+                           order by l.created_at desc, l.id desc limit 1), v_balance);
       return query select * from catraca_notify_event(c.id, 'balance.low',
         jsonb_build_object('tenant_id', c.id,
-                           'balance', (v_balance / 1000000)::text || '.' || lpad((v_balance % 1000000)::text, 6, '0'),
+                           'balance', (v_left / 1000000)::text || '.' || lpad((v_left % 1000000)::text, 6, '0'),
                            'threshold', (s.low_balance_micros / 1000000)::text || '.' || lpad((s.low_balance_micros % 1000000)::text, 6, '0')));
     elsif s.low_fired and (s.low_balance_micros is null or v_balance >= s.low_balance_micros) then
       update notify_tenants set low_fired = false where tenant_id = c.id;
     end if;
     if v_balance < v_dust and not s.depleted_fired then
       update notify_tenants set depleted_fired = true where tenant_id = c.id;
+      v_left := coalesce((select l.balance_after_micros from ledger l
+                           where l.tenant_id = c.id and l.kind = 'debit' and l.balance_after_micros < v_dust
+                             and l.balance_after_micros + l.amount_micros >= v_dust
+                           order by l.created_at desc, l.id desc limit 1), v_balance);
       return query select * from catraca_notify_event(c.id, 'balance.depleted',
         jsonb_build_object('tenant_id', c.id,
-                           'balance', (v_balance / 1000000)::text || '.' || lpad((v_balance % 1000000)::text, 6, '0'),
+                           'balance', (v_left / 1000000)::text || '.' || lpad((v_left % 1000000)::text, 6, '0'),
                            'depleted_below', '0.010000'));
     elsif s.depleted_fired and v_balance >= v_dust then
       update notify_tenants set depleted_fired = false where tenant_id = c.id;

@@ -1,6 +1,7 @@
 import type http from 'node:http';
 import { fromValor } from '../amount.ts';
 import { TXID_RE } from '../bcb.ts';
+import { type RecSimState, recApiRoute, recSimRoute } from './recurrence.ts';
 import { cobJson, type PixSimState } from './state.ts';
 
 // The simulator's HTTP routes (BCB API Pix paths, optionally under /v2), over PixSimState.
@@ -29,7 +30,15 @@ function segment(s: string): string | null {
   }
 }
 
-export async function route(sim: PixSimState, method: string, path: string, headers: http.IncomingHttpHeaders, raw: string): Promise<Reply> {
+export async function route(
+  sim: PixSimState,
+  method: string,
+  path: string,
+  headers: http.IncomingHttpHeaders,
+  raw: string,
+  rec?: RecSimState,
+  query: URLSearchParams = new URLSearchParams(),
+): Promise<Reply> {
   let m: RegExpExecArray | null;
   if (method === 'POST' && path === '/oauth/token') {
     if (!sim.clientOk(headers.authorization)) return { status: 401, body: { error: 'invalid_client' } };
@@ -40,7 +49,8 @@ export async function route(sim: PixSimState, method: string, path: string, head
         access_token: sim.issueToken(),
         token_type: 'Bearer',
         expires_in: 3600,
-        scope: 'cob.read cob.write pix.read pix.write webhook.read webhook.write',
+        scope:
+          'cob.read cob.write pix.read pix.write webhook.read webhook.write rec.read rec.write payloadlocationrec.read payloadlocationrec.write solicrec.read solicrec.write cobr.read cobr.write webhookrec.read webhookrec.write webhookcobr.read webhookcobr.write',
       },
     };
   }
@@ -60,6 +70,17 @@ export async function route(sim: PixSimState, method: string, path: string, head
         }
       : problem(404, 'NaoEncontrado');
   }
+  if ((m = /^\/qr\/v2\/rec\/([A-Za-z0-9]+)$/.exec(path)) && method === 'GET' && rec) {
+    const token = m[1];
+    const loc = [...rec.locs.values()].find((l) => l.token === token);
+    const r = loc?.idRec ? rec.recs.get(loc.idRec) : undefined;
+    return r ? { status: 200, body: rec.recJson(r) } : problem(404, 'NaoEncontrado');
+  }
+  if (path.startsWith('/sim/') && !path.startsWith('/sim/cob/') && rec) {
+    if (!sim.clientOk(headers.authorization)) return { status: 401, body: { error: 'invalid_client' } };
+    const r = await recSimRoute(rec, method, path, raw);
+    if (r) return r;
+  }
   if ((m = /^\/sim\/cob\/([^/]+)\/pagar$/.exec(path)) && method === 'POST') {
     if (!sim.clientOk(headers.authorization)) return { status: 401, body: { error: 'invalid_client' } };
     const txid = segment(m[1]);
@@ -71,6 +92,10 @@ export async function route(sim: PixSimState, method: string, path: string, head
 
   if (!sim.tokenOk(headers.authorization)) return problem(401, 'AcessoNegado');
 
+  if (rec) {
+    const r = recApiRoute(rec, method, path, query, raw);
+    if (r) return r;
+  }
   if ((m = /^\/cob\/([^/]+)$/.exec(path))) return cob(sim, method, segment(m[1]), raw);
   if ((m = /^\/webhook\/([^/]+)$/.exec(path))) return webhook(sim, method, segment(m[1]), raw);
   if ((m = /^\/pix\/([^/]+)\/devolucao\/([^/]+)$/.exec(path))) return refund(sim, method, segment(m[1]), segment(m[2]), raw);

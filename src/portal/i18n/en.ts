@@ -292,6 +292,7 @@ export const en: Messages = {
   'notify.event.balance.low': 'Low balance',
   'notify.event.balance.depleted': 'Balance depleted',
   'notify.event.topup.credited': 'Top-up credited',
+  'notify.event.topup.recurring_failed': 'Automatic top-up failed',
   'notify.event.key.limit_reached': 'Key limit reached',
   'notify.event.key.revoked': 'Key revoked',
   'notify.event.key.expiring': 'Key expiring (7 days before)',
@@ -346,6 +347,7 @@ export const en: Messages = {
   'notify.mail.subject.balance.depleted': 'Balance depleted',
   'notify.mail.subject.topup.credited': 'Top-up of {amount} credited',
   'notify.mail.subject.invoice.issued': 'Nota fiscal {number} issued',
+  'notify.mail.subject.topup.recurring_failed': 'Automatic top-up of {amount} not paid',
   'notify.mail.subject.key.limit_reached': 'The key {key} reached its spending limit',
   'notify.mail.subject.key.revoked': 'The key {key} was revoked',
   'notify.mail.subject.key.expiring': 'The key {key} expires on {date}',
@@ -354,6 +356,8 @@ export const en: Messages = {
   'notify.mail.body.topup.credited': 'We received your Pix of {amount} for {tenant}. Balance now: {balance}.',
   'notify.mail.body.invoice.issued':
     'The nota fiscal (NFS-e) {number} of {amount} for {tenant} was issued. Access key: {access_key}. It is under Notas fiscais, with its XML and PDF.',
+  'notify.mail.body.topup.recurring_failed':
+    "The Pix Automático charge of {amount} for {tenant} was not paid by the payer's bank. To top up now, pay a one-off Pix.",
   'notify.mail.body.key.limit_reached': 'The key {key} of {tenant} spent {spent} of its limit of {limit} {window}: new requests with it are refused.',
   'notify.mail.body.key.revoked': 'The key {key} of {tenant} was revoked on {date} and takes no more requests.',
   'notify.mail.body.key.expiring': 'The key {key} of {tenant} expires on {date}. Make a new key in the portal before then to keep working.',

@@ -293,6 +293,7 @@ export const ptBR = {
   'notify.event.balance.low': 'Saldo baixo',
   'notify.event.balance.depleted': 'Saldo esgotado',
   'notify.event.topup.credited': 'Recarga creditada',
+  'notify.event.topup.recurring_failed': 'Recarga automática falhou',
   'notify.event.key.limit_reached': 'Limite de chave atingido',
   'notify.event.key.revoked': 'Chave revogada',
   'notify.event.key.expiring': 'Chave expirando (7 dias antes)',
@@ -347,6 +348,7 @@ export const ptBR = {
   'notify.mail.subject.balance.depleted': 'Saldo esgotado',
   'notify.mail.subject.topup.credited': 'Recarga de {amount} creditada',
   'notify.mail.subject.invoice.issued': 'Nota fiscal {number} emitida',
+  'notify.mail.subject.topup.recurring_failed': 'Recarga automática de {amount} não paga',
   'notify.mail.subject.key.limit_reached': 'A chave {key} atingiu o limite de gasto',
   'notify.mail.subject.key.revoked': 'A chave {key} foi revogada',
   'notify.mail.subject.key.expiring': 'A chave {key} expira em {date}',
@@ -355,6 +357,8 @@ export const ptBR = {
   'notify.mail.body.topup.credited': 'Recebemos o seu Pix de {amount} para {tenant}. Saldo atual: {balance}.',
   'notify.mail.body.invoice.issued':
     'A nota fiscal (NFS-e) {number} de {amount} para {tenant} foi emitida. Chave de acesso: {access_key}. Ela está em Notas fiscais, com o XML e o PDF.',
+  'notify.mail.body.topup.recurring_failed':
+    'A cobrança Pix Automático de {amount} para {tenant} não foi paga pelo banco do pagador. Para recarregar agora, pague um Pix avulso.',
   'notify.mail.body.key.limit_reached':
     'A chave {key} de {tenant} gastou {spent} do seu limite de {limit} {window}: novas requisições com ela serão recusadas.',
   'notify.mail.body.key.revoked': 'A chave {key} de {tenant} foi revogada em {date} e não aceita mais requisições.',

@@ -4,7 +4,7 @@ import { createLogger } from '../../log.ts';
 import type { Mail, Mailer } from '../../mail/index.ts';
 import { qrPng } from '../../pix/brcode.ts';
 import { type ChargeRow, type PixService, TopUpError } from '../../pix/service.ts';
-import { amount, dateTime } from '../format.ts';
+import { amount, dateTime } from '../../web/format.ts';
 import { escapeHtml } from '../../web/html.ts';
 import { type MessageKey, translator } from '../i18n/index.ts';
 import { type DeliveryRow, RECIPIENTS_SQL } from '../../notify/deliveries.ts';
@@ -50,7 +50,7 @@ export async function sendEventMail(m: MailDeps, d: DeliveryRow, e: NotifyEvent)
 /** The amount of the tenant's last paid top-up (null: it never paid one). */
 async function lastTopUpAmount(db: pg.Pool, tenantId: string): Promise<bigint | null> {
   const { rows } = await db.query(
-    `select amount_micros from pix_charges where tenant_id = $1 and status = 'CONCLUIDA' order by paid_at desc nulls last, created_at desc limit 1`,
+    `select amount_micros from pix_charges where tenant_id = $1 and status = 'CONCLUIDA' and id_rec is null order by paid_at desc nulls last, created_at desc limit 1`,
     [tenantId],
   );
   return rows[0]?.amount_micros ?? null;
@@ -105,7 +105,7 @@ export async function composeMail(site: string, to: string[], tenant: string, e:
   const subject = t(`notify.mail.subject.${e.type}` as MessageKey, vars);
   const body = t(`notify.mail.body.${e.type}` as MessageKey, vars);
   const footer = t('notify.mail.footer', { tenant, link: `${base}/notifications` });
-  const topup = e.type.startsWith('balance.') ? t('notify.mail.topup_link', { link: `${base}/topup` }) : null;
+  const topup = e.type.startsWith('balance.') || e.type === 'topup.recurring_failed' ? t('notify.mail.topup_link', { link: `${base}/topup` }) : null;
   const text: string[] = [body];
   const html: string[] = [`<p>${escapeHtml(body)}</p>`];
   const attachments: Mail['attachments'] = [];

@@ -10,9 +10,10 @@ import { type AppEnv, clearPortalCookie, type Ctx, SESSION_COOKIE, setPortalCook
 import { one, redirect } from '../../web/http.ts';
 import { throttleKey } from '../../auth/client-address.ts';
 import type { Renderer } from '../render.ts';
-import * as V from '../views.ts';
 import { can } from '../authorize.ts';
 import { afterRevocation } from '../revocation.ts';
+import { checkEmailPage, loginPage, resetPage, signupPage } from '../views/auth.ts';
+import { messagePage } from '../views/layout.ts';
 
 // Sign-up, sign-in, sign-out, and the links sent by e-mail: the pages a browser without a session may see.
 
@@ -39,12 +40,12 @@ export function authRoutes(d: AuthDeps, r: Renderer): Hono<AppEnv> {
 function signUpRoutes(app: Hono<AppEnv>, d: AuthDeps, r: Renderer): void {
   const { db } = d;
   const signupClosed = (c: Ctx) =>
-    r.page(c, 503, c.var.t('auth.signup_title'), (vc) => V.messagePage(vc, c.var.t('auth.signup_title'), c.var.t('auth.signup_closed')));
+    r.page(c, 503, c.var.t('auth.signup_title'), (vc) => messagePage(vc, c.var.t('auth.signup_title'), c.var.t('auth.signup_closed')));
 
   app.get('/signup', can('public'), (c) => {
     if (c.var.session) return redirect(c, '/dashboard');
     if (!d.mailer.configured) return signupClosed(c);
-    return r.page(c, 200, c.var.t('auth.signup_title'), (vc) => V.signupPage(vc));
+    return r.page(c, 200, c.var.t('auth.signup_title'), (vc) => signupPage(vc));
   });
   app.post('/signup', can('public'), async (c) => {
     const { t, form, ip } = c.var;
@@ -63,7 +64,7 @@ function signUpRoutes(app: Hono<AppEnv>, d: AuthDeps, r: Renderer): void {
         c,
         res.error === 'rate_limited' ? 429 : 400,
         t('auth.signup_title'),
-        (vc) => V.signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }),
+        (vc) => signupPage(vc, { email: one(form, 'email'), org: one(form, 'org') }),
         {
           error,
         },
@@ -77,7 +78,7 @@ function signUpRoutes(app: Hono<AppEnv>, d: AuthDeps, r: Renderer): void {
       log.info('sign-up with the e-mail of an existing account: its owner is told', { user: res.user.id });
       await sendSignupNotice(d, t, res.user);
     }
-    return r.page(c, 200, t('auth.check_email_title'), (vc) => V.checkEmailPage(vc, { email: res.user.email, devMail: d.devMode }));
+    return r.page(c, 200, t('auth.check_email_title'), (vc) => checkEmailPage(vc, { email: res.user.email, devMail: d.devMode }));
   });
 }
 
@@ -105,7 +106,7 @@ function signInRoutes(app: Hono<AppEnv>, d: AuthDeps, r: Renderer): void {
           : q.has('role')
             ? c.var.t('auth.role_changed')
             : null;
-    return r.page(c, 200, c.var.t('auth.login_title'), (vc) => V.loginPage(vc), { flash });
+    return r.page(c, 200, c.var.t('auth.login_title'), (vc) => loginPage(vc), { flash });
   });
   app.post('/login', can('public'), async (c) => {
     const { t, form, ip } = c.var;
@@ -121,7 +122,7 @@ function signInRoutes(app: Hono<AppEnv>, d: AuthDeps, r: Renderer): void {
             : t('error.account_backoff', { seconds: res.seconds })
           : t('error.rate_limited', { minutes: res.minutes ?? 15 });
     if (res.error === 'rate_limited') c.header('retry-after', String(res.seconds ?? (res.minutes ?? 15) * 60));
-    return r.page(c, res.error === 'rate_limited' ? 429 : 401, t('auth.login_title'), (vc) => V.loginPage(vc, { email: one(form, 'email') }), { error });
+    return r.page(c, res.error === 'rate_limited' ? 429 : 401, t('auth.login_title'), (vc) => loginPage(vc, { email: one(form, 'email') }), { error });
   });
 
   app.post('/logout', can('public'), async (c) => {
@@ -137,26 +138,26 @@ export function linkRoutes(d: AuthDeps, r: Renderer): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   const linkInvalid = (c: Ctx) =>
     r.page(c, 400, c.var.t('auth.link_invalid_title'), (vc) =>
-      V.messagePage(vc, c.var.t('auth.link_invalid_title'), c.var.t('auth.link_invalid'), { href: '/login', label: c.var.t('auth.login_button') }),
+      messagePage(vc, c.var.t('auth.link_invalid_title'), c.var.t('auth.link_invalid'), { href: '/login', label: c.var.t('auth.login_button') }),
     );
   app.get('/verify', can('public'), async (c) => {
     const { t, session } = c.var;
     if (!(await verifyEmail(db, c.var.url.searchParams.get('token') ?? ''))) return linkInvalid(c);
     log.info('e-mail verified', { user: session?.user.id });
     const next = session ? { href: '/topup', label: t('nav.topup') } : { href: '/login', label: t('auth.login_button') };
-    return r.page(c, 200, t('auth.verified_title'), (vc) => V.messagePage(vc, t('auth.verified_title'), t('auth.verified'), next));
+    return r.page(c, 200, t('auth.verified_title'), (vc) => messagePage(vc, t('auth.verified_title'), t('auth.verified'), next));
   });
   app.get('/reset', can('public'), async (c) => {
     const token = c.var.url.searchParams.get('token') ?? '';
     if (!(await linkUsable(db, token, 'reset'))) return linkInvalid(c);
-    return r.page(c, 200, c.var.t('auth.reset_title'), (vc) => V.resetPage(vc, token));
+    return r.page(c, 200, c.var.t('auth.reset_title'), (vc) => resetPage(vc, token));
   });
   app.post('/reset', can('public'), async (c) => {
     const { t, form } = c.var;
     const token = one(form, 'token');
     const password = one(form, 'password');
     if (password.length < MIN_PASSWORD || password.length > 1024)
-      return r.page(c, 400, t('auth.reset_title'), (vc) => V.resetPage(vc, token), { error: t('auth.weak_password') });
+      return r.page(c, 400, t('auth.reset_title'), (vc) => resetPage(vc, token), { error: t('auth.weak_password') });
     const done = await resetPassword(db, token, password);
     if (!done) return linkInvalid(c);
     log.info('password reset by e-mail link', { user: done.userId, tenant: done.tenantId, revoked_keys: done.revokedKeys.length });

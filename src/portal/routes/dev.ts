@@ -7,10 +7,10 @@ import type { PixSimulator } from '../../pix/simulator/server.ts';
 import { type AppEnv, tenantOf } from '../http.ts';
 import { redirect } from '../../web/http.ts';
 import type { Renderer } from '../render.ts';
-import * as V from '../views.ts';
 import { readMessages } from '../../mail/mailbox-dir.ts';
 import { TXID } from './topup.ts';
 import { can } from '../authorize.ts';
+import { devMailPage } from '../views/dev.ts';
 
 // Development only (mounted in dev mode, src/portal/config.ts): the charge page's "pay with the
 // simulator" button (the simulator then calls our webhook like a PSP would), and /dev/mail.
@@ -28,7 +28,7 @@ export interface DevDeps {
 /** /dev/mail: the e-mails the embedded SMTP sink received (no session needed: dev mode runs on loopback only). */
 export function devMailRoutes(d: DevDeps, r: Renderer): Hono<AppEnv> {
   return new Hono<AppEnv>().get('/dev/mail', can('public'), (c) =>
-    r.page(c, 200, c.var.t('dev.mail_title'), (vc) => V.devMailPage(vc, d.devMailDir ? readMessages(d.devMailDir) : [])),
+    r.page(c, 200, c.var.t('dev.mail_title'), (vc) => devMailPage(vc, d.devMailDir ? readMessages(d.devMailDir) : [])),
   );
 }
 

@@ -7,8 +7,8 @@ import { type AppEnv, tenantOf } from '../http.ts';
 import { parsePeriod } from '../period.ts';
 import { can } from '../authorize.ts';
 import type { Renderer } from '../render.ts';
-import * as V from '../views.ts';
 import { badPeriod } from './usage.ts';
+import { messagePage } from '../views/layout.ts';
 
 // CSV downloads of a period: GET /exports/statement.csv and /exports/usage.csv ?from=YYYY-MM-DD&to=YYYY-MM-DD
 // (São Paulo days, both included, at most MAX_PERIOD_DAYS; see src/portal/exports.ts for the columns).
@@ -67,7 +67,7 @@ export function exportRoutes(d: ExportsDeps, r: Renderer, limits: ExportLimits =
       };
       // a HEAD would start a cursor nobody reads
       if (c.req.method === 'HEAD') return c.body(null, 200, headers);
-      if (!slots.take(tenantId)) return r.page(c, 429, t('exports.busy_title'), (vc) => V.messagePage(vc, '429', t('exports.busy')));
+      if (!slots.take(tenantId)) return r.page(c, 429, t('exports.busy_title'), (vc) => messagePage(vc, '429', t('exports.busy')));
       const started = Date.now();
       // fails before the first byte (the slot given back): the portal's error page
       const body = await csvBody(d.db, exportQuery(name, tenantId, asked.period), {

@@ -15,7 +15,7 @@ import type { Renderer } from '../render.ts';
 import { afterRevocation } from '../revocation.ts';
 import { may } from '../roles.ts';
 import { can } from '../authorize.ts';
-import * as V from '../views.ts';
+import { EXPIRY_CHOICES, keysPage, RATE_INTERVALS, revokeConfirmPage } from '../views/keys.ts';
 
 // API keys: list, create (Post/Redirect/Get, the key shown once), revoke (broadcast on NATS so the
 // front doors drop it at once). Owners and admins see every key of the tenant and who created it;
@@ -47,7 +47,7 @@ export function keysRoutes(d: KeysDeps, r: Renderer): Hono<AppEnv> {
   app.get('/keys/:id{[A-Za-z0-9_-]{1,64}}/revoke', can('keys'), async (c) => {
     const k = await getKey(db, c.req.param('id'), tenantOf(c), creatorScope(c));
     if (!k || k.revoked_at) return r.notFound(c);
-    return r.page(c, 200, c.var.t('keys.revoke'), (vc) => V.revokeConfirmPage(vc, k));
+    return r.page(c, 200, c.var.t('keys.revoke'), (vc) => revokeConfirmPage(vc, k));
   });
   app.post('/keys/:id{[A-Za-z0-9_-]{1,64}}/revoke', can('keys'), async (c) => {
     const keyId = c.req.param('id');
@@ -73,7 +73,7 @@ async function keysView(c: Ctx, db: pg.Pool, r: Renderer, status: number, extra:
   );
   const models = await listModels(db);
   const creators = scope === undefined ? await memberEmails(db, tenantOf(c)) : null;
-  return r.page(c, status, c.var.t('keys.title'), (vc) => V.keysPage(vc, { keys: withUsage, models, created: extra.created, form: extra.form, creators }), {
+  return r.page(c, status, c.var.t('keys.title'), (vc) => keysPage(vc, { keys: withUsage, models, created: extra.created, form: extra.form, creators }), {
     error: extra.error,
     flash: extra.flash,
   });
@@ -92,10 +92,10 @@ async function createKey(c: Ctx, db: pg.Pool, view: (c: Ctx, status: number, ext
   // The form offers a count and a unit, and a list of durations; the rule takes them as text.
   const rateText = one(f, 'rate_requests').trim();
   const unit = one(f, 'rate_interval') || 'm';
-  if (rateText && !(/^\d{1,7}$/.test(rateText) && (V.RATE_INTERVALS as readonly string[]).includes(unit)))
+  if (rateText && !(/^\d{1,7}$/.test(rateText) && (RATE_INTERVALS as readonly string[]).includes(unit)))
     return view(c, 400, { form: f, error: t('keys.bad_rate_limit') });
   const expiresText = one(f, 'expires');
-  if (expiresText && !(V.EXPIRY_CHOICES as readonly string[]).includes(expiresText)) return view(c, 400, { form: f, error: t('keys.bad_expiry') });
+  if (expiresText && !(EXPIRY_CHOICES as readonly string[]).includes(expiresText)) return view(c, 400, { form: f, error: t('keys.bad_expiry') });
   const checked = checkNewKey(
     {
       label: one(f, 'label'),

@@ -8,23 +8,13 @@ import { createSession, destroySessionToken, MIN_PASSWORD, SESSION_TTL_MS } from
 import { type MailContext, sendInvitation } from '../emails.ts';
 import { type AppEnv, clearPortalCookie, type Ctx, SESSION_COOKIE, setPortalCookie, tenantOf } from '../http.ts';
 import { one, redirect } from '../../web/http.ts';
-import * as MV from '../member-views.ts';
-import {
-  acceptInvitation,
-  changeRole,
-  invite,
-  listInvitations,
-  listMembers,
-  type MemberChange,
-  openInvitation,
-  removeMember,
-  revokeInvitation,
-} from '../members.ts';
+import { acceptInvitation, changeRole, invite, listInvitations, type MemberChange, openInvitation, removeMember, revokeInvitation } from '../members.ts';
 import type { Renderer } from '../render.ts';
 import { afterRevocation } from '../revocation.ts';
-import { isRole } from '../roles.ts';
+import { isRole, listMembers } from '../../db/members.ts';
 import { can, forbidden } from '../authorize.ts';
-import * as V from '../views.ts';
+import { messagePage } from '../views/layout.ts';
+import { accountPage, grantableRoles, invitationPage, membersPage, removeMemberPage } from '../views/members.ts';
 
 // Team members (issue 20): the members page (invite, change a role, remove), one's account page
 // (leave), and the invitation link. Every route declares its permission (src/portal/roles.ts);
@@ -65,7 +55,7 @@ function membersUi(d: MembersDeps, r: Renderer): MembersUi {
     const [members, invitations] = await Promise.all([listMembers(db, tenantId), listInvitations(db, tenantId)]);
     const done = c.var.url.searchParams.get('done');
     const flash = !o.error && (DONE as readonly string[]).includes(done ?? '') ? c.var.t(`members.done_${done as (typeof DONE)[number]}`) : null;
-    return r.page(c, o.status ?? 200, c.var.t('members.title'), (vc) => MV.membersPage(vc, { members, invitations, form: o.form }), {
+    return r.page(c, o.status ?? 200, c.var.t('members.title'), (vc) => membersPage(vc, { members, invitations, form: o.form }), {
       error: o.error,
       flash,
     });
@@ -129,12 +119,12 @@ function memberChangeRoutes(app: Hono<AppEnv>, d: MembersDeps, r: Renderer, ui: 
     const tenantId = tenantOf(c);
     const m = (await listMembers(db, tenantId)).find((x) => x.id === c.req.param('id'));
     if (!m) return r.notFound(c);
-    if (!MV.grantableRoles(c.var.session!.user.role).includes(m.role)) return forbidden(c, r);
+    if (!grantableRoles(c.var.session!.user.role).includes(m.role)) return forbidden(c, r);
     const { rows } = await db.query('select count(*)::int as n from api_keys where tenant_id = $1 and created_by = $2 and revoked_at is null', [
       tenantId,
       m.id,
     ]);
-    return r.page(c, 200, c.var.t('members.remove_title', { email: m.email }), (vc) => MV.removeMemberPage(vc, m, rows[0].n));
+    return r.page(c, 200, c.var.t('members.remove_title', { email: m.email }), (vc) => removeMemberPage(vc, m, rows[0].n));
   });
   app.post(`/members/:id${MEMBER_ID}/remove`, can('members'), async (c) => {
     const me = c.var.session!.user;
@@ -156,7 +146,7 @@ export function accountRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
   const page = async (c: Ctx, status = 200, error?: string) => {
     const user = c.var.session!.user;
     const company = (await getTenant(db, user.tenant_id))?.name ?? '';
-    return r.page(c, status, c.var.t('account.title'), (vc) => MV.accountPage(vc, { company, role: user.role }), { error });
+    return r.page(c, status, c.var.t('account.title'), (vc) => accountPage(vc, { company, role: user.role }), { error });
   };
   app.get('/account', can('account'), (c) => page(c));
   app.post('/account/leave', can('account'), async (c) => {
@@ -176,10 +166,10 @@ export function invitationRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   const refusal = (c: Ctx, status: number, text: string) =>
     r.page(c, status, c.var.t('invite.refused_title'), (vc) =>
-      V.messagePage(vc, c.var.t('invite.refused_title'), text, { href: '/login', label: c.var.t('auth.login_button') }),
+      messagePage(vc, c.var.t('invite.refused_title'), text, { href: '/login', label: c.var.t('auth.login_button') }),
     );
   const linkInvalid = (c: Ctx) =>
-    r.page(c, 400, c.var.t('auth.link_invalid_title'), (vc) => V.messagePage(vc, c.var.t('auth.link_invalid_title'), c.var.t('invite.link_invalid')));
+    r.page(c, 400, c.var.t('auth.link_invalid_title'), (vc) => messagePage(vc, c.var.t('auth.link_invalid_title'), c.var.t('invite.link_invalid')));
   /** The invitation, or the answer that refuses it: invalid, signed in as someone, an address that has a login. */
   async function usable(c: Ctx, token: string) {
     const inv = await openInvitation(db, token);
@@ -193,7 +183,7 @@ export function invitationRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
     const token = c.var.url.searchParams.get('token') ?? '';
     const u = await usable(c, token);
     if (!u.inv) return u.refused;
-    return r.page(c, 200, c.var.t('invite.title', { company: u.inv.tenant_name }), (vc) => MV.invitationPage(vc, u.inv, token));
+    return r.page(c, 200, c.var.t('invite.title', { company: u.inv.tenant_name }), (vc) => invitationPage(vc, u.inv, token));
   });
   app.post('/invite', can('public'), async (c) => {
     const { t, form } = c.var;
@@ -202,7 +192,7 @@ export function invitationRoutes(d: MembersDeps, r: Renderer): Hono<AppEnv> {
     if (!u.inv) return u.refused;
     const password = one(form, 'password');
     if (password.length < MIN_PASSWORD || password.length > 1024)
-      return r.page(c, 400, t('invite.title', { company: u.inv.tenant_name }), (vc) => MV.invitationPage(vc, u.inv, token), { error: t('auth.weak_password') });
+      return r.page(c, 400, t('invite.title', { company: u.inv.tenant_name }), (vc) => invitationPage(vc, u.inv, token), { error: t('auth.weak_password') });
     const res = await acceptInvitation(db, token, password);
     if (!res.ok) return res.error === 'taken' ? refusal(c, 409, t('invite.taken', { email: u.inv.email })) : linkInvalid(c);
     log.info('invitation accepted', { tenant: res.user.tenant_id, user: res.user.id, role: res.user.role, invitation: u.inv.id });

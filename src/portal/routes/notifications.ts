@@ -26,7 +26,7 @@ import { type AppEnv, type Ctx, SESSION_COOKIE, tenantOf } from '../http.ts';
 import { type Form, one, redirect } from '../../web/http.ts';
 import type { MessageKey } from '../i18n/index.ts';
 import type { Renderer } from '../render.ts';
-import { notificationsPage } from '../views-notifications.ts';
+import { notificationsPage } from '../views/notifications.ts';
 
 // Notifications (issue 20): the tenant's webhook endpoints (the signing secret shown once, at
 // creation and at rotation, through a one-time flash of the session), the low-balance threshold and

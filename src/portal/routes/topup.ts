@@ -7,12 +7,12 @@ import { qrDataUrl } from '../../pix/brcode.ts';
 import { CENTAVO_MICROS, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS } from '../../pix/limits.ts';
 import { type PixService, TopUpError } from '../../pix/service.ts';
 import { type MailContext, sendVerification } from '../emails.ts';
-import { money } from '../format.ts';
+import { money } from '../../web/format.ts';
 import { type AppEnv, type Ctx, tenantOf } from '../http.ts';
 import { json, one, redirect } from '../../web/http.ts';
 import type { Renderer } from '../render.ts';
-import * as V from '../views.ts';
 import { can } from '../authorize.ts';
+import { chargePage, topupPage, verifyFirstPage } from '../views/topup.ts';
 
 // Top-ups by Pix: the charges list and form, a charge's page (QR, copia e cola) and its status poll.
 
@@ -32,13 +32,13 @@ export function topUpRoutes(d: TopUpDeps, r: Renderer): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   // Until the address is verified, no Pix charge: the page says why and offers the link again.
   const verifyFirst = (c: Ctx, status: number, o: { flash?: string; error?: string } = {}) =>
-    r.page(c, status, c.var.t('topup.title'), (vc) => V.verifyFirstPage(vc, { email: c.var.session!.user.email, mailConfigured: d.mailer.configured }), o);
+    r.page(c, status, c.var.t('topup.title'), (vc) => verifyFirstPage(vc, { email: c.var.session!.user.email, mailConfigured: d.mailer.configured }), o);
   const verified = (c: Ctx) => c.var.session!.user.email_verified_at !== null;
   app.get('/topup', can('topup'), async (c) => {
     if (!verified(c))
       return verifyFirst(c, 200, { flash: c.var.url.searchParams.has('sent') ? c.var.t('topup.resent', { email: c.var.session!.user.email }) : undefined });
     const charges = await pix.listCharges(tenantOf(c));
-    return r.page(c, 200, c.var.t('topup.title'), (vc) => V.topupPage(vc, charges));
+    return r.page(c, 200, c.var.t('topup.title'), (vc) => topupPage(vc, charges));
   });
   app.post('/topup', can('topup'), (c) => (verified(c) ? createTopUp(c, pix, r) : verifyFirst(c, 403, { error: c.var.t('topup.verify_first_title') })));
   app.post('/verify/resend', can('account'), async (c) => {
@@ -53,7 +53,7 @@ export function topUpRoutes(d: TopUpDeps, r: Renderer): Hono<AppEnv> {
     if (!ch) return r.notFound(c);
     const qr = await qrDataUrl(ch.br_code);
     const balance = (await getTenant(db, tenantId))?.balance_micros ?? 0n;
-    return r.page(c, 200, c.var.t('topup.title'), (vc) => V.chargePage(vc, ch, qr, { devMode: d.devMode, balance }));
+    return r.page(c, 200, c.var.t('topup.title'), (vc) => chargePage(vc, ch, qr, { devMode: d.devMode, balance }));
   });
   app.get(`/topup/:txid${TXID}/status`, can('topup'), (c) => chargeStatus(c, c.req.param('txid'), db, pix));
   return app;
@@ -70,7 +70,7 @@ async function createTopUp(c: Ctx, pix: PixService, r: Renderer) {
   const tenantId = tenantOf(c);
   const amountText = one(form, 'amount');
   const parsed = parseUserAmountInput(amountText);
-  const fail = (status: number, error: string) => r.page(c, status, t('topup.title'), (vc) => V.topupPage(vc, [], { amount: amountText }), { error });
+  const fail = (status: number, error: string) => r.page(c, status, t('topup.title'), (vc) => topupPage(vc, [], { amount: amountText }), { error });
   if (!parsed.ok || parsed.micros % CENTAVO_MICROS !== 0n) return fail(400, amountError(c, parsed, amountText));
   try {
     const ch = await pix.createTopUp(tenantId, parsed.micros);

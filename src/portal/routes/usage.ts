@@ -7,9 +7,9 @@ import type { MessageKey } from '../i18n/index.ts';
 import type { Renderer } from '../render.ts';
 import { MAX_PERIOD_DAYS, parsePeriod } from '../period.ts';
 import { dailySpend, ledgerPage, spendByEndUser, spendByKey, spendByModel } from '../usage.ts';
-import { dashboardPage } from '../usage-views.ts';
-import * as V from '../views.ts';
 import { can } from '../authorize.ts';
+import { messagePage } from '../views/layout.ts';
+import { dashboardPage, ledgerPage as ledgerView, modelsPage } from '../views/usage.ts';
 
 // What the tenant has and spent: the dashboard, the ledger, the model price list.
 
@@ -51,11 +51,11 @@ export function usageRoutes(d: UsageDeps, r: Renderer): Hono<AppEnv> {
   app.get('/ledger', can('statement'), async (c) => {
     const p = Math.min(Math.max(1, Number.parseInt(c.var.url.searchParams.get('page') ?? '1', 10) || 1), 100000);
     const res = await ledgerPage(db, tenantOf(c), p);
-    return r.page(c, 200, c.var.t('ledger.title'), (vc) => V.ledgerPage(vc, res.rows, p, res.hasMore));
+    return r.page(c, 200, c.var.t('ledger.title'), (vc) => ledgerView(vc, res.rows, p, res.hasMore));
   });
   app.get('/models', can('usage'), async (c) => {
     const models = await listModels(db);
-    return r.page(c, 200, c.var.t('models.title'), (vc) => V.modelsPage(vc, models));
+    return r.page(c, 200, c.var.t('models.title'), (vc) => modelsPage(vc, models));
   });
   return app;
 }
@@ -64,6 +64,6 @@ export function usageRoutes(d: UsageDeps, r: Renderer): Hono<AppEnv> {
 export function badPeriod(c: Ctx, r: Renderer, error: MessageKey): Promise<Response> {
   const { t } = c.var;
   return r.page(c, 400, t('period.bad_title'), (vc) =>
-    V.messagePage(vc, t('period.bad_title'), t(error, { max: MAX_PERIOD_DAYS }), { href: '/dashboard', label: t('dash.title') }),
+    messagePage(vc, t('period.bad_title'), t(error, { max: MAX_PERIOD_DAYS }), { href: '/dashboard', label: t('dash.title') }),
   );
 }

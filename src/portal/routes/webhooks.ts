@@ -2,6 +2,7 @@ import { Hono, type MiddlewareHandler } from 'hono';
 import { bodyLimit } from 'hono/body-limit';
 import { createLogger } from '../../log.ts';
 import type { Metrics } from '../../metrics/registry.ts';
+import type { RecurringService } from '../../pix/recurring/service.ts';
 import type { PixService } from '../../pix/service.ts';
 import { type AppEnv, MAX_WEBHOOK_BYTES } from '../http.ts';
 import { json } from '../../web/http.ts';
@@ -12,6 +13,9 @@ import { can } from '../authorize.ts';
 // PSP callbacks: the secret is part of the URL we registered; the BCB standard appends /pix. The
 // secret is taken %-decoded; a malformed escape stays as sent, refused like any wrong secret.
 const PATHS = ['/webhooks/pix/:secret', '/webhooks/pix/:secret/', '/webhooks/pix/:secret/pix', '/webhooks/pix/:secret/pix/'];
+// Pix Automático: PUT /webhookrec and /webhookcobr register the same base; the PSP appends /rec and /cobr.
+const REC_PATHS = ['/webhooks/pix/:secret/rec', '/webhooks/pix/:secret/rec/'];
+const COBR_PATHS = ['/webhooks/pix/:secret/cobr', '/webhooks/pix/:secret/cobr/'];
 
 /**
  * Per client address: wrong secrets (someone guessing): 10, then one more per minute — past that
@@ -24,7 +28,7 @@ export const WEBHOOK_BAD_SECRETS = { burst: 10, perSecond: 1 / 60 };
 
 const log = createLogger('pix');
 
-export function webhookRoutes(pix: PixService, metrics: Metrics): Hono<AppEnv> {
+export function webhookRoutes(pix: PixService, metrics: Metrics, recurring: RecurringService | null = null): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   const requests = new TokenBuckets(WEBHOOK_REQUESTS);
   const badSecrets = new TokenBuckets(WEBHOOK_BAD_SECRETS);
@@ -52,6 +56,22 @@ export function webhookRoutes(pix: PixService, metrics: Metrics): Hono<AppEnv> {
     }
     return json(c, r.status, r.body);
   });
-  app.on('ALL', PATHS, can('public'), (c) => json(c, 405, { error: 'method not allowed' }));
+  for (const [kind, paths] of [
+    ['rec', REC_PATHS],
+    ['cobr', COBR_PATHS],
+  ] as const) {
+    app.on('POST', paths, can('public'), rateLimit, limit, async (c) => {
+      if (!recurring) return json(c, 404, { error: 'not found' });
+      const rawBody = Buffer.from(await c.req.arrayBuffer());
+      const r = await recurring.handleWebhook(kind, { secret: c.req.param('secret') ?? '', headers: c.env.incoming.headers, rawBody, remoteAddr: c.var.ip });
+      if (r.rejected === 'bad_secret') {
+        badSecrets.take(throttleKey(c.var.ip));
+        rejected.inc();
+        log.warn('pix recurrence webhook rejected: wrong secret (not stored)', { remote: c.var.ip, kind });
+      }
+      return json(c, r.status, r.body);
+    });
+  }
+  app.on('ALL', [...PATHS, ...REC_PATHS, ...COBR_PATHS], can('public'), (c) => json(c, 405, { error: 'method not allowed' }));
   return app;
 }

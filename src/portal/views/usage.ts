@@ -1,9 +1,11 @@
-import { amount, int, money } from './format.ts';
-import { html, type SafeHtml } from '../web/html.ts';
-import type { Lang } from './i18n/index.ts';
-import { MAX_PERIOD_DAYS, PERIOD_PRESETS, type Period } from './period.ts';
-import type { DaySpend, EndUsersSpend, KeySpend, ModelSpend } from './usage.ts';
-import { allows, type ViewCtx } from './views.ts';
+import { amount, dateTime, int, money, price } from '../../web/format.ts';
+import type { ModelRecord } from '../../db/models.ts';
+import { pager } from '../../web/layout.ts';
+import { html, type SafeHtml } from '../../web/html.ts';
+import type { Lang } from '../i18n/index.ts';
+import { MAX_PERIOD_DAYS, PERIOD_PRESETS, type Period } from '../period.ts';
+import type { DaySpend, EndUsersSpend, KeySpend, LedgerRow, ModelSpend } from '../usage.ts';
+import { allows, type ViewCtx } from './layout.ts';
 
 // The usage dashboard: period selector, spend per São Paulo day as a server-rendered SVG bar chart
 // whose values are written on it (a value axis, and amounts over the bars) beside a table of the same
@@ -159,4 +161,39 @@ ${periodSelector(c, d)}
 <section class="card"><h2>${c.t('dash.by_end_user')}</h2>${endUserTable(c, d.byEndUser, d.days)}</section>
 </div>
 ${allows(c, 'exports') ? exportLinks(c, d.period) : ''}`;
+}
+
+function ledgerWhat(c: ViewCtx, r: LedgerRow): SafeHtml {
+  if (r.source === 'request')
+    return html`${c.t('ledger.request', { model: r.model ?? '?', tin: int(c.lang, r.input_tokens ?? 0), tout: int(c.lang, r.output_tokens ?? 0) })}${r.key_label ? html` · <em>${r.key_label}</em>` : ''}`;
+  if (r.source === 'pix') return html`${c.t('ledger.pix')}`;
+  if (r.source === 'pix_refund') return html`${c.t('ledger.pix_refund')}`;
+  if (r.source === 'grant') return html`${c.t('ledger.grant')}${r.note ? html` · ${r.note}` : ''}`;
+  if (r.source === 'adjustment') return html`${c.t('ledger.adjustment')}${r.note ? html` · ${r.note}` : ''}`;
+  return html`${r.source}`;
+}
+
+export function ledgerPage(c: ViewCtx, rows: LedgerRow[], page: number, hasMore: boolean): SafeHtml {
+  return html`<h1>${c.t('ledger.title')}</h1>
+<p class="actions"><a class="button" href="/exports/statement.csv" download data-testid="ledger-export">${c.t('exports.statement_30d')}</a> <a href="/dashboard#exports">${c.t('exports.other_periods')}</a></p>
+<section class="card">
+<table data-testid="ledger"><thead><tr><th>${c.t('ledger.when')}</th><th>${c.t('ledger.what')}</th><th class="num">${c.t('ledger.amount')}</th><th class="num">${c.t('ledger.balance_after')}</th></tr></thead><tbody>
+${rows.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
+${rows.map(
+  (r) => html`<tr data-testid="ledger-row" data-source="${r.source}"><td>${dateTime(c.lang, r.created_at)}</td><td>${ledgerWhat(c, r)}</td>
+<td class="num ${r.kind}">${r.kind === 'credit' ? '+' : '−'}${amount(c.lang, r.amount_micros)}</td><td class="num">${amount(c.lang, r.balance_after_micros)}</td></tr>`,
+)}
+</tbody></table>
+${pager(c, new URLSearchParams(), '/ledger', page, hasMore, { testids: true })}
+</section>`;
+}
+
+export function modelsPage(c: ViewCtx, models: ModelRecord[]): SafeHtml {
+  return html`<h1>${c.t('models.title')}</h1>
+<section class="card">
+<table data-testid="models"><thead><tr><th>${c.t('models.id')}</th><th class="num">${c.t('models.input')}</th><th class="num">${c.t('models.output')}</th><th class="num">${c.t('models.context')}</th></tr></thead><tbody>
+${models.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
+${models.map((m) => html`<tr><td><code>${m.id}</code>${m.name ? html`<br><small>${m.name}</small>` : ''}</td><td class="num">${price(c.lang, m.input_price)}</td><td class="num">${price(c.lang, m.output_price)}</td><td class="num">${int(c.lang, m.context_length)}</td></tr>`)}
+</tbody></table>
+</section>`;
 }

@@ -1,5 +1,5 @@
 import { formatBrlPtBr } from '../billing/money.ts';
-import type { Lang } from './i18n/index.ts';
+import type { Lang } from './i18n.ts';
 
 export const TIMEZONE = 'America/Sao_Paulo';
 

@@ -1,8 +1,9 @@
-import { dateTime } from './format.ts';
-import { html, type SafeHtml } from '../web/html.ts';
-import type { Invitation, Member, OpenInvitation } from './members.ts';
-import { may, ROLES, type Role } from './roles.ts';
-import { csrfField, type ViewCtx } from './views.ts';
+import { dateTime } from '../../web/format.ts';
+import { html, type SafeHtml } from '../../web/html.ts';
+import { type Member, ROLES, type Role } from '../../db/members.ts';
+import type { Invitation, OpenInvitation } from '../members.ts';
+import { may } from '../roles.ts';
+import { csrfField, type ViewCtx } from './layout.ts';
 
 // The pages of team members (issue 20): the members page, one's account, an invitation link.
 

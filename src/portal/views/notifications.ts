@@ -1,9 +1,9 @@
-import { EVENT_TYPES } from '../notify/events.ts';
-import type { EndpointView, LogRow, TenantSettings } from '../notify/settings.ts';
-import { dateTime, int } from './format.ts';
-import { html, raw, type SafeHtml } from '../web/html.ts';
-import type { MessageKey } from './i18n/index.ts';
-import type { ViewCtx } from './views.ts';
+import { EVENT_TYPES } from '../../notify/events.ts';
+import type { EndpointView, LogRow, TenantSettings } from '../../notify/settings.ts';
+import { dateTime, int } from '../../web/format.ts';
+import { html, raw, type SafeHtml } from '../../web/html.ts';
+import type { MessageKey } from '../i18n/index.ts';
+import type { ViewCtx } from './layout.ts';
 
 // The Notifications page (/notifications): webhook endpoints, the signing secret shown once, the
 // low-balance threshold and the e-mailed events, the delivery log with its replay buttons.
