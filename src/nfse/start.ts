@@ -56,15 +56,17 @@ export async function startNfse(o: {
     ...o.tuning,
   });
   await issuer.start();
-  return {
+  const service: NfseService = {
     setup: { ...setup, baseUrl, ca },
     issuer,
     client,
     simulator,
     async stop() {
-      await issuer.stop();
+      // the issuer of the moment (a test may have replaced it)
+      await service.issuer.stop();
       await client.close();
       await simulator?.close();
     },
   };
+  return service;
 }
