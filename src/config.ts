@@ -133,6 +133,73 @@ export const PortalEnvSchema = z.object({
     .nonnegative()
     .default(35)
     .refine((v) => v === 0 || v >= 32, '0 (forever) or at least 32'),
+  /**
+   * Notas fiscais (NFS-e Nacional, src/nfse/, docs/nfse.md): `nacional` posts each DPS to Sefin
+   * Nacional at NFSE_URL over mTLS with the A1 certificate; `simulator` runs the built-in Sefin
+   * simulator (loopback; what `npm start` sets); `off` (the default) issues nothing.
+   */
+  NFSE_PROVIDER: z.enum(['nacional', 'simulator', 'off']).optional(),
+  /** Sefin Nacional's base URL, under which catraca posts /nfse: https://sefin.nfse.gov.br/SefinNacional (production) or https://sefin.producaorestrita.nfse.gov.br/SefinNacional (restricted production). */
+  NFSE_URL: z.string().url().optional(),
+  /** The DPS's tpAmb: 1 production, 2 restricted production (homologação); must match NFSE_URL's environment. */
+  NFSE_AMBIENTE: z.enum(['1', '2']).default('2'),
+  /** PEM file of extra CA certificates trusted for Sefin's TLS (besides the system's). */
+  NFSE_CA_FILE: z.string().optional(),
+  /** The operator's ICP-Brasil A1 certificate (PKCS#12 file) and its password: the mTLS client certificate and the signing key. */
+  NFSE_CERT_PFX: z.string().optional(),
+  NFSE_CERT_PASSWORD: z.string().optional(),
+  /** The operator's CNPJ (the prestador), as in the certificate. */
+  NFSE_CNPJ: z.string().optional(),
+  /** IBGE code (7 digits) of the operator's municipality: cLocEmi and the place of the service. */
+  NFSE_MUNICIPIO: z
+    .string()
+    .regex(/^\d{7}$/, 'the 7-digit IBGE code')
+    .optional(),
+  /** The operator's inscrição municipal (IM), when its municipality has one for it. */
+  NFSE_INSCRICAO_MUNICIPAL: z.string().min(1).max(15).optional(),
+  /** The national service code (cTribNac, 6 digits: item, subitem, desdobro) and its description (xDescServ). */
+  NFSE_SERVICE_CODE: z
+    .string()
+    .regex(/^\d{6}$/, 'the 6-digit cTribNac')
+    .optional(),
+  NFSE_SERVICE_DESCRIPTION: z.string().min(1).max(2000).default('Créditos pré-pagos de uso de API de modelos de linguagem'),
+  /** The NBS code of the service (cNBS, 9 digits), required with the IBS/CBS group by the 2026 technical notes. */
+  NFSE_NBS: z
+    .string()
+    .regex(/^\d{9}$/, 'the 9-digit NBS code')
+    .optional(),
+  /** The DPS series (1–5 digits); give catraca a series of its own if the CNPJ also issues elsewhere. */
+  NFSE_SERIE: z
+    .string()
+    .regex(/^\d{1,5}$/)
+    .default('1'),
+  /** Simples Nacional (opSimpNac): 1 not opting, 2 MEI, 3 ME/EPP; NFSE_SN_REGIME (regApTribSN 1–3) with 3. */
+  NFSE_SIMPLES_NACIONAL: z.enum(['1', '2', '3']).default('1'),
+  NFSE_SN_REGIME: z.enum(['1', '2', '3']).optional(),
+  /** Regime especial de tributação (regEspTrib): 0 none, 1–6, 9. */
+  NFSE_REGIME_ESPECIAL: z.enum(['0', '1', '2', '3', '4', '5', '6', '9']).default('0'),
+  /** The ISS rate in percent (pAliq, e.g. 2.00); unset: Sefin applies the municipality's. */
+  NFSE_ISS_RATE: z
+    .string()
+    .regex(/^\d(?:[.,]\d{1,2})?$/, 'a percentage such as 2.00')
+    .optional(),
+  /** The IBS/CBS group (2026 tax reform, NT 004/2025): CST (3 digits), cClassTrib (6) and cIndOp (6); the group is sent when all three are set. */
+  NFSE_IBSCBS_CST: z
+    .string()
+    .regex(/^\d{3}$/)
+    .optional(),
+  NFSE_IBSCBS_CLASS: z
+    .string()
+    .regex(/^\d{6}$/)
+    .optional(),
+  NFSE_IBSCBS_IND_OP: z
+    .string()
+    .regex(/^\d{6}$/)
+    .optional(),
+  /** topup: one note per credited top-up; monthly: one note per tenant and month of its top-ups (issued after the month ends, Brasília time). */
+  NFSE_EMIT_ON: z.enum(['topup', 'monthly']).default('topup'),
+  /** Days after issue within which a refunded top-up's note is cancelled (the municipality's parameter, E0835); later the console says what to do. */
+  NFSE_CANCEL_DAYS: z.coerce.number().int().positive().default(30),
 });
 
 export const ConfigSchema = PortalEnvSchema.extend({

@@ -34,6 +34,9 @@ export const subjects = {
   /** Notification events (src/notify), captured by the JetStream stream NOTIFY; the portal's notifier delivers them. */
   notify: (type: string) => `catraca.notify.${type}`,
   notifyWildcard: 'catraca.notify.>',
+  /** Notas fiscais to issue or cancel (src/nfse), captured by the JetStream stream NFSE; the portal's issuer takes them. */
+  nfse: (op: 'issue' | 'cancel') => `catraca.nfse.${op}`,
+  nfseWildcard: 'catraca.nfse.>',
 
   // Readers of the subjects above: the one place their layout is taken apart.
   /** A job subject's pool, and its worker when the job was sent to one worker alone. */
@@ -69,3 +72,6 @@ export const USAGE_LOG_STREAM = 'USAGE_LOG';
 export const METERING_DURABLE = 'metering';
 export const NOTIFY_STREAM = 'NOTIFY';
 export const NOTIFY_DURABLE = 'notifier';
+/** The JetStream stream of notas fiscais to issue or cancel, and the portal issuers' durable consumer (src/nfse/issuer.ts). */
+export const NFSE_STREAM = 'NFSE';
+export const NFSE_DURABLE = 'nfse-issuer';

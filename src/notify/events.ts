@@ -14,6 +14,7 @@ export const EVENT_TYPES = [
   'key.limit_reached',
   'key.revoked',
   'key.expiring',
+  'invoice.issued',
 ] as const;
 export type EventType = (typeof EVENT_TYPES)[number];
 export const EventTypeSchema = z.enum(EVENT_TYPES);
@@ -104,4 +105,9 @@ export async function topUpEvent(db: DbClient, txid: string): Promise<NotifyEven
 /** key.expiring of keys within 7 days of their expiry (once per key), at most `limit`. */
 export async function scanExpiringKeys(db: DbClient, limit = 500): Promise<NotifyEvent[]> {
   return (await db.query('select * from catraca_notify_expiring($1)', [limit])).rows;
+}
+
+/** invoice.issued of a nota fiscal just issued (once per invoice): in the transaction that stored it (src/nfse/issuer.ts). */
+export async function invoiceIssuedEvent(db: DbClient, invoiceId: string, xmlUrl: string): Promise<NotifyEvent[]> {
+  return (await db.query('select * from catraca_notify_invoice($1, $2)', [invoiceId, xmlUrl])).rows;
 }

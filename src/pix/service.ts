@@ -5,6 +5,7 @@ import { createLogger } from '../log.ts';
 import { DEFAULT_CHARGE_EXPIRY_S, MAX_OPEN_CHARGES, TOPUP_MAX_MICROS, TOPUP_MIN_MICROS, CENTAVO_MICROS } from './limits.ts';
 import type { ChargeStatus, PixCharge, PixPayment, PixRefund, PspAdapter, WebhookRequest } from './types.ts';
 import { type NotifyEvent, topUpEvent } from '../notify/events.ts';
+import { cancelForRefund, invoiceForTopUp } from '../nfse/store.ts';
 
 /** Every txid we create (BCB API Pix: 26–35 alphanumerics); anything else cannot be a charge of ours. */
 const OUR_TXID = /^[a-zA-Z0-9]{26,35}$/;
@@ -58,7 +59,7 @@ export class TopUpError extends Error {
 }
 
 /** What applying a payment came to, in its transaction. */
-type Applied = { outcome: PaymentOutcome; detail?: string; tenant?: string; balance?: bigint; events?: NotifyEvent[] };
+type Applied = { outcome: PaymentOutcome; detail?: string; tenant?: string; balance?: bigint; events?: NotifyEvent[]; invoice?: string | null };
 
 /** Advisory lock namespace of a tenant's top-ups (second key: hashtext(tenant id)). */
 const LOCK_TOPUP_TENANT = 7261104;
@@ -85,6 +86,8 @@ export class PixService {
       maxOpenCharges?: number;
       /** After a credit or refund committed: the tenant and the events made with it (topup.credited); src/notify publishes them and checks the balance. */
       notify?: (tenantId: string, events: NotifyEvent[]) => Promise<unknown>;
+      /** After a credit or refund committed that made a nota fiscal to issue or cancel (src/nfse): the issuer publishes it. */
+      invoices?: () => void;
     } = {},
   ) {}
 
@@ -233,8 +236,11 @@ export class PixService {
         detail: ch.status === 'EXPIRADA' ? 'paid after local expiry' : undefined,
         // topup.credited, in the credit's transaction: the event exists exactly when the credit does
         events: r.status === 'credited' ? await topUpEvent(c, p.txid) : [],
+        // and so does the nota fiscal to issue (when NFS-e issuing is on, per top-up)
+        invoice: r.status === 'credited' ? await invoiceForTopUp(c, p.txid) : null,
       };
     });
+    if (outcome.invoice) this.opts.invoices?.();
     if (outcome.outcome === 'credited' && outcome.tenant) await this.opts.notify?.(outcome.tenant, outcome.events ?? []);
     const fields = { via, txid: p.txid, e2e: p.endToEndId, tenant: outcome.tenant, detail: outcome.detail, remote };
     if (outcome.outcome === 'credited') log.info('pix credited', { ...fields, balance_micros: String(outcome.balance) });
@@ -249,33 +255,39 @@ export class PixService {
 
   /** A devolução seen in a callback or in GET /cob: debits exactly once when DEVOLVIDO. */
   async applyRefund(endToEndId: string, d: PixRefund, via: 'webhook' | 'reconcile' | 'request'): Promise<RefundOutcome> {
-    const r = await withTransaction(this.db, async (c): Promise<{ outcome: RefundOutcome; txid?: string; tenant?: string; debited?: bigint }> => {
-      const { rows } = await c.query('select * from pix_charges where end_to_end_id = $1 for update', [endToEndId]);
-      const ch = rows[0] as ChargeRow | undefined;
-      if (!ch) return { outcome: 'unknown_payment' };
-      const { rows: prev } = await c.query(
-        `select coalesce(sum(amount_micros), 0)::bigint as total from pix_refunds
+    const r = await withTransaction(
+      this.db,
+      async (c): Promise<{ outcome: RefundOutcome; txid?: string; tenant?: string; debited?: bigint; cancel?: string | null }> => {
+        const { rows } = await c.query('select * from pix_charges where end_to_end_id = $1 for update', [endToEndId]);
+        const ch = rows[0] as ChargeRow | undefined;
+        if (!ch) return { outcome: 'unknown_payment' };
+        const { rows: prev } = await c.query(
+          `select coalesce(sum(amount_micros), 0)::bigint as total from pix_refunds
           where end_to_end_id = $1 and refund_id <> $2 and status <> 'NAO_REALIZADO'`,
-        [endToEndId, d.id],
-      );
-      if (prev[0].total + d.amountMicros > ch.amount_micros) return { outcome: 'exceeds_payment', txid: ch.txid, tenant: ch.tenant_id };
-      const { rows: ex } = await c.query(
-        `insert into pix_refunds (end_to_end_id, refund_id, txid, tenant_id, amount_micros, status) values ($1,$2,$3,$4,$5,$6)
+          [endToEndId, d.id],
+        );
+        if (prev[0].total + d.amountMicros > ch.amount_micros) return { outcome: 'exceeds_payment', txid: ch.txid, tenant: ch.tenant_id };
+        const { rows: ex } = await c.query(
+          `insert into pix_refunds (end_to_end_id, refund_id, txid, tenant_id, amount_micros, status) values ($1,$2,$3,$4,$5,$6)
          on conflict (end_to_end_id, refund_id) do update set status = excluded.status returning debited_micros`,
-        [endToEndId, d.id, ch.txid, ch.tenant_id, d.amountMicros, d.status],
-      );
-      if (d.status === 'EM_PROCESSAMENTO') return { outcome: 'pending', txid: ch.txid, tenant: ch.tenant_id };
-      if (d.status === 'NAO_REALIZADO') return { outcome: 'not_done', txid: ch.txid, tenant: ch.tenant_id };
-      const { rows: res } = await c.query('select * from catraca_pix_refund($1, $2, $3, $4)', [
-        ch.tenant_id,
-        d.amountMicros,
-        `pix_refund:${endToEndId}:${d.id}`,
-        `devolução ${d.id} of ${ch.txid}`,
-      ]);
-      if (res[0].status === 'duplicate') return { outcome: 'duplicate', txid: ch.txid, tenant: ch.tenant_id, debited: ex[0].debited_micros };
-      await c.query('update pix_refunds set debited_micros = $3 where end_to_end_id = $1 and refund_id = $2', [endToEndId, d.id, res[0].debited]);
-      return { outcome: res[0].status as RefundOutcome, txid: ch.txid, tenant: ch.tenant_id, debited: res[0].debited };
-    });
+          [endToEndId, d.id, ch.txid, ch.tenant_id, d.amountMicros, d.status],
+        );
+        if (d.status === 'EM_PROCESSAMENTO') return { outcome: 'pending', txid: ch.txid, tenant: ch.tenant_id };
+        if (d.status === 'NAO_REALIZADO') return { outcome: 'not_done', txid: ch.txid, tenant: ch.tenant_id };
+        const { rows: res } = await c.query('select * from catraca_pix_refund($1, $2, $3, $4)', [
+          ch.tenant_id,
+          d.amountMicros,
+          `pix_refund:${endToEndId}:${d.id}`,
+          `devolução ${d.id} of ${ch.txid}`,
+        ]);
+        if (res[0].status === 'duplicate') return { outcome: 'duplicate', txid: ch.txid, tenant: ch.tenant_id, debited: ex[0].debited_micros };
+        await c.query('update pix_refunds set debited_micros = $3 where end_to_end_id = $1 and refund_id = $2', [endToEndId, d.id, res[0].debited]);
+        // the top-up's nota fiscal is cancelled when the whole top-up was given back (src/nfse)
+        const cancel = await cancelForRefund(c, ch.txid);
+        return { outcome: res[0].status as RefundOutcome, txid: ch.txid, tenant: ch.tenant_id, debited: res[0].debited, cancel };
+      },
+    );
+    if (r.cancel) this.opts.invoices?.();
     const fields = {
       via,
       e2e: endToEndId,

@@ -27,6 +27,8 @@ import { afterBalanceChange } from '../notify/bus.ts';
 import { type NotifierOptions, startNotifier } from './notifier/dispatcher.ts';
 import { parseSchedule } from '../config.ts';
 import type { Resolver } from '../notify/ssrf.ts';
+import { type IssuerTuning, type NfseService, startNfse } from '../nfse/start.ts';
+import type { NfseSetup } from '../nfse/settings.ts';
 
 export { requestUrl };
 
@@ -75,6 +77,8 @@ export interface StartPortalOptions {
   env?: Record<string, string | undefined>;
   /** How many CSV exports may run at once, and when a stalled one ends (default EXPORT_LIMITS, src/portal/routes/exports.ts). */
   exportLimits?: ExportLimits;
+  /** NFS-e issuing (src/nfse): false turns it off whatever NFSE_PROVIDER says; tests give settings and timings. */
+  nfse?: false | { setup?: NfseSetup | null; tuning?: IssuerTuning };
 }
 
 export interface Portal {
@@ -85,6 +89,8 @@ export interface Portal {
   /** Recurring top-ups (Pix Automático); null when the PSP adapter has no recurrence API. */
   recurring: RecurringService | null;
   simulator: PixSimulator | null;
+  /** NFS-e issuing, when on */
+  nfse: NfseService | null;
   close(): Promise<void>;
 }
 
@@ -100,10 +106,14 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   const devMode = setup.devMode;
   const { psp, simulator, webhookSecret } = await connectPsp(db, env, setup, options);
   const nc = options.nc ?? null;
+  // NFS-e issuing (src/nfse): refuses to start on settings that could only make rejected notes
+  const nfse = options.nfse === false ? null : await startNfse({ db, nc, env, site, setup: options.nfse?.setup, tuning: options.nfse?.tuning });
   const pix = new PixService(db, psp, {
     expiresInS: options.chargeExpiryS ?? env.PIX_CHARGE_EXPIRY_S,
     // topup.credited and the balance crossings of a credit or refund (src/notify)
     notify: (tenantId, events) => afterBalanceChange(db, nc, tenantId, events, log),
+    // a nota fiscal to issue or cancel was made with the credit or refund
+    invoices: () => nfse?.issuer.kick(),
   });
   const recurring =
     psp instanceof BcbPixAdapter
@@ -160,9 +170,11 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     pix,
     recurring,
     simulator,
+    nfse,
     close: async () => {
       clearInterval(purge);
       runSub?.unsubscribe();
+      await nfse?.stop();
       await notifier?.stop();
       await pix.stop();
       await recurring?.stop();

@@ -6,6 +6,7 @@ import { gunzipSync, gzipSync } from 'node:zlib';
 import type { A1Certificate } from '../certificate.ts';
 import { documentOfCertificate } from '../certificate.ts';
 import { isCnpj, isCpf } from '../document.ts';
+import { ufOf } from '../uf.ts';
 import { parseXml } from '../nfse-xml.ts';
 import { signEnveloped } from '../sign.ts';
 import { localDateTime } from '../time.ts';
@@ -212,7 +213,7 @@ export class SefinState {
             leaf('nro', 'S/N'),
             leaf('xBairro', 'Centro'),
             leaf('cMun', cLocEmi),
-            leaf('UF', ufOf(cLocEmi)),
+            leaf('UF', ufOf(cLocEmi) ?? 'SP'),
             leaf('CEP', '01001000'),
           ),
         ),
@@ -330,35 +331,3 @@ export function mod11(s: string): string {
   const r = sum % 11;
   return r < 2 ? '0' : String(11 - r);
 }
-
-const UF_BY_IBGE: Record<string, string> = {
-  '11': 'RO',
-  '12': 'AC',
-  '13': 'AM',
-  '14': 'RR',
-  '15': 'PA',
-  '16': 'AP',
-  '17': 'TO',
-  '21': 'MA',
-  '22': 'PI',
-  '23': 'CE',
-  '24': 'RN',
-  '25': 'PB',
-  '26': 'PE',
-  '27': 'AL',
-  '28': 'SE',
-  '29': 'BA',
-  '31': 'MG',
-  '32': 'ES',
-  '33': 'RJ',
-  '35': 'SP',
-  '41': 'PR',
-  '42': 'SC',
-  '43': 'RS',
-  '50': 'MS',
-  '51': 'MT',
-  '52': 'GO',
-  '53': 'DF',
-};
-export const ufOf = (ibge: string): string => UF_BY_IBGE[ibge.slice(0, 2)] ?? 'SP';
-export const UF_CODES = UF_BY_IBGE;

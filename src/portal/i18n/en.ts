@@ -296,6 +296,7 @@ export const en: Messages = {
   'notify.event.key.limit_reached': 'Key limit reached',
   'notify.event.key.revoked': 'Key revoked',
   'notify.event.key.expiring': 'Key expiring (7 days before)',
+  'notify.event.invoice.issued': 'Invoice issued',
   'notify.settings': 'Low balance and e-mails',
   'notify.threshold': 'Warn when the balance falls below (R$)',
   'notify.threshold_hint': 'Empty: no low-balance warning. The warning comes once each time the balance crosses this amount downwards.',
@@ -345,6 +346,7 @@ export const en: Messages = {
   'notify.mail.subject.balance.low': 'Low balance: {balance}',
   'notify.mail.subject.balance.depleted': 'Balance depleted',
   'notify.mail.subject.topup.credited': 'Top-up of {amount} credited',
+  'notify.mail.subject.invoice.issued': 'Nota fiscal {number} issued',
   'notify.mail.subject.topup.recurring_failed': 'Automatic top-up of {amount} not paid',
   'notify.mail.subject.key.limit_reached': 'The key {key} reached its spending limit',
   'notify.mail.subject.key.revoked': 'The key {key} was revoked',
@@ -352,6 +354,8 @@ export const en: Messages = {
   'notify.mail.body.balance.low': 'The balance of {tenant} is {balance}, below the low-balance warning of {threshold}.',
   'notify.mail.body.balance.depleted': 'The balance of {tenant} ran out ({balance}): API requests are refused until a top-up.',
   'notify.mail.body.topup.credited': 'We received your Pix of {amount} for {tenant}. Balance now: {balance}.',
+  'notify.mail.body.invoice.issued':
+    'The nota fiscal (NFS-e) {number} of {amount} for {tenant} was issued. Access key: {access_key}. It is under Notas fiscais, with its XML and PDF.',
   'notify.mail.body.topup.recurring_failed':
     "The Pix Automático charge of {amount} for {tenant} was not paid by the payer's bank. To top up now, pay a one-off Pix.",
   'notify.mail.body.key.limit_reached': 'The key {key} of {tenant} spent {spent} of its limit of {limit} {window}: new requests with it are refused.',

@@ -297,6 +297,7 @@ export const ptBR = {
   'notify.event.key.limit_reached': 'Limite de chave atingido',
   'notify.event.key.revoked': 'Chave revogada',
   'notify.event.key.expiring': 'Chave expirando (7 dias antes)',
+  'notify.event.invoice.issued': 'Nota fiscal emitida',
   'notify.settings': 'Saldo baixo e e-mails',
   'notify.threshold': 'Avisar quando o saldo ficar abaixo de (R$)',
   'notify.threshold_hint': 'Em branco: sem aviso de saldo baixo. O aviso vem uma vez a cada vez que o saldo cruza esse valor para baixo.',
@@ -346,6 +347,7 @@ export const ptBR = {
   'notify.mail.subject.balance.low': 'Saldo baixo: {balance}',
   'notify.mail.subject.balance.depleted': 'Saldo esgotado',
   'notify.mail.subject.topup.credited': 'Recarga de {amount} creditada',
+  'notify.mail.subject.invoice.issued': 'Nota fiscal {number} emitida',
   'notify.mail.subject.topup.recurring_failed': 'Recarga automática de {amount} não paga',
   'notify.mail.subject.key.limit_reached': 'A chave {key} atingiu o limite de gasto',
   'notify.mail.subject.key.revoked': 'A chave {key} foi revogada',
@@ -353,6 +355,8 @@ export const ptBR = {
   'notify.mail.body.balance.low': 'O saldo de {tenant} é de {balance}, abaixo do aviso de saldo baixo de {threshold}.',
   'notify.mail.body.balance.depleted': 'O saldo de {tenant} acabou ({balance}): as requisições à API serão recusadas até uma recarga.',
   'notify.mail.body.topup.credited': 'Recebemos o seu Pix de {amount} para {tenant}. Saldo atual: {balance}.',
+  'notify.mail.body.invoice.issued':
+    'A nota fiscal (NFS-e) {number} de {amount} para {tenant} foi emitida. Chave de acesso: {access_key}. Ela está em Notas fiscais, com o XML e o PDF.',
   'notify.mail.body.topup.recurring_failed':
     'A cobrança Pix Automático de {amount} para {tenant} não foi paga pelo banco do pagador. Para recarregar agora, pague um Pix avulso.',
   'notify.mail.body.key.limit_reached':

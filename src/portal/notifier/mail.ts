@@ -94,6 +94,8 @@ function eventVars(tenant: string, e: NotifyEvent): Record<string, string> {
     limit: brl(d.limit),
     window,
     date: when(d.revoked_at ?? d.expires_at ?? e.created_at),
+    number: String(d.number ?? ''),
+    access_key: String(d.access_key ?? ''),
   };
 }
 
