@@ -1,6 +1,9 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startMockUpstream, type MockUpstream } from './server.ts';
+import { knownParams } from '../../src/chat/params.ts';
+import { buildUpstreamBody } from '../../src/providers/openai/request.ts';
+import type { UpstreamCall } from '../../src/providers/types.ts';
+import { OPENAI_PARAMS, startMockUpstream, type MockUpstream } from './server.ts';
 import { mockText } from './content.ts';
 
 // The official client is the judge of the mock's wire format.
@@ -53,6 +56,22 @@ describe('mock upstream', () => {
     const noKey = await fetch(`${mock.url}/chat/completions`, { method: 'POST', body: '{}' });
     expect(noKey.status).toBe(401);
     expect((await noKey.json()).error.type).toBe('invalid_request_error');
+  });
+
+  it("knows OpenAI's chat fields as the gateway does: it refuses none the gateway sends, and the gateway has a rule for each", () => {
+    // everything the gateway may put in an OpenAI-protocol vendor's body: every field of the client's, through the worker's body builder
+    const body = { ...Object.fromEntries([...knownParams('openai')].map((k) => [k, k === 'service_tier' ? 'auto' : null])), messages: [] };
+    const call = (reasoning: boolean) =>
+      ({
+        job: { body, max_tokens: 16 },
+        model: { protocol: 'openai', extra_params: [], upstream_model: 'gpt-4o-mini', reasoning, base_url: null },
+      }) as unknown as UpstreamCall;
+    const sent = new Set([false, true].flatMap((reasoning) => Object.keys(buildUpstreamBody(call(reasoning)))));
+    expect([...sent].filter((k) => !OPENAI_PARAMS.has(k))).toEqual([]);
+    // every documented field (but the mock's own `mock`) is forwarded, handled or refused by the gateway, never unknown
+    expect([...OPENAI_PARAMS].filter((k) => k !== 'mock' && !knownParams('openai').has(k))).toEqual([]);
+    // the 20 parameters forwarded as given, service_tier, and the 6 fields the worker writes itself
+    expect(sent.size).toBe(27);
   });
 
   it('lists models and exposes stats', async () => {

@@ -78,7 +78,8 @@ export interface MockUpstream {
 export const MOCK_IMAGE_TOKENS = 25_501;
 
 // OpenAI's documented chat-completions request fields; anything else is refused as OpenAI does.
-const OPENAI_PARAMS = new Set([
+// The gateway's rules (src/chat/params.ts) are checked against this list in server.test.ts.
+export const OPENAI_PARAMS = new Set([
   'model',
   'messages',
   'stream',

@@ -117,6 +117,9 @@ function table(protocol: Protocol): Map<string, Rule> {
 
 const TABLES: Record<Protocol, Map<string, Rule>> = { sim: table('sim'), openai: table('openai'), anthropic: table('anthropic') };
 
+/** Every field with a rule for this protocol's models; any other is unknown (refused, unless the model's extra_params list it). */
+export const knownParams = (protocol: Protocol): ReadonlySet<string> => new Set(TABLES[protocol].keys());
+
 /** Content-part type → the modality the catalog must list for it. */
 const PART_MODALITY: Record<string, 'text' | 'image' | 'audio' | 'file'> = { text: 'text', image_url: 'image', input_audio: 'audio', file: 'file' };
 

@@ -5,6 +5,7 @@ import { startStack, type TestStack } from '../helpers/stack.ts';
 import { rawRequest, trickle, type RawResponse } from './raw-http.ts';
 import { expectDocumented4xx } from './expect.ts';
 import { MAX_JSON_DEPTH, scanJson } from '../../src/chat/json-depth.ts';
+import { knownParams } from '../../src/chat/params.ts';
 
 // Property-based fuzzing of POST /v1/chat/completions against a real front door, worker, metering,
 // NATS and PostgreSQL. Every generated request must get a documented 4xx in OpenAI's error shape
@@ -122,48 +123,8 @@ const badMessages = fc.oneof(
     .map((m) => [m]),
 );
 const unknownField = fc.string({ minLength: 1, maxLength: 20 }).filter((k) => !(k in VALID) && !KNOWN.has(k) && k !== '__proto__');
-const KNOWN = new Set([
-  'model',
-  'messages',
-  'stream',
-  'stream_options',
-  'max_tokens',
-  'max_completion_tokens',
-  'n',
-  'sim',
-  'temperature',
-  'top_p',
-  'frequency_penalty',
-  'presence_penalty',
-  'logit_bias',
-  'seed',
-  'stop',
-  'response_format',
-  'tools',
-  'tool_choice',
-  'parallel_tool_calls',
-  'user',
-  'reasoning_effort',
-  'verbosity',
-  'metadata',
-  'store',
-  'prompt_cache_key',
-  'safety_identifier',
-  'functions',
-  'function_call',
-  'models',
-  'provider',
-  'route',
-  'transforms',
-  'usage',
-  'reasoning',
-  'debug',
-  'top_k',
-  'top_a',
-  'min_p',
-  'repetition_penalty',
-  'structured_outputs',
-]);
+/** The fields the front door has a rule for (src/chat/params.ts): any other is refused as unknown. */
+const KNOWN = knownParams('sim');
 
 /** Invalid UTF-8: each of these byte strings is refused by a strict decoder wherever it stands. */
 const BAD_UTF8 = [[0xff], [0xfe], [0x80], [0xc0, 0x80], [0xc3], [0xe2, 0x82], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xf8, 0x88, 0x80, 0x80, 0x80]];

@@ -87,8 +87,8 @@ export function tenantRoutes(d: TenantRoutesDeps, r: ConsoleRenderer): Hono<Cons
   });
 
   app.post(`/tenants/:id${ID}/adjust`, (c) => adjust(c, d, show));
-  app.post(`/tenants/:id${ID}/suspend`, (c) => suspend(c, d, show));
-  app.post(`/tenants/:id${ID}/reactivate`, (c) => reactivate(c, d, show));
+  app.post(`/tenants/:id${ID}/suspend`, (c) => setSuspended(c, d, show, true));
+  app.post(`/tenants/:id${ID}/reactivate`, (c) => setSuspended(c, d, show, false));
   app.post(`/tenants/:id${ID}/keys/:key${ID}/revoke`, (c) => revoke(c, d, r));
   return app;
 }
@@ -184,62 +184,41 @@ async function adjust(c: CCtx, d: TenantRoutesDeps, show: Show): Promise<Respons
   }
 }
 
-async function suspend(c: CCtx, d: TenantRoutesDeps, show: Show): Promise<Response> {
+/**
+ * Suspends a tenant (its keys stop at the front doors) or reactivates it: with a reason, under a
+ * lock on the tenant's row, audited in the change's transaction; the front doors are told.
+ */
+async function setSuspended(c: CCtx, d: TenantRoutesDeps, show: Show, suspend: boolean): Promise<Response> {
   const id = c.req.param('id')!;
   const { t, form, ip } = c.var;
   const reason = one(form, 'reason').trim().slice(0, 500);
   if (!reason) return show(c, id, 400, { error: t('common.reason_required') });
   const operatorId = operatorOf(c).operator.id;
-  const outcome = await withTransaction(d.db, async (tx) => {
-    const { rows } = await tx.query('select suspended_at from tenants where id = $1 for update', [id]);
-    if (!rows[0]) return 'unknown';
-    if (rows[0].suspended_at) return 'already';
-    const { rows: after } = await tx.query('update tenants set suspended_at = now(), suspended_reason = $2 where id = $1 returning suspended_at', [id, reason]);
-    await audit(tx, {
-      operatorId,
-      action: 'suspend',
-      ip,
-      tenantId: id,
-      reason,
-      before: { suspended_at: null },
-      after: { suspended_at: after[0].suspended_at, reason },
-    });
-    return 'suspended';
-  });
-  if (outcome === 'unknown') return show(c, id, 404);
-  if (outcome === 'already') return redirect(c, `/tenants/${id}?done=already_suspended`);
-  log.info('console: tenant suspended', { operator: operatorId, tenant: id });
-  const told = await broadcast(d.nc, subjects.tenantChanged, { tenant_id: id });
-  return redirect(c, `/tenants/${id}?done=suspend${told ? '' : '&nats=0'}`);
-}
-
-async function reactivate(c: CCtx, d: TenantRoutesDeps, show: Show): Promise<Response> {
-  const id = c.req.param('id')!;
-  const { t, form, ip } = c.var;
-  const reason = one(form, 'reason').trim().slice(0, 500);
-  if (!reason) return show(c, id, 400, { error: t('common.reason_required') });
-  const operatorId = operatorOf(c).operator.id;
+  const action = suspend ? 'suspend' : 'reactivate';
   const outcome = await withTransaction(d.db, async (tx) => {
     const { rows } = await tx.query('select suspended_at, suspended_reason from tenants where id = $1 for update', [id]);
     if (!rows[0]) return 'unknown';
-    if (!rows[0].suspended_at) return 'not_suspended';
-    await tx.query('update tenants set suspended_at = null, suspended_reason = null where id = $1', [id]);
+    if (Boolean(rows[0].suspended_at) === suspend) return 'unchanged';
+    const { rows: after } = await tx.query(
+      `update tenants set suspended_at = ${suspend ? 'now()' : 'null'}, suspended_reason = $2 where id = $1 returning suspended_at`,
+      [id, suspend ? reason : null],
+    );
     await audit(tx, {
       operatorId,
-      action: 'reactivate',
+      action,
       ip,
       tenantId: id,
       reason,
-      before: { suspended_at: rows[0].suspended_at, reason: rows[0].suspended_reason },
-      after: { suspended_at: null },
+      before: suspend ? { suspended_at: null } : { suspended_at: rows[0].suspended_at, reason: rows[0].suspended_reason },
+      after: suspend ? { suspended_at: after[0].suspended_at, reason } : { suspended_at: null },
     });
-    return 'reactivated';
+    return 'changed';
   });
   if (outcome === 'unknown') return show(c, id, 404);
-  if (outcome === 'not_suspended') return show(c, id, 409, { error: t('suspend.not_suspended') });
-  log.info('console: tenant reactivated', { operator: operatorId, tenant: id });
+  if (outcome === 'unchanged') return suspend ? redirect(c, `/tenants/${id}?done=already_suspended`) : show(c, id, 409, { error: t('suspend.not_suspended') });
+  log.info(suspend ? 'console: tenant suspended' : 'console: tenant reactivated', { operator: operatorId, tenant: id });
   const told = await broadcast(d.nc, subjects.tenantChanged, { tenant_id: id });
-  return redirect(c, `/tenants/${id}?done=reactivate${told ? '' : '&nats=0'}`);
+  return redirect(c, `/tenants/${id}?done=${action}${told ? '' : '&nats=0'}`);
 }
 
 async function revoke(c: CCtx, d: TenantRoutesDeps, r: ConsoleRenderer): Promise<Response> {
