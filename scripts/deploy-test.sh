@@ -247,36 +247,45 @@ set_env DEPLOY_TEST_PSP_DIR "$psp"
 # --- up ------------------------------------------------------------------------------------------
 # a previous run's leftovers (a killed run): the test starts from empty volumes
 "${COMPOSE[@]}" down -v --remove-orphans >/dev/null 2>&1 || true
-log "docker-compose up -d"
 UP=1
-# compose 1.29 gives up when a dependency's health check fails once it has started (a busy
-# machine): `up` again (it is idempotent) a few times before failing
-for attempt in 1 2 3; do
-  "${COMPOSE[@]}" up -d --no-build >"$WORK/up.log" 2>&1 && break
-  [ "$attempt" = 3 ] && { cat "$WORK/up.log" >&2; die "docker-compose up failed"; }
-  log "docker-compose up failed ($(tail -1 "$WORK/up.log")); again"
-  sleep 10
-done
-
-# every container healthy by its own health check (migrate: exited 0)
+# compose 1.29 gives up at once when a dependency is unhealthy at the moment it looks (a health
+# check that timed out on a busy machine): the services without dependencies first, waited for
+# here, then `up` of the whole file (idempotent), again while it gives up that way
 health_report() {
-  for id in $("${COMPOSE[@]}" ps -q); do
+  for id in $("${COMPOSE[@]}" ps -q "$@"); do
     $DOCKER inspect -f '{{.Name}} {{.State.Status}} {{if .State.Health}}{{.State.Health.Status}}{{else}}no-healthcheck{{end}} {{.State.ExitCode}}' "$id"
   done
 }
-deadline=$((SECONDS + ${DEPLOY_TEST_HEALTH_TIMEOUT:-300}))
-while :; do
-  report=$(health_report)
-  bad=$(echo "$report" | awk '!($2 == "running" && $3 == "healthy") && !($1 ~ /_migrate_/ && $2 == "exited" && $4 == 0)')
-  [ -z "$bad" ] && break
-  # unhealthy may pass (a health check that timed out on a busy machine): only the deadline or a
-  # container that stopped fails here
-  if echo "$report" | awk '$2 == "exited" && $4 != 0 {f=1} END {exit !f}' || [ "$SECONDS" -gt "$deadline" ]; then
-    echo "$report" >&2
-    die "not every service became healthy: $(echo "$bad" | awk '{print $1 "=" $2 "/" $3}' | tr '\n' ' ')"
-  fi
-  sleep 2
+not_ready() { awk '!($2 == "running" && $3 == "healthy") && !($1 ~ /_migrate_/ && $2 == "exited" && $4 == 0)'; }
+wait_healthy() { # wait_healthy SECONDS [service…]
+  local until=$((SECONDS + $1)) report bad
+  shift
+  while :; do
+    report=$(health_report "$@")
+    bad=$(echo "$report" | not_ready)
+    [ -n "$report" ] && [ -z "$bad" ] && return 0
+    if echo "$report" | awk '$2 == "exited" && $4 != 0 {f=1} END {exit !f}' || [ "$SECONDS" -gt "$until" ]; then
+      echo "$report" >&2
+      die "not every service became healthy: $(echo "$bad" | awk '{print $1 "=" $2 "/" $3}' | tr '\n' ' ')"
+    fi
+    sleep 2
+  done
+}
+HEALTH_TIMEOUT=${DEPLOY_TEST_HEALTH_TIMEOUT:-420}
+FIRST=(nats-1 nats-2 nats-3 postgres psp vendor mail)
+"${COMPOSE[@]}" up -d --no-build "${FIRST[@]}" >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log" >&2; die "docker-compose up failed"; }
+wait_healthy "$HEALTH_TIMEOUT" "${FIRST[@]}"
+log "NATS, PostgreSQL and the mocks healthy; docker-compose up -d"
+for attempt in 1 2 3 4 5; do
+  "${COMPOSE[@]}" up -d --no-build >"$WORK/up.log" 2>&1 && break
+  [ "$attempt" = 5 ] && { cat "$WORK/up.log" >&2; die "docker-compose up failed"; }
+  log "docker-compose up gave up ($(grep -m1 -i error "$WORK/up.log" || tail -1 "$WORK/up.log")); again once its dependencies are healthy"
+  wait_healthy "$HEALTH_TIMEOUT" "${FIRST[@]}"
 done
+
+# every container healthy by its own health check (migrate: exited 0)
+wait_healthy "$HEALTH_TIMEOUT"
+report=$(health_report)
 log "every service healthy: $(echo "$report" | awk '{print $1}' | tr -d / | tr '\n' ' ')"
 
 # --- the checks, through the published loopback ports --------------------------------------------
@@ -284,8 +293,7 @@ DEPLOY_TEST_ENV_FILE="$WORK/.env" DEPLOY_TEST_COMPOSE="$(printf '%s\n' "${COMPOS
   node --import tsx "$ROOT/test/deploy/checks.ts" || die "checks failed"
 
 # still every container healthy after the traffic
-report=$(health_report)
-bad=$(echo "$report" | awk '!($2 == "running" && $3 == "healthy") && !($1 ~ /_migrate_/ && $2 == "exited" && $4 == 0)')
+bad=$(health_report | not_ready)
 [ -z "$bad" ] || die "unhealthy after the checks: $bad"
 
 # --- down keeps the volumes ----------------------------------------------------------------------
