@@ -30,7 +30,7 @@ export interface ConsoleDeps {
  * checked (size, control characters, CSRF), and the pages.
  */
 export function createConsoleApp(d: ConsoleDeps): Hono<ConsoleEnv> {
-  const r = renderer();
+  const r = renderer(d.db);
   const app = new Hono<ConsoleEnv>();
   app.onError(onError);
   app.use(dropUnreadBody());

@@ -48,7 +48,10 @@ const PICO_TERM = `(greatest(coalesce(l.input_tokens, 0) - coalesce(l.cached_tok
      + coalesce(l.cache_write_tokens, 0)::numeric * coalesce(c.cache_write_price, c.input_price)
      + coalesce(l.cache_write_1h_tokens, 0)::numeric * coalesce(c.cache_write_1h_price, c.input_price)
      + coalesce(l.output_tokens, 0)::numeric * c.output_price)
-   * (case when c.currency = 'USD' then c.usd_brl_micros else 1000000 end)`;
+   * (case when c.currency = 'USD'
+           -- the dollar at the rate catraca priced at when the request was made (src/fx/: PTAX or pinned), else the cost's own
+           then coalesce((select f.usd_brl_micros from fx_rates f where f.valid_from <= l.created_at order by f.valid_from desc, f.id desc limit 1), c.usd_brl_micros)
+           else 1000000 end)`;
 
 export async function marginRows(db: DbClient, f: MarginFilter): Promise<MarginRow[]> {
   const { rows } = await db.query(

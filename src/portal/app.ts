@@ -24,6 +24,7 @@ import { healthRoutes, staticRoutes } from './routes/system.ts';
 import { topUpRoutes } from './routes/topup.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
+import { recurringRoutes } from './routes/recurring.ts';
 import type { RecurringService } from '../pix/recurring/service.ts';
 
 export interface PortalDeps {
@@ -78,6 +79,7 @@ export function createPortalApp(d: PortalDeps): Hono<AppEnv> {
   app.use(authorize(r));
   app.route('/', usageRoutes(d, r));
   app.route('/', exportRoutes(d, r, d.exportLimits));
+  app.route('/', recurringRoutes(d.recurring ?? null, r));
   app.route('/', topUpRoutes(d, r));
   app.route('/', keysRoutes(d, r));
   app.route('/', memberRoutes(d, r));

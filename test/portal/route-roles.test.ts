@@ -230,6 +230,17 @@ const CASES: Case[] = [
     ),
     expect: [303, 303, 403, 303, 403],
   },
+  // Recarga automática: a refused form (no periodicity) and nothing to cancel
+  { route: 'GET /topup/auto', ask: get(() => '/topup/auto'), expect: [303, 200, 403, 200, 403] },
+  {
+    route: 'POST /topup/auto',
+    ask: post(
+      () => '/topup/auto',
+      () => ({ target: '100,00' }),
+    ),
+    expect: [303, 400, 403, 400, 403],
+  },
+  { route: 'POST /topup/auto/cancel', ask: post(() => '/topup/auto/cancel'), expect: [303, 409, 403, 409, 403] },
   { route: 'GET /topup/:txid{[a-zA-Z0-9]{26,35}}', ask: get((w) => `/topup/${w.txid}`), expect: [303, 200, 403, 200, 403] },
   { route: 'GET /topup/:txid{[a-zA-Z0-9]{26,35}}/status', ask: get((w) => `/topup/${w.txid}/status`), expect: [401, 200, 403, 200, 403] },
   { route: 'POST /topup/:txid{[a-zA-Z0-9]{26,35}}/simulate', ask: post((w) => `/topup/${w.txid}/simulate`), expect: [303, 303, 403, 303, 403] },

@@ -10,6 +10,7 @@ export const en: ConsoleMessages = {
   'nav.ledger_check': 'Ledger check',
   'nav.audit': 'Audit log',
   'nav.operators': 'Operators',
+  'fx.failing': "The dollar's PTAX rate cannot be fetched since {since}: USD-priced models keep the last rate (catraca fx pin pins one).",
   'nav.logout': 'Sign out',
   'common.none': 'Nothing here.',
   'common.never': 'never',

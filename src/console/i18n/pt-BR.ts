@@ -9,6 +9,7 @@ export const ptBR = {
   'nav.ledger_check': 'Conferir o razão',
   'nav.audit': 'Auditoria',
   'nav.operators': 'Operadores',
+  'fx.failing': 'A PTAX do dólar não pode ser obtida desde {since}: os modelos com preço em dólar mantêm a última taxa (catraca fx pin fixa uma).',
   'nav.logout': 'Sair',
   'common.none': 'Nada aqui.',
   'common.never': 'nunca',

@@ -13,6 +13,7 @@ ${csrfField(c)}
 <small>${c.t('topup.limits', { min: money(c.lang, TOPUP_MIN_MICROS), max: money(c.lang, TOPUP_MAX_MICROS) })}</small>
 <button type="submit" data-testid="topup-submit">${c.t('topup.button')}</button>
 </form>
+<p><a href="/topup/auto" data-testid="auto-link">${c.t('auto.link')}</a></p>
 </section>
 <section class="card"><h2>${c.t('topup.history')}</h2>
 ${

@@ -1,0 +1,77 @@
+import { Hono } from 'hono';
+import { createLogger } from '../../log.ts';
+import { parseUserAmount } from '../../pix/amount.ts';
+import { qrDataUrl } from '../../pix/brcode.ts';
+import { RecurringError, type RecurringService } from '../../pix/recurring/service.ts';
+import { can } from '../authorize.ts';
+import { type AppEnv, type Ctx, tenantOf } from '../http.ts';
+import type { Renderer } from '../render.ts';
+import { one, redirect } from '../../web/http.ts';
+import { type RecurringForm, recurringPage } from '../views/recurring.ts';
+
+// "Recarga automática" (owner and billing, like a top-up): GET shows it, POST creates the
+// recurrence at the PSP, POST …/cancel cancels it (src/pix/recurring/service.ts).
+
+const log = createLogger('portal');
+
+export function recurringRoutes(recurring: RecurringService | null, r: Renderer): Hono<AppEnv> {
+  const app = new Hono<AppEnv>();
+  const show = async (c: Ctx, status: number, o: { form?: RecurringForm; error?: string } = {}) => {
+    const tenantId = tenantOf(c);
+    const rec = recurring ? await recurring.current(tenantId) : null;
+    const charges = rec && recurring ? await recurring.charges(rec.id_rec) : [];
+    const qr = rec?.status === 'CRIADA' && rec.br_code ? await qrDataUrl(rec.br_code) : null;
+    return r.page(c, status, c.var.t('auto.title'), (vc) => recurringPage(vc, { enabled: !!recurring?.enabled, rec, charges, qr, form: o.form }), {
+      error: o.error,
+    });
+  };
+  app.get('/topup/auto', can('topup'), (c) => show(c, 200));
+  app.post('/topup/auto', can('topup'), async (c) => {
+    const f = c.var.form;
+    const form: RecurringForm = {
+      periodicity: one(f, 'periodicity'),
+      target: one(f, 'target'),
+      max: one(f, 'max'),
+      document: one(f, 'document'),
+      name: one(f, 'name'),
+      first: one(f, 'first'),
+    };
+    const t = c.var.t;
+    if (!recurring?.enabled) return show(c, 404, { error: t('auto.off') });
+    const periodicity = form.periodicity === 'MENSAL' ? 'MENSAL' : form.periodicity === 'SEMANAL' ? 'SEMANAL' : null;
+    const target = parseUserAmount(form.target ?? '');
+    const max = parseUserAmount(form.max ?? '');
+    const first = form.first?.trim() ? parseUserAmount(form.first) : undefined;
+    if (!periodicity || target === null || target <= 0n) return show(c, 400, { form, error: t('auto.err.bad_target') });
+    if (max === null) return show(c, 400, { form, error: t('auto.err.bad_max') });
+    if (first === null) return show(c, 400, { form, error: t('auto.err.bad_first_amount') });
+    try {
+      await recurring.create(tenantOf(c), {
+        periodicity,
+        targetMicros: target,
+        maxMicros: max,
+        payerDocument: form.document ?? '',
+        payerName: form.name ?? '',
+        firstAmountMicros: first,
+      });
+      return redirect(c, '/topup/auto');
+    } catch (err) {
+      if (err instanceof RecurringError && err.code !== 'psp_refused' && err.code !== 'not_configured')
+        return show(c, err.code === 'live_exists' ? 409 : 400, { form, error: t(`auto.err.${err.code}` as never) });
+      log.error('pix recurrence creation failed', { err, tenant: tenantOf(c) });
+      return show(c, 502, { form, error: t('auto.err.psp') });
+    }
+  });
+  app.post('/topup/auto/cancel', can('topup'), async (c) => {
+    if (!recurring?.enabled) return show(c, 404, { error: c.var.t('auto.off') });
+    try {
+      await recurring.cancel(tenantOf(c));
+      return redirect(c, '/topup/auto');
+    } catch (err) {
+      if (err instanceof RecurringError) return show(c, 409, { error: c.var.t('auto.err.not_live') });
+      log.error('pix recurrence cancel failed', { err, tenant: tenantOf(c) });
+      return show(c, 502, { error: c.var.t('auto.err.psp') });
+    }
+  });
+  return app;
+}
