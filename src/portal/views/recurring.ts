@@ -1,6 +1,6 @@
 import type { RecurrenceRow, RecurringChargeRow } from '../../pix/recurring/service.ts';
 import { csrfField, html, raw, type SafeHtml } from '../../web/html.ts';
-import { dateTime, money } from '../format.ts';
+import { dateTime, money } from '../../web/format.ts';
 import type { ViewCtx } from './layout.ts';
 
 // "Recarga automática": a recurring top-up by Pix Automático (src/pix/recurring/): the form that
