@@ -514,3 +514,40 @@ describe('the audit log is append-only', () => {
     expect((await admin.query(`select count(*)::int as n from console_audit where ip = '192.0.2.1'`)).rows[0].n).toBeGreaterThanOrEqual(1);
   });
 });
+
+describe('suspending and reactivating a tenant', () => {
+  it('each with a reason and once: suspending again is said so, reactivating one not suspended is a 409; both audited with before and after', async () => {
+    const { client } = await signedIn();
+    const { tenantId } = await tenantWithKey(0n);
+    const _csrf = await client.csrfOf(`/tenants/${tenantId}`);
+    const state = async () => (await admin.query('select suspended_at, suspended_reason from tenants where id = $1', [tenantId])).rows[0];
+    expect((await client.post(`/tenants/${tenantId}/suspend`, { _csrf, reason: '  ' })).status).toBe(400);
+    expect((await state()).suspended_at).toBeNull();
+    // no NATS here (nc: null): the answer says the front doors were not told
+    expect(await client.post(`/tenants/${tenantId}/suspend`, { _csrf, reason: 'abuse report' })).toMatchObject({
+      status: 303,
+      location: `/tenants/${tenantId}?done=suspend&nats=0`,
+    });
+    const suspended = await state();
+    expect(suspended.suspended_reason).toBe('abuse report');
+    expect(await client.post(`/tenants/${tenantId}/suspend`, { _csrf, reason: 'again' })).toMatchObject({
+      status: 303,
+      location: `/tenants/${tenantId}?done=already_suspended`,
+    });
+    expect(await state()).toEqual(suspended);
+    expect(await client.post(`/tenants/${tenantId}/reactivate`, { _csrf, reason: 'checked' })).toMatchObject({
+      status: 303,
+      location: `/tenants/${tenantId}?done=reactivate&nats=0`,
+    });
+    expect(await state()).toEqual({ suspended_at: null, suspended_reason: null });
+    const again = await client.post(`/tenants/${tenantId}/reactivate`, { _csrf, reason: 'checked' });
+    expect(again.status).toBe(409);
+    expect(again.text).toContain('Este cliente não está suspenso.');
+    const { rows } = await admin.query('select action, reason, before, after from console_audit where tenant_id = $1 order by id', [tenantId]);
+    const at = suspended.suspended_at.toISOString();
+    expect(rows).toEqual([
+      { action: 'suspend', reason: 'abuse report', before: { suspended_at: null }, after: { suspended_at: at, reason: 'abuse report' } },
+      { action: 'reactivate', reason: 'checked', before: { suspended_at: at, reason: 'abuse report' }, after: { suspended_at: null } },
+    ]);
+  });
+});
