@@ -54,7 +54,10 @@ async function until<T>(what: string, fn: () => Promise<T | undefined>, ms = 200
 const compose = async (args: string[], env: Record<string, string> = {}) =>
   (await run(COMPOSE[0]!, [...COMPOSE.slice(1), ...args], { env: { ...process.env, ...env }, maxBuffer: 16 << 20 })).stdout;
 /** The admin CLI as the operator runs it: `docker-compose run --rm cli …` (its own NATS user and database role). */
-const cli = async <T>(...args: string[]): Promise<T> => JSON.parse(await compose(['run', '--rm', '-T', 'cli', ...args, '--json'])) as T;
+const cli = async <T>(...args: string[]): Promise<T> => {
+  const out = await compose(['run', '--rm', '-T', 'cli', ...args, '--json']);
+  return JSON.parse(out.trim().split('\n').pop() ?? '') as T;
+};
 const publishedPort = async (service: string, port: number) => {
   const out = (await compose(['port', service, String(port)])).trim();
   return out;

@@ -1,3 +1,7 @@
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { httpRequest } from '../http.ts';
 import { startPixSimulator, type PixSimulator } from './server.ts';
@@ -57,5 +61,71 @@ describe('Pix simulator routes', () => {
     }
     expect((await httpRequest(`${sim.url}/sim/cob/%zz/pagar`, { method: 'POST', headers: { authorization: basic } })).status).toBe(400);
     expect((await call('PUT', '/webhook/k', { webhookUrl: 'not a url' })).status).toBe(400);
+  });
+});
+
+// As a PSP's BCB API Pix (and as scripts/deploy-test.sh runs it): HTTPS that requires a client
+// certificate of the CA it was given; the production adapter's client (httpRequest with tls) gets
+// a token only with one.
+describe('Pix simulator over mTLS', () => {
+  let dir: string;
+  let sim: PixSimulator;
+  const pem = (name: string) => readFileSync(join(dir, name));
+  const openssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'catraca-pix-mtls-'));
+    const subj = (cn: string) => ['-subj', `/CN=${cn}`];
+    openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', ...subj('server CA'), '-keyout', 'server-ca.key', '-out', 'server-ca.pem');
+    openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', ...subj('client CA'), '-keyout', 'client-ca.key', '-out', 'client-ca.pem');
+    openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', ...subj('other CA'), '-keyout', 'other.key', '-out', 'other.pem');
+    openssl('req', '-newkey', 'rsa:2048', '-nodes', ...subj('localhost'), '-keyout', 'server.key', '-out', 'server.csr');
+    writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1\n');
+    openssl(
+      'x509',
+      '-req',
+      '-in',
+      'server.csr',
+      '-CA',
+      'server-ca.pem',
+      '-CAkey',
+      'server-ca.key',
+      '-CAcreateserial',
+      '-days',
+      '1',
+      '-extfile',
+      'san.ext',
+      '-out',
+      'server.pem',
+    );
+    openssl('req', '-newkey', 'rsa:2048', '-nodes', ...subj('portal'), '-keyout', 'client.key', '-out', 'client.csr');
+    openssl('x509', '-req', '-in', 'client.csr', '-CA', 'client-ca.pem', '-CAkey', 'client-ca.key', '-CAcreateserial', '-days', '1', '-out', 'client.pem');
+    sim = await startPixSimulator({
+      clientId: 'cid',
+      clientSecret: 'csecret',
+      tls: { cert: pem('server.pem'), key: pem('server.key'), ca: pem('client-ca.pem') },
+    });
+  }, 60000);
+  afterAll(async () => {
+    await sim?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const token = (tls: { cert?: Buffer; key?: Buffer }) =>
+    httpRequest(`${sim.url}/oauth/token`, {
+      method: 'POST',
+      headers: { authorization: `Basic ${Buffer.from('cid:csecret').toString('base64')}`, 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'grant_type=client_credentials',
+      tls: { ...tls, ca: pem('server-ca.pem') },
+    });
+
+  it('answers https only to a client certificate of its CA', async () => {
+    expect(sim.url).toMatch(/^https:\/\/127\.0\.0\.1:\d+$/);
+    const ok = await token({ cert: pem('client.pem'), key: pem('client.key') });
+    expect(ok.status).toBe(200);
+    expect(JSON.parse(ok.body)).toMatchObject({ token_type: 'Bearer' });
+    await expect(token({})).rejects.toThrow();
+    // a self-signed certificate of another CA
+    await expect(token({ cert: pem('other.pem'), key: pem('other.key') })).rejects.toThrow();
   });
 });
