@@ -160,7 +160,8 @@ it names. An alias cannot be the id of a catalog model.`,
     run: deploymentAdd,
     synopsis: `model deployment add --model ID --base-url URL [--api-key-env VAR] [--upstream-model M]
           [--protocol sim|openai|anthropic] [--weight N] [--name SLUG]
-          [--input-price BRL] [--output-price BRL] [--cached-input-price BRL] [--cache-write-price BRL] [--cache-write-1h-price BRL]  → {id, model, name, base_url, …}`,
+          [--input-price BRL] [--output-price BRL] [--cached-input-price BRL] [--cache-write-price BRL] [--cache-write-1h-price BRL]  → {id, model, name, base_url, …}
+          | [--usd-input-price USD --usd-output-price USD] [--markup 1.30] [--usd-cached-input-price USD] [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]`,
     help: `Adds a place the model is served from besides its own row (the "primary" deployment that
 \`model set\` defines): another organisation's key, or another host of the same weights. Workers
 choose among healthy deployments by weight; one that answers 429 or 5xx, times out or cannot be

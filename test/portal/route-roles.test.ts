@@ -333,7 +333,7 @@ describe('every portal route × role: the status the server answers', () => {
     expect(undeclared.filter((e) => e.path.endsWith('*'))).toEqual([]);
   });
 
-  it('direct requests, one tenant per cell', { timeout: 120000 }, async () => {
+  it('direct requests, one tenant per cell', { timeout: 180000 }, async () => {
     await run(CASES);
   });
 

@@ -6,6 +6,7 @@ import { checkUpstreamKeyOn, type WorkerKeys, workerUpstreamKeys } from '../../c
 import { addDeployment, DEPLOYMENT_NAME_RE, type DeploymentRecord, getModel, listDeployments, PROTOCOLS, removeDeployment } from '../../db/models.ts';
 import { brlFlag, brlString, intFlag, parseFlags, str } from '../args.ts';
 import { CliError, type CliContext, UsageError } from '../context.ts';
+import { saveUsdPrices, USD_FLAGS, usdFlags, usdToBrl } from './usd.ts';
 import { broadcast, plainTable, withDb } from './shared.ts';
 
 // `catraca model deployment add|list|remove`: the places a catalog model is served from besides its
@@ -33,6 +34,7 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         'cached-input-price',
         'cache-write-price',
         'cache-write-1h-price',
+        ...USD_FLAGS,
       ],
       required: ['model', 'base-url'],
     },
@@ -52,7 +54,10 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
   if (!DEPLOYMENT_NAME_RE.test(name) || name === 'primary') throw new UsageError(`${cmd}: --name is lower-case letters, digits, . _ - (not "primary")`);
   const weight = intFlag(flags, 'weight', cmd);
   if (weight !== undefined && weight > 1000) throw new UsageError(`${cmd}: --weight is 1 to 1000`);
+  const brlGiven = ['input-price', 'output-price', 'cached-input-price', 'cache-write-price', 'cache-write-1h-price'].some((f) => str(flags, f) !== undefined);
+  const usd = usdFlags(flags, cmd, brlGiven);
   const d = await withDb(ctx, async (db) => {
+    const fromUsd = usd ? await usdToBrl(db, usd, cmd) : null;
     const model = await getModel(db, modelId);
     if (!model) throw new CliError(`${cmd}: unknown model ${modelId} (add it with catraca model set)`);
     if ((await listDeployments(db, modelId)).some((x) => x.name === name)) throw new CliError(`${cmd}: ${modelId} already has a deployment named ${name}`);
@@ -65,16 +70,21 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         api_key_env: apiKeyEnv ?? null,
         upstream_model: str(flags, 'upstream-model') ?? model.upstream_model,
         weight: weight ?? 1,
-        input_price: brlFlag(flags, 'input-price', cmd) ?? null,
-        output_price: brlFlag(flags, 'output-price', cmd) ?? null,
+        input_price: fromUsd?.prices.input_price ?? brlFlag(flags, 'input-price', cmd) ?? null,
+        output_price: fromUsd?.prices.output_price ?? brlFlag(flags, 'output-price', cmd) ?? null,
         // the cache prices of this deployment's vendor (null: the model's, as for the other prices)
-        cached_input_price: brlFlag(flags, 'cached-input-price', cmd) ?? null,
-        cache_write_price: brlFlag(flags, 'cache-write-price', cmd) ?? null,
-        cache_write_1h_price: brlFlag(flags, 'cache-write-1h-price', cmd) ?? null,
+        cached_input_price: fromUsd ? fromUsd.prices.cached_input_price : (brlFlag(flags, 'cached-input-price', cmd) ?? null),
+        cache_write_price: fromUsd ? fromUsd.prices.cache_write_price : (brlFlag(flags, 'cache-write-price', cmd) ?? null),
+        cache_write_1h_price: fromUsd ? fromUsd.prices.cache_write_1h_price : (brlFlag(flags, 'cache-write-1h-price', cmd) ?? null),
       }),
       pool: model.pool,
+      fromUsd,
     };
   });
+  if (usd && d.fromUsd) {
+    await withDb(ctx, (db) => saveUsdPrices(db, modelId, d.record.name, usd, d.fromUsd!.rate));
+    ctx.warn(`priced from USD at R$ ${brlString(d.fromUsd.rate.micros)} per dollar (${d.fromUsd.rate.date}); recomputed at each new PTAX`);
+  }
   ctx.out(deploymentView(d.record), `deployment ${d.record.id} (${d.record.name}) of ${modelId}: ${d.record.base_url}, weight ${d.record.weight}`);
   await announce(ctx, modelId);
   if (d.record.api_key_env) await checkUpstreamKey(ctx, d.pool, d.record.api_key_env);

@@ -55,7 +55,12 @@ export function usageRoutes(d: UsageDeps, r: Renderer): Hono<AppEnv> {
   });
   app.get('/models', can('usage'), async (c) => {
     const models = await listModels(db);
-    return r.page(c, 200, c.var.t('models.title'), (vc) => modelsPage(vc, models));
+    // USD-priced models: the dollar's rate and the date their BRL price was set at (docs/billing.md)
+    const { rows } = await db.query(
+      `select model_id, rate_micros, rate_date::text as rate_date from model_usd_prices where deployment = 'primary' and rate_micros is not null`,
+    );
+    const rates = new Map<string, { rate: bigint; date: string }>(rows.map((x) => [x.model_id, { rate: BigInt(x.rate_micros), date: x.rate_date }]));
+    return r.page(c, 200, c.var.t('models.title'), (vc) => modelsPage(vc, models, rates));
   });
   return app;
 }

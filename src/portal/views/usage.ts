@@ -188,12 +188,19 @@ ${pager(c, new URLSearchParams(), '/ledger', page, hasMore, { testids: true })}
 </section>`;
 }
 
-export function modelsPage(c: ViewCtx, models: ModelRecord[]): SafeHtml {
+export function modelsPage(c: ViewCtx, models: ModelRecord[], usd: Map<string, { rate: bigint; date: string }> = new Map()): SafeHtml {
+  const fx = (id: string) => {
+    const u = usd.get(id);
+    if (!u) return '';
+    const frac = (u.rate % 1_000_000n).toString().padStart(6, '0');
+    const rate = `${u.rate / 1_000_000n}${c.lang === 'en' ? '.' : ','}${frac.slice(0, 4)}${frac.slice(4).replace(/0+$/, '')}`;
+    return html`<br><small data-testid="model-fx">${c.t('models.usd_rate', { rate, date: `${u.date.slice(8, 10)}/${u.date.slice(5, 7)}/${u.date.slice(0, 4)}` })}</small>`;
+  };
   return html`<h1>${c.t('models.title')}</h1>
 <section class="card">
 <table data-testid="models"><thead><tr><th>${c.t('models.id')}</th><th class="num">${c.t('models.input')}</th><th class="num">${c.t('models.output')}</th><th class="num">${c.t('models.context')}</th></tr></thead><tbody>
 ${models.length === 0 ? html`<tr><td colspan="4" class="muted">${c.t('common.none')}</td></tr>` : ''}
-${models.map((m) => html`<tr><td><code>${m.id}</code>${m.name ? html`<br><small>${m.name}</small>` : ''}</td><td class="num">${price(c.lang, m.input_price)}</td><td class="num">${price(c.lang, m.output_price)}</td><td class="num">${int(c.lang, m.context_length)}</td></tr>`)}
+${models.map((m) => html`<tr><td><code>${m.id}</code>${m.name ? html`<br><small>${m.name}</small>` : ''}${fx(m.id)}</td><td class="num">${price(c.lang, m.input_price)}</td><td class="num">${price(c.lang, m.output_price)}</td><td class="num">${int(c.lang, m.context_length)}</td></tr>`)}
 </tbody></table>
 </section>`;
 }
