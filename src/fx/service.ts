@@ -4,7 +4,7 @@ import { announceCatalogChange } from '../catalog/catalog.ts';
 import { withTransaction, type DbClient } from '../db/pool.ts';
 import { createLogger } from '../log.ts';
 import type { Metrics } from '../metrics/registry.ts';
-import { saoPauloDate } from '../pix/recurring/projection.ts';
+import { todayInSaoPaulo } from '../billing/tenant-days.ts';
 import { brlFromUsd, fetchLastPtax } from './ptax.ts';
 
 // The dollar's rate and the BRL prices of USD-priced models (docs/billing.md, "Prices in
@@ -145,7 +145,7 @@ export class FxService {
 
   /** Fetches the last PTAX and applies it (unless a rate is pinned); on failure the last rate stays. */
   async refresh(): Promise<{ ok: boolean; rate: FxRate | null; changed: string[]; error?: string }> {
-    const today = saoPauloDate(this.now());
+    const today = todayInSaoPaulo(this.now());
     let quote: Awaited<ReturnType<typeof fetchLastPtax>>;
     try {
       quote = await fetchLastPtax(this.o.ptaxUrl, today);
@@ -223,7 +223,7 @@ export class FxService {
       this.rateMicros = rate?.micros ?? 0n;
       this.failingSince = status.failingSince?.getTime() ?? 0;
       const unpinned = status.pinnedMicros === null && rate?.source === 'pinned';
-      const due = !rate || unpinned || (weekday !== 'Sat' && weekday !== 'Sun' && hour >= this.o.hour && status.lastRunDate !== saoPauloDate(now));
+      const due = !rate || unpinned || (weekday !== 'Sat' && weekday !== 'Sun' && hour >= this.o.hour && status.lastRunDate !== todayInSaoPaulo(now));
       if (due && (!status.failingSince || minute % 15 === 0)) await this.refresh();
     };
     const run = () => {
@@ -258,7 +258,7 @@ export async function pinRate(db: pg.Pool, micros: bigint, by: string, at = new 
       [STATUS, micros, by, at],
     );
     await c.query(`insert into fx_rates (rate_date, usd_brl_micros, source, valid_from, set_by) values ($1, $2, 'pinned', $3, $4)`, [
-      saoPauloDate(at),
+      todayInSaoPaulo(at),
       micros,
       at,
       by,

@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { todayInSaoPaulo } from '../../src/billing/tenant-days.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { createTenant } from '../../src/db/tenants.ts';
 import { hasValidCrc } from '../../src/pix/brcode.ts';
-import { addDays, saoPauloDate } from '../../src/pix/recurring/projection.ts';
+import { addDays } from '../../src/pix/recurring/projection.ts';
 import { getSetting, SETTINGS } from '../../src/pix/settings.ts';
 import { httpRequest } from '../../src/pix/http.ts';
 import { paySimulatedCharge } from '../../src/pix/simulator/pay.ts';
@@ -87,7 +88,7 @@ describe('recurring top-ups (Pix Automático)', () => {
 
     // the payer authorizes at their bank (maximum R$ 200,00): webhook /rec → APROVADA → the first charge at once
     expect((await simPost(`/sim/rec/${r.id_rec}/autorizar`, { valorMaximo: '200.00' })).status).toBe(200);
-    const today = saoPauloDate(clock());
+    const today = todayInSaoPaulo(clock());
     const after = await rec.current(t.id);
     expect(after).toMatchObject({ status: 'APROVADA', next_due_date: addDays(today, 3 + 7) });
     const [first] = await rec.charges(r.id_rec);

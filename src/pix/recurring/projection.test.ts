@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { addPeriod, dueDateFor, projectCharge, saoPauloDate, timeToSchedule } from './projection.ts';
+import { todayInSaoPaulo } from '../../billing/tenant-days.ts';
+import { addPeriod, dueDateFor, projectCharge, timeToSchedule } from './projection.ts';
 
 const brl = (s: string) => BigInt(Math.round(Number(s) * 100)) * 10_000n;
 
@@ -50,8 +51,8 @@ describe('recurring top-up amount', () => {
 
 describe('recurring top-up calendar', () => {
   it('takes São Paulo dates', () => {
-    expect(saoPauloDate(new Date('2026-11-28T02:30:00Z'))).toBe('2026-11-27');
-    expect(saoPauloDate(new Date('2026-11-28T03:30:00Z'))).toBe('2026-11-28');
+    expect(todayInSaoPaulo(new Date('2026-11-28T02:30:00Z'))).toBe('2026-11-27');
+    expect(todayInSaoPaulo(new Date('2026-11-28T03:30:00Z'))).toBe('2026-11-28');
   });
   it('adds periods (a month keeps its day, clamped to the month end)', () => {
     expect(addPeriod('2026-11-27', 'SEMANAL')).toBe('2026-12-04');

@@ -59,13 +59,6 @@ export function projectCharge(i: ProjectionInput): Projection {
 
 // ---- calendar (São Paulo dates as YYYY-MM-DD strings) ----
 
-const SP_DATE = new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo', year: 'numeric', month: '2-digit', day: '2-digit' });
-
-/** The São Paulo calendar date of an instant, YYYY-MM-DD. */
-export function saoPauloDate(at: Date): string {
-  return SP_DATE.format(at);
-}
-
 const toUtcDay = (d: string) => Date.parse(`${d}T00:00:00Z`);
 
 export function addDays(date: string, days: number): string {

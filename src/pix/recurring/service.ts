@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { todayInSaoPaulo } from '../../billing/tenant-days.ts';
 import { withTransaction } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
 import { type NotifyEvent, recurringFailedEvent } from '../../notify/events.ts';
@@ -17,7 +18,6 @@ import {
   projectCharge,
   RATE_WINDOW_DAYS,
   RECURRING_MIN_MICROS,
-  saoPauloDate,
   timeToSchedule,
 } from './projection.ts';
 
@@ -205,7 +205,7 @@ export class RecurringService {
       payer: { ...doc, nome: name },
       contract: tenantId.slice(0, 35),
       object: 'Recarga automatica catraca',
-      startDate: addDays(saoPauloDate(this.now()), LEAD_DAYS),
+      startDate: addDays(todayInSaoPaulo(this.now()), LEAD_DAYS),
       periodicity: n.periodicity,
       minReceiverMicros: n.maxMicros,
       retryPolicy: RETRY_POLICY,
@@ -257,7 +257,7 @@ export class RecurringService {
   async refreshRecurrence(idRec: string): Promise<RecurrenceRow | null> {
     const rec = await this.api.getRecurrence(idRec);
     if (!rec) return null;
-    const today = saoPauloDate(this.now());
+    const today = todayInSaoPaulo(this.now());
     const { rows } = await this.db.query(
       `update pix_recurrences r set
           status = $2,
@@ -300,7 +300,7 @@ export class RecurringService {
    * stay at or above the target. The period then moves on (one charge per period).
    */
   async scheduleFor(idRec: string, at = this.now()): Promise<ScheduleResult | null> {
-    const today = saoPauloDate(at);
+    const today = todayInSaoPaulo(at);
     return withTransaction(this.db, async (c) => {
       const { rows } = await c.query(`select *, next_due_date::text as next_due_date from pix_recurrences where id_rec = $1`, [idRec]);
       const rec = rows[0] as RecurrenceRow | undefined;
@@ -361,7 +361,7 @@ export class RecurringService {
   async runOnce(at = this.now()): Promise<{ checked: number; scheduled: ScheduleResult[]; failed: number }> {
     const { rows } = await this.db.query(
       `select id_rec from pix_recurrences where status = 'APROVADA' and next_due_date <= $1::date order by next_due_date limit 500`,
-      [addDays(saoPauloDate(at), LEAD_DAYS)],
+      [addDays(todayInSaoPaulo(at), LEAD_DAYS)],
     );
     const scheduled: ScheduleResult[] = [];
     let failed = 0;
@@ -404,7 +404,7 @@ export class RecurringService {
     if (rejected.length <= ch.failures) return;
     const last = rejected[rejected.length - 1];
     const reason = last.rejection ? `${last.rejection.code}: ${last.rejection.description}` : last.status;
-    const today = saoPauloDate(at);
+    const today = todayInSaoPaulo(at);
     const retries = cobr.attempts.filter((a) => a.type !== 'AGND').length;
     const open = cobr.attempts.some((a) => a.status === 'AGENDADA' || a.status === 'SOLICITADA');
     const retryDate = addDays(today, 1);
@@ -474,7 +474,7 @@ export class RecurringService {
     for (const r of recs) await this.refreshRecurrence(r.id_rec).catch((err) => log.warn('pix recurrence reconcile failed', { id_rec: r.id_rec, err }));
     const { rows: open } = await this.db.query(
       `select txid from pix_charges where id_rec is not null and status = 'ATIVA' and due_date <= $1::date order by checked_at nulls first limit $2`,
-      [saoPauloDate(this.now()), limit],
+      [todayInSaoPaulo(this.now()), limit],
     );
     for (const c of open) {
       await this.syncCharge(c.txid).catch((err) => log.warn('pix recurring charge reconcile failed', { txid: c.txid, err }));

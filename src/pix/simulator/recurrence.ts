@@ -1,3 +1,4 @@
+import { todayInSaoPaulo } from '../../billing/tenant-days.ts';
 import { randomBytes } from 'node:crypto';
 import { createLogger } from '../../log.ts';
 import { fromValor, toValor } from '../amount.ts';
@@ -27,7 +28,7 @@ const daysBetween = (a: string, b: string) => Math.round((Date.parse(`${b}T00:00
 const DATE_RE = /^\d{4}-\d{2}-\d{2}$/;
 const VALOR_RE = /^\d{1,10}\.\d{2}$/;
 const alnum = (n: number) => [...randomBytes(n)].map((b) => 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'[b % 62]).join('');
-const spDate = (at: Date) => new Intl.DateTimeFormat('en-CA', { timeZone: 'America/Sao_Paulo', year: 'numeric', month: '2-digit', day: '2-digit' }).format(at);
+const spDate = (at: Date) => todayInSaoPaulo(at);
 
 type RecStatus = 'CRIADA' | 'APROVADA' | 'REJEITADA' | 'EXPIRADA' | 'CANCELADA';
 type CobrStatus = 'CRIADA' | 'ATIVA' | 'CONCLUIDA' | 'EXPIRADA' | 'REJEITADA' | 'CANCELADA';
