@@ -10,6 +10,7 @@ import { operatorCreate, operatorDisable, operatorList, operatorReset } from './
 import { deploymentAdd, deploymentList, deploymentRemove } from './commands/deployment.ts';
 import { aliasAdd, aliasList, aliasRemove, modelList, modelSet } from './commands/model.ts';
 import { usageReplay } from './commands/usage.ts';
+import { nfseCancel, nfseList, nfseRetry } from './commands/nfse.ts';
 import { tenantCreate, tenantList, tenantMembers, tenantReactivate, tenantSuspend } from './commands/tenant.ts';
 import { CliError, createContext, UsageError, type CliContext } from './context.ts';
 
@@ -200,6 +201,27 @@ the USAGE_LOG stream (kept USAGE_LOG_RETENTION_DAYS). Metering settles each requ
 id: those the restored ledger already holds are no-ops, the rest are debited as they were. Run it
 with metering running against the restored database and the front doors still stopped. Exit 1
 when USAGE_LOG does not reach back to TIME (covered: false). Needs NATS only (NATS_URL).`,
+  },
+  'nfse list': {
+    run: nfseList,
+    synopsis: `nfse list [--tenant ID] [--state S] [--missing] [--limit N] → {invoices: [{id, state, number, access_key, error, …}]}`,
+    help: `Lists the notas fiscais (NFS-e, docs/nfse.md), newest first: state (pending, issued, rejected;
+cancellation: done, refused, outside_window, partial_refund), number, access key, Sefin's last
+error. --missing is the reconciliation: every credited top-up without an issued note, with the
+reason ({topups: [{charge_id, tenant_id, amount, paid_at, invoice_id, reason}]}).`,
+  },
+  'nfse retry': {
+    run: nfseRetry,
+    synopsis: `nfse retry --id INVOICE_ID                                 → {id, retry: issue|cancel}`,
+    help: `After fixing what Sefin rejected (the settings, the tenant's profile): issues the note again, a new
+DPS with the same number from the current settings and profile; or sends a refused cancellation
+again. A note waiting for Sefin is tried now. The portal's issuer does it within seconds.`,
+  },
+  'nfse cancel': {
+    run: nfseCancel,
+    synopsis: `nfse cancel --id INVOICE_ID --reason TEXT                  → {id, cancel: requested}`,
+    help: `Cancels an issued note with the national cancellation event (reason: 15 to 255 characters),
+within NFSE_CANCEL_DAYS of issue; later the note shows what the operator must do instead.`,
   },
   'operator create': {
     run: operatorCreate,

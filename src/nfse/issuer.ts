@@ -14,7 +14,7 @@ import { parseXml, summarizeNfse } from './nfse-xml.ts';
 import { currentProfile, tomadorOf } from './profiles.ts';
 import { signEnveloped } from './sign.ts';
 import type { A1Certificate } from './certificate.ts';
-import { type InvoiceRow, makeMissing } from './store.ts';
+import { type InvoiceRow, makeMissing, REFUND_NOTE } from './store.ts';
 
 // The issuer: turns the invoices rows (the outbox, migrations/061) into notas fiscais at Sefin
 // Nacional, and cancels them. It runs in the portal process (which credits the top-ups), any
@@ -330,11 +330,13 @@ export class Issuer {
       this.log.warn('nfse: cancellation outside the window; the operator must act', { invoice_id: id, access_key: row.access_key });
       return 'outside_window';
     }
+    // a refund: "serviço não prestado"; an operator's request: "outros", in the operator's words
+    const refund = !row.cancel_note || row.cancel_note === REFUND_NOTE;
     const ev = buildCancelRequest(this.o.prestador, {
       accessKey: row.access_key,
       at: new Date(),
-      reason: '2',
-      text: `Recarga devolvida ao cliente por Pix (${row.pix_txid ?? row.id})`,
+      reason: refund ? '2' : '9',
+      text: refund ? `Recarga devolvida ao cliente por Pix (${row.pix_txid ?? row.id})` : row.cancel_note!,
     });
     const sent = await this.o.client.sendEvent(row.access_key, signEnveloped(ev.xml, 'infPedReg', 'pedRegEvento', this.o.cert));
     if (sent.kind === 'registered') {

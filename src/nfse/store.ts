@@ -42,6 +42,9 @@ const SUMMARY =
 
 export type InvoiceSummary = Omit<InvoiceRow, 'dps_xml' | 'nfse_xml' | 'event_xml' | 'profile_id' | 'claimed_until' | 'published_at' | 'cancel_requested_at'>;
 
+/** The cancel_note of a cancellation a full refund asked for. */
+export const REFUND_NOTE = 'top-up refunded in full';
+
 /** The note of a credited top-up, made in the credit's transaction (catraca_invoice_topup); its id, or null when issuing is off or monthly. */
 export async function invoiceForTopUp(c: DbClient, txid: string): Promise<string | null> {
   return (await c.query('select catraca_invoice_topup($1) as id', [txid])).rows[0]?.id ?? null;
@@ -57,13 +60,13 @@ export async function cancelForRefund(c: DbClient, txid: string): Promise<string
     `with refunded as (select coalesce(sum(amount_micros), 0)::bigint as total from pix_refunds where txid = $1 and status = 'DEVOLVIDO')
      update invoices i
         set cancel_state = case when r.total >= i.amount_micros then 'pending' else 'partial_refund' end,
-            cancel_note = case when r.total >= i.amount_micros then 'top-up refunded in full'
+            cancel_note = case when r.total >= i.amount_micros then $2
                                else 'partial refund of ' || r.total::text || ' micro-BRL: a note cannot be cancelled in part; substitute it at Sefin' end,
             cancel_requested_at = now(), next_attempt_at = now(), published_at = null, updated_at = now()
        from refunded r
       where i.pix_txid = $1 and (i.cancel_state is null or i.cancel_state = 'partial_refund') and r.total > 0
       returning i.id, i.cancel_state`,
-    [txid],
+    [txid, REFUND_NOTE],
   );
   return rows[0]?.cancel_state === 'pending' ? rows[0].id : null;
 }

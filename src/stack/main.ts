@@ -10,7 +10,8 @@
 //      their output is prefixed and forwarded, a child that dies is restarted with backoff;
 //   4. .catraca/stack.json (mode 0600, no secrets) so `npx catraca …` finds this stack;
 //   5. SIGINT/SIGTERM: children stopped, embedded services stopped, stack.json removed, exit 0.
-import { existsSync } from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { connectBus, redactNatsUrl } from '../bus/connect.ts';
@@ -30,6 +31,8 @@ import { configuredRolePasswords, derivedRolePasswords } from '../db/roles.ts';
 import { COMPILED, entryFile, PROCESSES, processDatabaseUrls, startProcess, type ProcessName, type ProcessPlace } from './processes.ts';
 import { seedAll } from './seed.ts';
 import { startMailSink } from '../mail/sink.ts';
+import { selfSignedPkcs12 } from '../nfse/certificate.ts';
+import { SIMULATOR_CNPJ } from '../nfse/settings.ts';
 import { ensureNats, ensurePostgres, tcpReachable, type ServiceHandle } from './services.ts';
 import { findCheckoutRoot, readStackStateAt, removeStackState, stateDir, writeStackState, type StackState } from './state.ts';
 import { Supervisor, type ChildSpec } from './supervisor.ts';
@@ -140,7 +143,7 @@ export async function startStack(options: StackOptions = {}): Promise<RunningSta
       portal_url: plan.processes.includes('portal') ? `http://127.0.0.1:${plan.portalPort}` : null,
       console_url: plan.processes.includes('console') ? `http://127.0.0.1:${plan.consolePort}` : null,
     };
-    const mail = { ...(await startDevMail(plan, options, teardown)), ...(await startDevPtax(options, teardown)) };
+    const mail = { ...(await startDevMail(plan, options, teardown)), ...(await startDevPtax(options, teardown)), ...devNfseCertificate(plan) };
     const supervisor = createSupervisor(childSpecs(plan, urls, databaseUrls, options, mail), options);
     teardown.add(() => supervisor.stop());
     supervisor.start();
@@ -243,7 +246,30 @@ async function refuseBusyPorts(plan: StackPlan): Promise<void> {
  * simulator and dev mode refuse anything but a loopback address).
  */
 function devEnv(): Record<string, string> {
-  return { CATRACA_DEV: '1', PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1' };
+  // notas fiscais: the built-in Sefin Nacional simulator (src/nfse/simulator) unless NFSE_PROVIDER says otherwise
+  return { CATRACA_DEV: '1', PORTAL_HOST: process.env.PORTAL_HOST ?? '127.0.0.1', NFSE_PROVIDER: process.env.NFSE_PROVIDER ?? 'simulator' };
+}
+
+/**
+ * The Sefin simulator's test certificate (issue 28): a self-signed A1 certificate in ICP-Brasil's
+ * shape, made once under dataDir/nfse with a random password beside it (both mode 0600), given to
+ * the portal as NFSE_CERT_PFX / NFSE_CERT_PASSWORD. Not when a certificate is configured or the
+ * simulator is not used.
+ */
+function devNfseCertificate(plan: StackPlan): Record<string, string> {
+  if ((process.env.NFSE_PROVIDER ?? 'simulator') !== 'simulator' || process.env.NFSE_CERT_PFX) return {};
+  const dir = join(plan.dataDir, 'nfse');
+  const pfx = join(dir, 'a1-teste.pfx');
+  const pass = join(dir, 'a1-teste.password');
+  if (!existsSync(pfx) || !existsSync(pass)) {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    const password = randomBytes(18).toString('base64url');
+    const cert = selfSignedPkcs12({ name: 'CATRACA DESENVOLVIMENTO LTDA', document: process.env.NFSE_CNPJ ?? SIMULATOR_CNPJ, password, days: 3650 });
+    writeFileSync(pass, password, { mode: 0o600 });
+    writeFileSync(pfx, cert.pfx, { mode: 0o600 });
+    log.info("created the Sefin simulator's self-signed test certificate", { file: pfx });
+  }
+  return { NFSE_CERT_PFX: pfx, NFSE_CERT_PASSWORD: readFileSync(pass, 'utf8').trim() };
 }
 
 /** NATS and PostgreSQL: the given (or NATS_URL / DATABASE_URL) when reachable, else embedded ones under dataDir. */

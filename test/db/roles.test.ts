@@ -676,6 +676,9 @@ const EXECUTE: Record<string, { roles: LoginRole[]; definer: boolean }> = {
   catraca_notify_reconcile: { roles: ['metering'], definer: true },
   catraca_notify_key_revoked: { roles: ['portal', 'admin'], definer: true },
   catraca_notify_topup: { roles: ['portal'], definer: true },
+  // notas fiscais (src/nfse): the note of a credited top-up, and invoice.issued
+  catraca_invoice_topup: { roles: ['portal'], definer: true },
+  catraca_notify_invoice: { roles: ['portal'], definer: true },
   catraca_notify_recurring_failed: { roles: ['portal'], definer: true },
   catraca_notify_expiring: { roles: ['portal'], definer: true },
   // the insert of one event, for the catraca_notify_* functions above: only they call it, as the owner

@@ -10,7 +10,8 @@ import { DOMParser } from '@xmldom/xmldom';
 import { connect, type NatsConnection } from 'nats';
 import type pg from 'pg';
 import { SignedXml } from 'xml-crypto';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
+import { run as runCli } from '../../src/cli/main.ts';
 import { loadConfig } from '../../src/config.ts';
 import { ensureNotifyStream } from '../../src/notify/bus.ts';
 import { createPool } from '../../src/db/pool.ts';
@@ -25,6 +26,9 @@ import { getInvoice, type InvoiceRow, reconcile, requestCancel, retryInvoice } f
 import { validateAgainst } from '../../src/nfse/xsd.ts';
 import { type Portal, startPortal } from '../../src/portal/server.ts';
 import { type OwnDatabase, ownDatabase } from '../helpers/own-database.ts';
+
+// each note is validated against the schema by the simulator (1–2 s of CPU on a shared machine)
+vi.setConfig({ testTimeout: 120_000 });
 
 const OPERATOR_CNPJ = '11222333000181';
 const TUNING = { retryMs: [300, 300, 500], relayIntervalMs: 150, sweepIntervalMs: 1000, leaseMs: 5000 };
@@ -293,5 +297,51 @@ describe('when Sefin is away, refuses, or the top-up is refunded', () => {
       /more than 30 days ago \(NFSE_CANCEL_DAYS\): ask the municipality for a cancellation by fiscal analysis \(evento e101103/,
     );
     expect(portal.nfse!.simulator!.state.byKey.get(old.access_key!)!.cancelled).toBe(false);
+  });
+});
+
+describe('catraca nfse, as catraca_admin', () => {
+  test('list (and --missing), retry and cancel', async () => {
+    const env = { DATABASE_URL: derivedRoleUrl(own.url, 'admin'), NATS_URL: process.env.NATS_URL };
+    const cli = async (...argv: string[]) => {
+      let out = '';
+      let err = '';
+      const code = await runCli([...argv, '--json'], { env, stdout: (x) => (out += x), stderr: (x) => (err += x) });
+      return { code, err, body: out ? JSON.parse(out) : null };
+    };
+    const t = await createTenant(admin, 'CLI');
+    const sameRoot = `112223330003${cnpjCheckDigits('112223330003')}`;
+    expect((await saveProfile(portalDb, t.id, profile(sameRoot), null)).ok).toBe(true);
+    const txid = await paidTopUp(t.id, 11_000_000n);
+    const rejected = await until('rejected', async () => ((await invoiceOf(txid))?.state === 'rejected' ? invoiceOf(txid) : null));
+    const missing = await cli('nfse', 'list', '--missing', '--tenant', t.id);
+    expect(missing.code).toBe(0);
+    expect(missing.body.topups).toEqual([
+      {
+        charge_id: txid,
+        tenant_id: t.id,
+        amount: '11.00',
+        paid_at: expect.any(String),
+        invoice_id: rejected.id,
+        reason: expect.stringMatching(/^rejected E0202: /),
+      },
+    ]);
+    const listed = await cli('nfse', 'list', '--tenant', t.id);
+    expect(listed.body.invoices).toEqual([
+      expect.objectContaining({ id: rejected.id, state: 'rejected', amount: '11.00', charge_id: txid, error: expect.stringMatching(/^E0202: /) }),
+    ]);
+    expect((await cli('nfse', 'retry', '--id', 'inv_00000000000000000000000000000000')).code).toBe(1);
+    expect((await saveProfile(portalDb, t.id, profile('529.982.247-25'), null)).ok).toBe(true);
+    expect((await cli('nfse', 'retry', '--id', rejected.id)).body).toEqual({ id: rejected.id, retry: 'issue' });
+    const issued = await until('issued', async () => ((await invoiceOf(txid))?.state === 'issued' ? invoiceOf(txid) : null));
+    expect(issued.dps_xml).toContain('<toma><CPF>52998224725</CPF>');
+    expect((await cli('nfse', 'list', '--missing', '--tenant', t.id)).body.topups).toEqual([]);
+    expect((await cli('nfse', 'cancel', '--id', issued.id, '--reason', 'curto')).code).toBe(2);
+    expect((await cli('nfse', 'cancel', '--id', issued.id, '--reason', 'Emitida para o cliente errado')).body).toEqual({ id: issued.id, cancel: 'requested' });
+    const cancelled = await until('cancelled', async () => ((await invoiceOf(txid))?.cancel_state === 'done' ? invoiceOf(txid) : null));
+    const ev = cancelled.event_xml!.toString('utf8');
+    expect(ev.slice(ev.indexOf('<e101101>'), ev.indexOf('</e101101>'))).toBe(
+      '<e101101><xDesc>Cancelamento de NFS-e</xDesc><cMotivo>9</cMotivo><xMotivo>Emitida para o cliente errado</xMotivo>',
+    );
   });
 });
