@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { httpRequest } from '../pix/http.ts';
 
 // The dollar's PTAX rate from the Banco Central's open data service (Olinda, OData v4):
 //   GET {PTAX_URL}/CotacaoDolarPeriodo(dataInicial=@dataInicial,dataFinalCotacao=@dataFinalCotacao)
@@ -52,14 +51,16 @@ export async function fetchLastPtax(baseUrl: string, untilDate: string, timeoutM
   const url =
     `${baseUrl.replace(/\/+$/, '')}/CotacaoDolarPeriodo(dataInicial=@dataInicial,dataFinalCotacao=@dataFinalCotacao)` +
     `?@dataInicial='${odataDate(from)}'&@dataFinalCotacao='${odataDate(untilDate)}'&$format=json&$orderby=dataHoraCotacao%20desc&$top=1`;
-  let res: Awaited<ReturnType<typeof httpRequest>>;
+  let json: unknown;
   try {
-    res = await httpRequest(url, { method: 'GET', timeoutMs });
+    const res = await fetch(url, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(timeoutMs) });
+    if (res.status !== 200) throw new PtaxError(`PTAX service answered HTTP ${res.status}`);
+    json = await res.json().catch(() => null);
   } catch (err) {
+    if (err instanceof PtaxError) throw err;
     throw new PtaxError(`PTAX service unreachable: ${(err as Error).message}`);
   }
-  if (res.status !== 200) throw new PtaxError(`PTAX service answered HTTP ${res.status}`);
-  const body = BodySchema.safeParse(res.json);
+  const body = BodySchema.safeParse(json);
   if (!body.success) throw new PtaxError(`PTAX answer not understood: ${body.error.issues[0]?.message}`);
   const last = [...body.data.value].sort((a, b) => a.dataHoraCotacao.localeCompare(b.dataHoraCotacao)).at(-1);
   if (!last) throw new PtaxError(`no PTAX published between ${from} and ${untilDate}`);
