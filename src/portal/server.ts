@@ -151,7 +151,15 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
   pix.startReconciler(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
   if (recurring?.enabled) recurring.start(options.reconcileIntervalMs ?? env.PIX_RECONCILE_INTERVAL_MS);
   // `catraca pix recurring run`: this process holds the PSP session, so it runs the pass and answers
-  const runSub = recurring && nc ? nc.subscribe(subjects.pixRecurringRun, { callback: (_err, msg) => void answerRecurringRun(recurring, msg) }) : null;
+  const runSub =
+    recurring && nc
+      ? nc.subscribe(subjects.pixRecurringRun, {
+          callback: (err, msg) => {
+            if (err) return void log.error('catraca pix recurring run: subscription refused', { err });
+            void answerRecurringRun(recurring, msg);
+          },
+        })
+      : null;
   const purge = periodicCleanup(
     db,
     { webhookRetentionDays: env.PIX_WEBHOOK_RETENTION_DAYS, unverifiedDays: env.PORTAL_UNVERIFIED_SIGNUP_DAYS },

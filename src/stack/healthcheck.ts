@@ -11,6 +11,7 @@ import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { connect, RequestStrategy } from 'nats';
+import { natsOptions } from '../bus/connect.ts';
 
 export type Checked = 'gateway' | 'portal' | 'console' | 'worker' | 'metering';
 
@@ -41,7 +42,8 @@ export async function checkNats(
 ): Promise<{ ok: boolean; detail: string }> {
   let nc: Awaited<ReturnType<typeof connect>> | undefined;
   try {
-    nc = await connect({ servers: natsUrl.split(','), timeout: 2000, reconnect: false, name: 'catraca healthcheck' });
+    // natsOptions: the credentials of NATS_URL as nats.js takes them (a user:password@ in a server list is not a URL it parses)
+    nc = await connect({ ...natsOptions(natsUrl), timeout: 2000, reconnect: false, name: 'catraca healthcheck' });
   } catch (err) {
     return { ok: false, detail: `NATS unreachable: ${(err as Error).message}` };
   }
