@@ -20,7 +20,6 @@ import { type ClientOf, KeyCache } from './key-cache.ts';
 import { type LocalPools, startLocalPools } from './local-pools.ts';
 import { createGatewayMetrics, type GatewayMetrics } from './metrics.ts';
 import { type ResponseState, sendError } from './respond.ts';
-import { SseWriter } from './sse-writer.ts';
 import { StreamRouter } from './stream-router.ts';
 import type { HttpRequest, HttpResponse } from './uws.ts';
 
@@ -242,12 +241,12 @@ export class Door {
   /**
    * The drain (the listen socket is already closed): waits, up to `graceMs` in all, until no
    * request is in flight and no client can still reuse a kept-alive connection (KEEP_ALIVE_IDLE_MS
-   * after the last answer; every answer from now on closes its connection, streams included),
+   * after the last answer; every answer that is not a stream closes its connection from now on —
+   * a stream's headers are already out, so it ends keeping its connection, which the idle wait covers),
    * then stops every part. What arrives after that is refused with 503 `shutting_down`.
    */
   async close(graceMs: number): Promise<void> {
     this.draining = true;
-    SseWriter.closeConnectionAtEnd = true;
     const deadline = Date.now() + graceMs;
     for (;;) {
       const now = Date.now();

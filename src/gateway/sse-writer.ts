@@ -13,12 +13,6 @@ import type { HttpResponse } from './uws.ts';
  * bytes pile up is cut off (`onOverflow`).
  */
 export class SseWriter {
-  /**
-   * Set when the process's front door starts draining (door.ts): a stream then ends by closing its
-   * connection, so the client's next request opens a new one, which the load balancer sends to
-   * another door. (Process-wide: a front door process has one door.)
-   */
-  static closeConnectionAtEnd = false;
   private queue: Array<string | Uint8Array> = [];
   private queuedBytes = 0;
   private blocked = false;
@@ -36,7 +30,7 @@ export class SseWriter {
     const before = this.before;
     this.before = undefined;
     before?.();
-    if (this.ending) this.res.end(this.chunk, SseWriter.closeConnectionAtEnd);
+    if (this.ending) this.res.end(this.chunk);
     else this.written = this.res.write(this.chunk);
   };
   private readonly flush = () => {
@@ -123,7 +117,7 @@ export class SseWriter {
       this.blocked = false;
       if (this.endPending) {
         this.closed = true;
-        this.res.end('', SseWriter.closeConnectionAtEnd);
+        this.res.end();
       }
       return true;
     });
