@@ -6,7 +6,6 @@ import type { UsageCount } from '../bus/messages.ts';
 import type { CatalogEntry } from '../catalog/catalog.ts';
 import { type CatracaError, errors } from '../errors.ts';
 import { createLogger } from '../log.ts';
-import type { Candidate } from './candidates.ts';
 
 const log = createLogger('gateway');
 
@@ -59,7 +58,8 @@ export interface AdmitContext {
   /** the answer's headers: x-ratelimit-* are set here once admission has counted the request */
   headers: Record<string, string>;
   /** the model the request names: a 402 is written about its worst case */
-  primary: Pick<Candidate, 'inputTokens' | 'wanted' | 'holdPrices'>;
+  /** what the hold bounds of the first candidate (candidates.ts: a Candidate has these) */
+  primary: { inputTokens: number; wanted: number; holdPrices: Prices };
   /** tokens counted against the key's tokens-per-minute limit */
   rateTokens: number;
   endUser?: string;
