@@ -413,7 +413,7 @@ describe.concurrent('amounts refuse thousands separators', () => {
 });
 
 describe.concurrent('model alias', () => {
-  test('add, list and remove; an alias never hides a model id and must name a model', async () => {
+  test('add, list and remove; an alias never hides a model id and must name a model', { timeout: 90_000 }, async () => {
     const alias = `claude-sonnet-${randomBytes(3).toString('hex')}`;
     const added = await cli(['model', 'alias', 'add', '--alias', alias, '--model', 'sim/echo', '--json']);
     expect([added.code, added.json]).toEqual([0, { alias, model: 'sim/echo' }]);
@@ -516,7 +516,7 @@ describe.concurrent('model set', () => {
     ]);
   });
 
-  test('kind, legacy completions and prompt-cache prices: set, kept when not given, cleared with none', async () => {
+  test('kind, legacy completions and prompt-cache prices: set, kept when not given, cleared with none', { timeout: 90_000 }, async () => {
     const id = `acme/k-${randomBytes(3).toString('hex')}`;
     const v = await cli(['model', 'set', '--id', id, '--pool', 'openai', '--input-price', '1', '--output-price', '4', '--context-length', '8192', '--json']);
     expect(v.code).toBe(0);
