@@ -36,19 +36,47 @@ describe('recurring top-ups (Pix Automático)', () => {
   };
   const balance = async (t: string) => (await db.query('select balance_micros from tenants where id = $1', [t])).rows[0].balance_micros as bigint;
   /** A tenant whose balance is `balance` and who spent `perDay` on each of the last 7 days (ledger debits of requests). */
-  const spend = async (tenantId: string, perDayMicros: bigint) => {
+  const spend = async (c: { query: typeof db.query }, tenantId: string, perDayMicros: bigint) => {
     for (let d = 1; d <= 7; d++) {
-      await db.query(
+      await c.query(
         `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, request_id, created_at)
          values ($1, 'debit', $2, 0, 'request', $3, $4::timestamptz - make_interval(hours => $5))`,
         [tenantId, perDayMicros, `req_${tenantId}_${offsetDays}_${d}`, clock(), d * 24 - 12],
       );
     }
   };
+  /**
+   * Seven days of spend, then the balance, the way the ledger check expects (other test files
+   * check the whole ledger meanwhile): one transaction, closed by the grant or adjustment that
+   * brings Σ ledger to the balance.
+   */
+  const spendThenBalance = async (tenantId: string, perDayMicros: bigint, balanceMicros: bigint) => {
+    const c = await db.connect();
+    try {
+      await c.query('begin');
+      await spend(c, tenantId, perDayMicros);
+      const { rows } = await c.query(
+        `select coalesce(sum(case when kind = 'credit' then amount_micros else -amount_micros end), 0)::bigint as sum
+           from ledger where tenant_id = $1`,
+        [tenantId],
+      );
+      const diff = balanceMicros - BigInt(rows[0].sum);
+      await c.query(
+        `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, note) values ($1, $2, $3, $4, $5, 'test fixture')`,
+        [tenantId, diff >= 0n ? 'credit' : 'debit', diff >= 0n ? diff : -diff, balanceMicros, diff >= 0n ? 'grant' : 'adjustment'],
+      );
+      await c.query('update tenants set balance_micros = $2 where id = $1', [tenantId, balanceMicros]);
+      await c.query('commit');
+    } catch (err) {
+      await c.query('rollback');
+      throw err;
+    } finally {
+      c.release();
+    }
+  };
   const tenantWithSpend = async (name: string, balanceMicros: bigint, perDayMicros: bigint) => {
     const t = await createTenant(db, name);
-    await db.query('update tenants set balance_micros = $2 where id = $1', [t.id, balanceMicros]);
-    await spend(t.id, perDayMicros);
+    await spendThenBalance(t.id, perDayMicros, balanceMicros);
     return t;
   };
 
@@ -99,7 +127,7 @@ describe('recurring top-ups (Pix Automático)', () => {
     moveDays(3);
     expect((await portal.simulator!.rec.settleDue()).paid).toEqual([first.txid]);
     expect(await balance(t.id)).toBe(130_000_000n);
-    const credits = async () => (await db.query(`select amount_micros, source, note from ledger where tenant_id = $1 and kind = 'credit'`, [t.id])).rows;
+    const credits = async () => (await db.query(`select amount_micros, source, note from ledger where tenant_id = $1 and kind = 'credit' and source = 'pix' order by id`, [t.id])).rows;
     expect(await credits()).toEqual([{ amount_micros: 90_000_000n, source: 'pix', note: first.txid }]);
     // the PSP repeats its callback, and `catraca pix pay` on a paid charge: nothing more
     const cobrs = { cobsr: [{ idRec: r.id_rec, txid: first.txid, status: 'CONCLUIDA' }] };
@@ -120,8 +148,7 @@ describe('recurring top-ups (Pix Automático)', () => {
     // next period, 4 days later (3 before its due date): the first week's debits are out of the
     // window; R$ 7,00 a day since; R$ 20,00 left → 20 − ceil(49 × 3 / 7) = −1 → R$ 101,00
     moveDays(4);
-    await spend(t.id, 7_000_000n);
-    await db.query('update tenants set balance_micros = 20000000 where id = $1', [t.id]);
+    await spendThenBalance(t.id, 7_000_000n, 20_000_000n);
     const pass = await rec.runOnce();
     expect(pass.scheduled).toHaveLength(1);
     const second = pass.scheduled[0];
