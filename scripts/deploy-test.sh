@@ -302,7 +302,7 @@ if [ "${DEPLOY_TEST_KEEP:-}" != 1 ]; then
   "${COMPOSE[@]}" down --remove-orphans >/dev/null 2>&1 || die "docker-compose down failed"
   UP=0
   vols=$($DOCKER volume ls -q --filter "label=com.docker.compose.project=$PROJECT" | sort | tr '\n' ' ')
-  want="${PROJECT//-/}_nats-1-data ${PROJECT//-/}_nats-2-data ${PROJECT//-/}_nats-3-data ${PROJECT//-/}_pg-data "
+  want="${PROJECT}_nats-1-data ${PROJECT}_nats-2-data ${PROJECT}_nats-3-data ${PROJECT}_pg-data "
   [ "$vols" = "$want" ] || die "after down the volumes are [$vols], expected [$want]"
   log "down left the volumes: $vols"
 fi

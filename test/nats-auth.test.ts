@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { execFile, spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { hostname, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -17,6 +17,7 @@ import { ensureNotifyConsumer } from '../src/notify/bus.ts';
 import { ensureMeteringConsumer } from '../src/metering/consumer.ts';
 import { collectInstances } from '../src/bus/instances.ts';
 import { ledgerCheck } from '../src/billing/ledger-check.ts';
+import { checkNats } from '../src/stack/healthcheck.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { LOGIN_ROLES } from '../src/db/roles.ts';
 import { ensureNats, findNatsServer, type ServiceHandle } from '../src/stack/services.ts';
@@ -193,6 +194,11 @@ describe('the server of deploy/nats/auth.conf', () => {
     await Promise.all([gateway, worker, metering, portal].map((c) => c.flush())); // their subscriptions are in place
     const rows = await collectInstances(cli, { waitMs: 1000 });
     expect(rows.map((r) => r.service).sort()).toEqual(['catraca-gateway', 'catraca-metering', 'catraca-portal', 'catraca-worker']);
+    // the containers' health checks of the worker and metering ask $SRV.INFO as the container's own user
+    for (const role of ['worker', 'metering'] as const) {
+      const check = await checkNats(`nats://${role}:${PASSWORDS[role]}@${base.host}`, `catraca-${role}`);
+      expect(check).toEqual({ ok: true, detail: `catraca-${role} on ${hostname()} answers (auth_${role})` });
+    }
 
     // job: gateway → worker (queue group), ack back to the gateway's inbox, frames to the door, cancel
     const jobs = worker.subscribe(subjects.job('openai'), {
@@ -315,6 +321,10 @@ describe('the server of deploy/nats/auth.conf', () => {
       ['worker creates a consumer on USAGE', requestDenied(nc.worker, `$JS.API.CONSUMER.CREATE.${USAGE_STREAM}.spy`)],
       ["worker reads the gateway's replies", subscribeDenied(nc.worker, '_INBOX.gateway.>')],
       ['worker reads every reply', subscribeDenied(nc.worker, '_INBOX.>')],
+      // its health check asks its own service's $SRV.INFO, nothing more of $SRV
+      ['worker asks the stats of every service', requestDenied(nc.worker, '$SRV.STATS')],
+      ["worker asks the front doors' info", requestDenied(nc.worker, '$SRV.INFO.catraca-gateway')],
+      ["metering asks the workers' info", requestDenied(nc.metering, '$SRV.INFO.catraca-worker')],
       // a gateway sends jobs and cancels, but cannot bill, forge frames, take jobs or consume usage
       ['gateway publishes usage', publishDenied(nc.gateway, subjects.usage('openai'))],
       [

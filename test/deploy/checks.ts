@@ -136,7 +136,7 @@ const settled = await until('metering settles the request', async () => {
   return row && micros(row.held) === 0n && micros(row.balance) !== 10_000_000n ? row : undefined;
 });
 expectEq('billed exactly: balance after one streamed request (micro-reais)', micros(settled.balance).toString(), (10_000_000n - cost).toString());
-expectEq('billed exactly: nothing held', settled.held, '0.000000');
+expectEq('billed exactly: nothing held (micro-reais)', micros(settled.held).toString(), '0');
 const credits = (await (await fetch('http://127.0.0.1:8080/v1/credits', { headers: { authorization: `Bearer ${key.key}` } })).json()) as {
   data: { total_credits: number; total_usage: number };
 };

@@ -22,7 +22,8 @@ const within = <T>(p: Promise<T>, ms: number, fallback: T) => Promise.race([p, n
 
 async function natsAs(user?: string, pass?: string): Promise<NatsConnection | string> {
   try {
-    return await connect({ servers: NATS_SERVERS, user, pass, reconnect: false, timeout: 5000 });
+    // each role reads its replies under its own inbox prefix only (deploy/nats/auth.conf)
+    return await connect({ servers: NATS_SERVERS, user, pass, reconnect: false, timeout: 5000, inboxPrefix: user ? `_INBOX.${user}` : undefined });
   } catch (err) {
     return (err as NatsError).code ?? String(err);
   }
@@ -107,7 +108,8 @@ const NATS_CASES: Record<string, Op[]> = {
     ['pub', 'catraca.jobs.openai'],
     ['sub', 'catraca.stream.>'],
     ['pub', '$JS.API.STREAM.PURGE.USAGE'],
-    ['pub', 'catraca.usage.openai'],
+    ['pub', '$JS.API.STREAM.DELETE.USAGE_LOG'],
+    ['pub', 'catraca.stream.forged.1'],
   ],
   console: [
     ['pub', 'catraca.jobs.openai'],
