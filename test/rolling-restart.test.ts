@@ -10,7 +10,6 @@ import { type Proc, startStack, stopProcess, type TestStack } from './helpers/st
 // address (a TCP balancer with health checks, test/helpers/balancer.ts), as an operator runs them.
 // Counted exactly: streams cut 0, requests refused 0, and every request billed exactly once.
 
-// Not yet seen passing: left out of `npm test` until it has (vitest.config.ts; CATRACA_DRILLS=1 runs it).
 const STREAMS = 500;
 const TOKENS = 16; // per stream, at 2 tokens/s: an 8 s stream
 const PRICE = 1000n; // µBRL per output token (input free)
@@ -44,6 +43,10 @@ beforeAll(async () => {
 }, 400_000);
 
 afterAll(async () => {
+  if (process.env.ROLLING_DRILL_LOG) {
+    const { writeFileSync } = await import('node:fs');
+    writeFileSync(process.env.ROLLING_DRILL_LOG, stack.allLogLines().filter((l) => /"level":"(warn|error)"|drain|shutting|stopp|exit/.test(l)).join('\n'));
+  }
   await balancer?.close();
   await stack?.stop();
 });
@@ -53,7 +56,7 @@ interface Load {
   /** requests sent again after their connection closed before any answer (as the SDKs do: nothing was read by the door) */
   retried: number;
   completed: string[];
-  cut: Array<{ id: string | null; why: string }>;
+  cut: Array<{ id: string | null; why: string; at?: number }>;
   refused: Array<{ status: number | null; body: string }>;
   stop(): Promise<void>;
 }
@@ -109,7 +112,7 @@ function startLoad(url: string, keys: string[]): Load {
         text = await res.text();
       } catch (err) {
         load.inFlight--;
-        load.cut.push({ id, why: String((err as Error).cause ?? err) });
+        load.cut.push({ id, why: String((err as Error).cause ?? err), at: Date.now() });
         continue;
       }
       load.inFlight--;
@@ -157,8 +160,10 @@ describe('rolling restart under 500 streams', () => {
     const started = Date.now();
 
     // one process at a time: its replacement serving, then SIGTERM (it drains and exits)
+    const phases: Record<string, number> = {};
     const sigterm = async (old: Proc, name: string) => {
       inFlightAtSigterm[name] = load.inFlight;
+      phases[name] = Date.now();
       exits[name] = await stopProcess(old, 'SIGTERM', 60_000);
     };
     for (const [i, door] of stack.gateways.slice(0, 2).entries()) {
@@ -185,6 +190,9 @@ describe('rolling restart under 500 streams', () => {
           requests,
           cut: load.cut.length,
           refused: load.refused.length,
+          retried: load.retried,
+          phases: Object.fromEntries(Object.entries(phases).map(([k, v]) => [k, v - started])),
+          cut_at: load.cut.map((c) => (c.at ?? 0) - started),
         },
       }),
     );

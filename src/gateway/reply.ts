@@ -93,7 +93,11 @@ export class Reply {
       res.writeHeader('cache-control', 'no-cache');
       res.writeHeader('x-request-id', s.requestId);
       res.writeHeader('x-accel-buffering', 'no');
-      res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
+      // a stream begun while its door drains tells the client not to reuse the connection (the
+      // balancer sends its next request to another door); uWS's own end(…, true) cannot say so
+      // once the headers are out
+      if (s.closeConnection) res.writeHeader('connection', 'close');
+      else res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
       for (const k in this.headers) res.writeHeader(k, this.headers[k]);
     });
   }
