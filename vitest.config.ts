@@ -14,9 +14,9 @@ const shared = {
   pool: 'forks' as const,
   maxWorkers: 2,
 };
-// The rolling-restart and backup-restore drills have not passed yet (docs/operations.md): out of
-// `npm test` until they do; CATRACA_DRILLS=1 npx vitest run test/rolling-restart.test.ts runs one.
-const drills = process.env.CATRACA_DRILLS === '1' ? [] : ['test/rolling-restart.test.ts', 'test/backup-restore.test.ts'];
+// The rolling-restart drill has not passed yet (docs/operations.md): out of `npm test` until it
+// does; CATRACA_DRILLS=1 npx vitest run test/rolling-restart.test.ts runs it.
+const drills = process.env.CATRACA_DRILLS === '1' ? [] : ['test/rolling-restart.test.ts'];
 const services = { globalSetup: ['test/global-setup.ts'], setupFiles: ['test/setup-env.ts'] };
 
 export default defineConfig({
