@@ -363,7 +363,7 @@ export class Dispatcher {
         if (Date.now() - (this.lastServed.get(pool) ?? 0) < RECENT_WORKER_MS) return { ok: false, refusal: 'busy' };
         return { ok: false, refusal: 'fatal', error: errors.noWorker(pool) };
       }
-      // No answer in time: a worker may still hold the job (it settles, or its hold expires).
+      // No answer in time: a worker that reads the job now refuses it (past its ack-by); `late` says what became of it.
       return { ok: false, refusal: 'fatal', error: err === TIMEOUT ? errors.timeout('No worker acknowledged the request in time.') : errors.internal() };
     }
     const ack = JobAckSchema.safeParse(decodeJson(reply.data));
