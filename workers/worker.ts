@@ -1,6 +1,6 @@
 import type { Msg, NatsConnection, NatsError, Subscription } from 'nats';
 import { connectBus } from '../src/bus/connect.ts';
-import { decodeJson, encode, type Job, JobSchema, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
+import { ACK_BY_HEADER, decodeJson, encode, type Job, JobSchema, type JobAck, type UsageMessage } from '../src/bus/messages.ts';
 import { subjects } from '../src/bus/subjects.ts';
 import type { ModelSource } from '../src/catalog/catalog.ts';
 import { type Config, loadConfig } from '../src/config.ts';
@@ -51,6 +51,12 @@ export interface WorkerHandle {
 }
 
 const DRAIN_TIMEOUT_MS = 30_000;
+/**
+ * A job is refused when its ack could not reach the front door before the door stops waiting
+ * (ACK_BY_HEADER): this long is left for the ack's way back. Clocks are NTP-synced (as for the
+ * job's deadline).
+ */
+const ACK_TRANSIT_MS = 250;
 /** a worker announces free slots for this long after it last refused a job */
 const CAPACITY_ANNOUNCE_MS = 10_000;
 
@@ -125,6 +131,16 @@ function subscribe(nc: NatsConnection, runner: JobRunner, log: Logger): { jobs: 
           runner.refused();
           log.warn('job refused', { request_id: job.request_id, pool, reason: model });
           return respond(msg, { ok: false, code: 'invalid_job', message: model });
+        }
+        const ackBy = Number(msg.headers?.get(ACK_BY_HEADER) || Number.POSITIVE_INFINITY);
+        if (Date.now() > ackBy - ACK_TRANSIT_MS) {
+          // the door answered 504 (or is about to): the client was told the request failed
+          log.warn('job refused: it arrived after its front door stopped waiting for an ack', {
+            request_id: job.request_id,
+            pool,
+            late_ms: Date.now() - ackBy,
+          });
+          return respond(msg, { ok: false, code: 'busy', message: `Worker ${runner.id} read the job after its front door stopped waiting.` });
         }
         const { ack, start } = runner.admit(job, model, pool, acceptedAt, msg.headers?.get('traceparent'));
         // Ack first: frames published after it on the same connection arrive after it.

@@ -74,6 +74,12 @@ export const JobSchema = z.object({
 });
 export type Job = z.infer<typeof JobSchema>;
 
+/**
+ * NATS header of a job message: epoch ms (the front door's clock) after which the door no longer
+ * waits for the ack. A worker that would ack later refuses the job: its request was answered 504.
+ */
+export const ACK_BY_HEADER = 'Catraca-Ack-By';
+
 /** A worker's answer to a job request: accepted (frames follow) or refused (try another / 503). */
 export const JobAckSchema = z.discriminatedUnion('ok', [
   z.object({ ok: z.literal(true), worker: z.string() }),

@@ -6,6 +6,12 @@ import { createInbox, headers as natsHeaders, type Msg, type NatsConnection, typ
 // subscription on a private inbox takes every reply, a token in the reply subject finds the
 // caller, and one sweep per 100 ms expires what waited too long. Failures are two shared error
 // values: nothing is allocated per request beyond its promise.
+//
+// A caller that must know what became of a request it gave up on (a job a worker may still take)
+// passes `onLate`: the reply that comes after the timeout, or null when none came within
+// `LATE_REPLY_MS`. A request is timed out only after the replies already read from the socket have
+// been seen (an event loop that lagged past a deadline does not turn an ack waiting in the socket
+// into a timeout).
 
 export class BusRequestError extends Error {
   constructor(readonly code: 'timeout' | 'no_responders' | 'closed') {
@@ -21,11 +27,17 @@ interface Pending {
   resolve: (m: Msg) => void;
   reject: (e: BusRequestError) => void;
   deadline: number;
+  onLate?: (m: Msg | null) => void;
 }
+
+/** How long a request that timed out with `onLate` waits for its late reply. */
+export const LATE_REPLY_MS = 10 * 60 * 1000;
 
 export class RequestMux {
   private readonly prefix: string;
   private pending = new Map<string, Pending>();
+  /** requests that timed out and still want their late reply, with when to stop waiting */
+  private late = new Map<string, { onLate: (m: Msg | null) => void; until: number }>();
   private seq = 0;
   private sub: Subscription;
   private timer: NodeJS.Timeout;
@@ -38,9 +50,10 @@ export class RequestMux {
     this.prefix = `${createInbox((nc as unknown as { options?: { inboxPrefix?: string } }).options?.inboxPrefix)}.`;
     this.sub = nc.subscribe(`${this.prefix}*`, {
       callback: (_err, msg) => {
-        const p = this.pending.get(msg.subject.slice(this.prefix.length));
-        if (!p) return;
-        this.pending.delete(msg.subject.slice(this.prefix.length));
+        const token = msg.subject.slice(this.prefix.length);
+        const p = this.pending.get(token);
+        if (!p) return this.lateReply(token, msg);
+        this.pending.delete(token);
         // the server answers a request nobody listens to with an empty 503 status message
         if (msg.data.length === 0 && msg.headers?.code === 503) p.reject(NO_RESPONDERS);
         else p.resolve(msg);
@@ -48,21 +61,36 @@ export class RequestMux {
     });
     this.timer = setInterval(() => {
       const now = Date.now();
-      for (const [token, p] of this.pending) {
-        if (p.deadline <= now) {
-          this.pending.delete(token);
-          p.reject(TIMEOUT);
+      const expired: Array<[string, Pending]> = [];
+      for (const [token, p] of this.pending) if (p.deadline <= now) expired.push([token, p]);
+      for (const [token, l] of this.late) {
+        if (l.until <= now) {
+          this.late.delete(token);
+          l.onLate(null);
         }
       }
+      if (expired.length === 0) return;
+      // after this turn's I/O: a reply already in the socket still counts
+      setImmediate(() => {
+        for (const [token, p] of expired) {
+          if (this.pending.get(token) !== p) continue;
+          this.pending.delete(token);
+          if (p.onLate) this.late.set(token, { onLate: p.onLate, until: Date.now() + LATE_REPLY_MS });
+          p.reject(TIMEOUT);
+        }
+      });
     }, sweepMs);
     this.timer.unref();
   }
 
-  /** Sends `data` to `subject` and resolves with the first reply; rejects with TIMEOUT or NO_RESPONDERS. */
-  request(subject: string, data: Uint8Array, timeoutMs: number, hdrs?: Record<string, string>): Promise<Msg> {
+  /**
+   * Sends `data` to `subject` and resolves with the first reply; rejects with TIMEOUT or
+   * NO_RESPONDERS. After a TIMEOUT, `onLate` gets the reply that still comes, or null.
+   */
+  request(subject: string, data: Uint8Array, timeoutMs: number, hdrs?: Record<string, string>, onLate?: (m: Msg | null) => void): Promise<Msg> {
     const token = (this.seq++).toString(36);
     return new Promise((resolve, reject) => {
-      this.pending.set(token, { resolve, reject, deadline: Date.now() + timeoutMs });
+      this.pending.set(token, { resolve, reject, deadline: Date.now() + timeoutMs, onLate });
       let h: ReturnType<typeof natsHeaders> | undefined;
       if (hdrs) {
         h = natsHeaders();
@@ -77,6 +105,14 @@ export class RequestMux {
     });
   }
 
+  private lateReply(token: string, msg: Msg): void {
+    const l = this.late.get(token);
+    if (!l) return;
+    this.late.delete(token);
+    // the server's "no responders" for a request nobody took: nobody has it
+    l.onLate(msg.data.length === 0 && msg.headers?.code === 503 ? null : msg);
+  }
+
   get waiting(): number {
     return this.pending.size;
   }
@@ -86,6 +122,8 @@ export class RequestMux {
     this.sub.unsubscribe();
     for (const p of this.pending.values()) p.reject(CLOSED);
     this.pending.clear();
+    for (const l of this.late.values()) l.onLate(null);
+    this.late.clear();
   }
 }
 

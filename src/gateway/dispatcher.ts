@@ -1,7 +1,7 @@
 import os from 'node:os';
-import type { NatsConnection, Subscription } from 'nats';
+import type { Msg, NatsConnection, Subscription } from 'nats';
 import { NO_RESPONDERS, RequestMux, TIMEOUT } from '../bus/requests.ts';
-import { CapacitySchema, decodeJson, JobAckSchema } from '../bus/messages.ts';
+import { ACK_BY_HEADER, CapacitySchema, decodeJson, JobAckSchema } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
 import { errors, type CatracaError } from '../errors.ts';
 
@@ -26,6 +26,11 @@ import { errors, type CatracaError } from '../errors.ts';
 // every attempt offers it to the door's lane first, and when the lane is full and no worker process
 // answers either, the job waits like one for busy workers (the lane calls `localFree` as its jobs
 // end) instead of being refused as unserved.
+//
+// Each attempt tells the worker until when the door waits for its ack (ACK_BY_HEADER); a worker
+// that reads the job later (it was stalled) refuses it: the client was answered 504, so the job
+// must not run. What became of a job whose ack did not come in time reaches `onLate`: a worker
+// refused it (nothing will settle against its hold), took it all the same, or nothing was heard.
 
 export interface DispatchOptions {
   maxWaitMs: number;
@@ -53,6 +58,9 @@ export interface Ticket {
 /** Offers the job to the door's own lane: the worker id when it took it, null when the lane is full or draining. */
 export type LocalOffer = () => string | null;
 
+/** What became of a job after the door stopped waiting for its ack (its request was answered 504). */
+export type LateAnswer = { taken: true; worker: string } | { taken: false; refused: boolean };
+
 interface Waiter {
   pool: string;
   tenant: string;
@@ -60,6 +68,7 @@ interface Waiter {
   local?: LocalOffer;
   /** NATS headers of the job message (its `traceparent`) */
   headers?: Record<string, string>;
+  onLate?: (late: LateAnswer) => void;
   enqueuedAt: number;
   deadline: number;
   resolve: (r: { worker: string }) => void;
@@ -182,7 +191,7 @@ export class Dispatcher {
     return this.bytesTotal + size <= maxBytes && (this.bytesByTenant.get(w.tenant) ?? 0) + size <= maxBytesPerTenant;
   }
 
-  submit(pool: string, tenant: string, payload: Uint8Array, headers?: Record<string, string>, local?: LocalOffer): Ticket {
+  submit(pool: string, tenant: string, payload: Uint8Array, headers?: Record<string, string>, local?: LocalOffer, onLate?: (late: LateAnswer) => void): Ticket {
     let resolve!: Waiter['resolve'];
     let reject!: Waiter['reject'];
     const result = new Promise<{ worker: string }>((res, rej) => {
@@ -190,7 +199,19 @@ export class Dispatcher {
       reject = rej;
     });
     const now = Date.now();
-    const w: Waiter = { pool, tenant, payload, local, headers, enqueuedAt: now, deadline: now + this.opts.maxWaitMs, resolve, reject, state: 'sending' };
+    const w: Waiter = {
+      pool,
+      tenant,
+      payload,
+      local,
+      headers,
+      onLate,
+      enqueuedAt: now,
+      deadline: now + this.opts.maxWaitMs,
+      resolve,
+      reject,
+      state: 'sending',
+    };
     const q = this.pools.get(pool);
     // Others are already waiting for this pool: join them rather than jump the queue.
     if (q && q.size > 0) this.enqueue(w);
@@ -326,8 +347,10 @@ export class Dispatcher {
       if (worker) return { ok: true, worker };
     }
     let reply: Awaited<ReturnType<RequestMux['request']>>;
+    const ackTimeoutMs = this.opts.ackTimeoutMs ?? 5000;
+    const headers = { ...w.headers, [ACK_BY_HEADER]: String(Date.now() + ackTimeoutMs) };
     try {
-      reply = await this.requests.request(subject, w.payload, this.opts.ackTimeoutMs ?? 5000, w.headers);
+      reply = await this.requests.request(subject, w.payload, ackTimeoutMs, headers, (msg) => this.late(w, msg));
     } catch (err) {
       // a worker addressed directly may have gone: the queue group or another announcement will do
       if (err === NO_RESPONDERS && subjects.parseJob(subject).worker) return { ok: false, refusal: 'busy' };
@@ -340,7 +363,7 @@ export class Dispatcher {
         if (Date.now() - (this.lastServed.get(pool) ?? 0) < RECENT_WORKER_MS) return { ok: false, refusal: 'busy' };
         return { ok: false, refusal: 'fatal', error: errors.noWorker(pool) };
       }
-      // No answer in time: a worker may still hold the job (it settles, or its hold expires).
+      // No answer in time: a worker that reads the job now refuses it (past its ack-by); `late` says what became of it.
       return { ok: false, refusal: 'fatal', error: err === TIMEOUT ? errors.timeout('No worker acknowledged the request in time.') : errors.internal() };
     }
     const ack = JobAckSchema.safeParse(decodeJson(reply.data));
@@ -351,6 +374,19 @@ export class Dispatcher {
     }
     if (ack.data.code === 'invalid_job') return { ok: false, refusal: 'fatal', error: errors.workerRefused(ack.data.message) };
     return { ok: false, refusal: 'busy' }; // busy, draining: another worker may take it
+  }
+
+  /** The answer to an attempt that timed out (the request was answered 504), or null when none came. */
+  private late(w: Waiter, msg: Msg | null): void {
+    if (!w.onLate) return;
+    let ack: ReturnType<typeof JobAckSchema.safeParse> | null = null;
+    try {
+      ack = msg ? JobAckSchema.safeParse(decodeJson(msg.data)) : null;
+    } catch {
+      /* not JSON: nothing known */
+    }
+    if (ack?.success && ack.data.ok) w.onLate({ taken: true, worker: ack.data.worker });
+    else w.onLate({ taken: false, refused: ack?.success === true });
   }
 
   private cancel(w: Waiter): void {

@@ -13,7 +13,7 @@ import { type CatracaError, errors } from '../errors.ts';
 import { chat } from '../protocols/chat/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import type { JobRunner } from '../runner/runner.ts';
-import type { Dispatcher, LocalOffer, Ticket } from './dispatcher.ts';
+import type { Dispatcher, LateAnswer, LocalOffer, Ticket } from './dispatcher.ts';
 import { Exchange } from './exchange.ts';
 import type { HoldAdmission } from './hold.ts';
 import type { KeyCache } from './key-cache.ts';
@@ -132,7 +132,11 @@ class RecordingTicket implements Ticket {
   queued = true;
   resolve!: (r: { worker: string }) => void;
   reject!: (e: CatracaError) => void;
-  constructor(readonly job: Job) {
+  constructor(
+    readonly job: Job,
+    /** what the dispatcher reports of the job after its ack timed out */
+    readonly late?: (late: LateAnswer) => void,
+  ) {
     this.result = new Promise((resolve, reject) => {
       this.resolve = resolve;
       this.reject = reject;
@@ -230,8 +234,8 @@ function start(o: Options = {}) {
     cancel: (id: string) => cancels.push(id),
   } as unknown as JobRunner;
   const dispatcher = {
-    submit: (_pool: string, _tenant: string, payload: Uint8Array, _headers: unknown, _local?: LocalOffer) => {
-      const t = new RecordingTicket(decodeJson(payload) as Job);
+    submit: (_pool: string, _tenant: string, payload: Uint8Array, _headers: unknown, _local?: LocalOffer, onLate?: (late: LateAnswer) => void) => {
+      const t = new RecordingTicket(decodeJson(payload) as Job, onLate);
       tickets.push(t);
       return t;
     },
@@ -523,14 +527,48 @@ describe('Exchange: the hold ends once, whichever way the request ends', () => {
       });
     }
 
-    it('no worker acknowledges in time: one may still have the job, so the hold stays (counted as unknown), 504', async () => {
+    it('no worker acknowledges in time: 504, and the hold waits for what becomes of the job', async () => {
       const h = start({ body: remote });
       const running = h.run();
       await tick();
       h.tickets[0].reject(errors.timeout('No worker acknowledged the request in time.'));
       await running;
-      expect(h.admission.calls).toEqual(['admit', 'finish null']);
+      expect(h.admission.calls).toEqual(['admit']);
       expect(h.res.status).toBe('504 Gateway Timeout');
+    });
+
+    it('after a 504 for a late ack, the worker refuses the job it read too late: the hold goes back once', async () => {
+      const h = start({ body: remote });
+      const running = h.run();
+      await tick();
+      h.tickets[0].reject(errors.timeout('No worker acknowledged the request in time.'));
+      await running;
+      h.tickets[0].late!({ taken: false, refused: true });
+      h.tickets[0].late!({ taken: false, refused: false });
+      await tick();
+      expect(h.admission.calls).toEqual(['admit', 'release']);
+      expect(h.published).toEqual([]);
+    });
+
+    it('after a 504 for a late ack, a worker took the job all the same: it is cancelled there, its end counted as unknown', async () => {
+      const h = start({ body: remote });
+      const running = h.run();
+      await tick();
+      h.tickets[0].reject(errors.timeout('No worker acknowledged the request in time.'));
+      await running;
+      h.tickets[0].late!({ taken: true, worker: 'w-late' });
+      expect(h.admission.calls).toEqual(['admit', 'finish null']);
+      expect(h.published).toEqual([`catraca.cancel.w-late.${h.requestId}`]);
+    });
+
+    it('after a 504 for a late ack, nothing heard of the job: its worst case stays counted', async () => {
+      const h = start({ body: remote });
+      const running = h.run();
+      await tick();
+      h.tickets[0].reject(errors.timeout('No worker acknowledged the request in time.'));
+      await running;
+      h.tickets[0].late!({ taken: false, refused: false });
+      expect(h.admission.calls).toEqual(['admit', 'finish null']);
     });
 
     it('the client leaves while the job waits for a worker: the job is dropped, the hold goes back once', async () => {

@@ -16,7 +16,7 @@ import { checkStoredText } from '../protocols/stored-text.ts';
 import type { Ending, ParsedRequest, Protocol } from '../protocols/types.ts';
 import type { JobRunner } from '../runner/runner.ts';
 import type { Span, Tracer } from '../tracing/tracer.ts';
-import type { Dispatcher, Ticket } from './dispatcher.ts';
+import type { Dispatcher, LateAnswer, Ticket } from './dispatcher.ts';
 import { type Candidate, candidateOf, extraAttempts, holdFor } from './candidates.ts';
 import { HeldRequest, usageCost } from './hold.ts';
 import type { KeyCache } from './key-cache.ts';
@@ -322,7 +322,8 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       this.deps.router.unregister(this.s.requestId);
       throw errors.jobTooLarge(maxPayload);
     }
-    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, this.span && { traceparent: this.span.traceparent() }, offerLocal);
+    const headers = this.span && { traceparent: this.span.traceparent() };
+    this.ticket = this.deps.dispatcher.submit(this.model.pool, key.tenant_id, payload, headers, offerLocal, (late) => this.lateAnswer(late));
     try {
       const { worker } = await this.ticket.result;
       this.workerId = worker;
@@ -333,9 +334,8 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       const e = err as CatracaError;
       this.deps.router.unregister(this.s.requestId);
       if (e.code === 'upstream_timeout') {
-        // No worker answered in time: one may still hold the job, so the hold stays (it settles
-        // or expires and the sweeper releases it).
-        this.held.settle(null);
+        // No worker acknowledged in time: the client gets 504, and the hold waits for what the
+        // worker that has the job, if any, does with it (`lateAnswer`).
         throw e;
       }
       // no worker took the job: its hold goes back when the request ends (`failed`), or the next model keeps it
@@ -353,6 +353,28 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       }
       throw e;
     }
+  }
+
+  /**
+   * What became of the job after its ack timed out (the client was answered 504). A worker reads
+   * such a job too late to take it and refuses it: nothing will settle against the hold, which goes
+   * back now. One whose ack was on its way when the door gave up has started it: it is stopped
+   * there, and metering debits what the vendor may bill for it (the worst case stays counted here).
+   * Nothing heard: the worst case stays counted until the hold expires.
+   */
+  private lateAnswer(late: LateAnswer): void {
+    if (late.taken) {
+      log.warn('a worker took the job after its request was answered 504; cancelling it', { request_id: this.s.requestId, worker: late.worker });
+      this.held.settle(null);
+      try {
+        this.deps.nc.publish(subjects.cancel(late.worker, this.s.requestId));
+      } catch {
+        /* the door's connection is closing: the job runs to its end and is billed */
+      }
+    } else if (late.refused) {
+      this.held.jobReturned();
+      this.held.releaseSoon();
+    } else this.held.settle(null);
   }
 
   private onFrame(frame: RawFrame): void {

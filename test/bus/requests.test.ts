@@ -31,6 +31,26 @@ describe('RequestMux', () => {
     mux.close();
   });
 
+  it('after a timeout, hands the late reply to onLate; a request never answered gets null when the mux closes', async () => {
+    const mux = new RequestMux(nc, 20);
+    const subject = `test.mux.late.${Date.now()}`;
+    const held: Array<{ respond(d: Uint8Array): boolean }> = [];
+    nc.subscribe(subject, { callback: (_e, m) => held.push(m) });
+    await nc.flush();
+    const late: Array<string | null> = [];
+    const onLate = (m: { data: Uint8Array } | null) => late.push(m ? dec.decode(m.data) : null);
+    const answered = mux.request(subject, enc.encode('a'), 100, undefined, onLate);
+    const silent = mux.request(subject, enc.encode('b'), 100, undefined, onLate);
+    await expect(answered).rejects.toBe(TIMEOUT);
+    await expect(silent).rejects.toBe(TIMEOUT);
+    held[0].respond(enc.encode('late ack'));
+    await nc.flush();
+    await new Promise((r) => setTimeout(r, 50));
+    expect(late).toEqual(['late ack']);
+    mux.close();
+    expect(late).toEqual(['late ack', null]);
+  });
+
   it('publishes to a JetStream stream once per message id (the duplicate window)', async () => {
     await ensureUsageStream(nc);
     const mux = new RequestMux(nc);
