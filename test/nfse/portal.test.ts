@@ -1,0 +1,269 @@
+// The tenant's side of notas fiscais (issue 28) over HTTP: "Dados fiscais" refuses a document with
+// wrong check digits by the server's message naming it and keeps each change; a top-up waits for
+// the profile while issuing is on; "Notas fiscais" lists the note and serves its XML byte for byte
+// and its DANFSe; a developer gets 403 on the page and on both files and sees no link; another
+// tenant's note is a 404. The portal runs the issuer with the Sefin Nacional simulator, in a
+// database of this file's own (nfse_settings is database-wide), like issue.test.ts.
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
+import { loadConfig } from '../../src/config.ts';
+import { createPool } from '../../src/db/pool.ts';
+import type { Role } from '../../src/db/members.ts';
+import { derivedRoleUrl } from '../../src/db/roles.ts';
+import { createTenant } from '../../src/db/tenants.ts';
+import { selfSignedPkcs12 } from '../../src/nfse/certificate.ts';
+import { loadNfseSetup } from '../../src/nfse/settings.ts';
+import type { InvoiceRow } from '../../src/nfse/store.ts';
+import { createSession } from '../../src/portal/auth.ts';
+import { type Portal, startPortal } from '../../src/portal/server.ts';
+import { hashPassword } from '../../src/web/sign-in.ts';
+import { type OwnDatabase, ownDatabase } from '../helpers/own-database.ts';
+import { pdfText } from '../helpers/pdf-text.ts';
+import { PortalClient } from '../portal/client.ts';
+
+vi.setConfig({ testTimeout: 120_000 });
+
+const TUNING = { retryMs: [300, 300, 500], relayIntervalMs: 150, sweepIntervalMs: 1000, leaseMs: 5000 };
+
+let own: OwnDatabase;
+let admin: pg.Pool;
+let portalDb: pg.Pool;
+let portal: Portal;
+let passwordHash: string;
+
+const PROFILE_FORM = {
+  document: '11.444.777/0001-61',
+  name: 'Cliente Exemplo Ltda',
+  email: 'notas@cliente.example',
+  cep: '88015-100',
+  street: 'Rua Felipe Schmidt',
+  number: '100',
+  complement: '',
+  district: 'Centro',
+  city_code: '4205407',
+  uf: 'SC',
+  municipal_registration: '',
+};
+
+/** A member of a tenant, signed in: a client with its session and CSRF token. */
+async function member(tenantId: string, role: Role): Promise<{ client: PortalClient; csrf: string; id: string }> {
+  const id = `usr_${randomBytes(6).toString('hex')}`;
+  await admin.query(`insert into portal_users (id, tenant_id, email, password_hash, role, email_verified_at) values ($1, $2, $3, $4, $5, now())`, [
+    id,
+    tenantId,
+    `${role}.${id}@example.com`,
+    passwordHash,
+    role,
+  ]);
+  const s = await createSession(portalDb, id);
+  const client = new PortalClient(portal.url);
+  client.cookies.set('catraca_session', s.token);
+  return { client, csrf: s.csrf, id };
+}
+
+/** A GET's status, content type and body bytes. */
+async function download(client: PortalClient, path: string): Promise<{ status: number; type: string | null; body: Buffer; disposition: string | null }> {
+  const res = await fetch(`${portal.url}${path}`, { redirect: 'manual', headers: { cookie: `catraca_session=${client.cookies.get('catraca_session')}` } });
+  return {
+    status: res.status,
+    type: res.headers.get('content-type'),
+    body: Buffer.from(await res.arrayBuffer()),
+    disposition: res.headers.get('content-disposition'),
+  };
+}
+
+async function until<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 30_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** A top-up through the portal's form, paid at the Pix simulator; the issued note. */
+async function topUpAndIssue(client: PortalClient, csrf: string, amount: string): Promise<InvoiceRow> {
+  const res = await client.post('/topup', { _csrf: csrf, amount });
+  expect(res.status).toBe(303);
+  const txid = res.location!.replace('/topup/', '');
+  expect((await portal.simulator!.pay(txid)).status).toBe(200);
+  return until('the note issued', async () => {
+    const r = (await admin.query('select * from invoices where pix_txid = $1', [txid])).rows[0];
+    return r?.state === 'issued' ? (r as InvoiceRow) : null;
+  });
+}
+
+beforeAll(async () => {
+  passwordHash = await hashPassword('correct horse battery');
+  own = await ownDatabase('nfseportal', { migrate: true });
+  admin = createPool(own.url, 3);
+  portalDb = createPool(derivedRoleUrl(own.url, 'portal'), 5);
+  const dir = mkdtempSync(join(tmpdir(), 'nfse-portal-'));
+  const pfx = selfSignedPkcs12({ name: 'CATRACA TESTE LTDA', document: '11222333000181', password: 'a1-pass-test' });
+  writeFileSync(join(dir, 'a1.pfx'), pfx.pfx);
+  const setup = loadNfseSetup(
+    loadConfig({
+      NFSE_PROVIDER: 'simulator',
+      NFSE_CERT_PFX: join(dir, 'a1.pfx'),
+      NFSE_CERT_PASSWORD: 'a1-pass-test',
+      NFSE_MUNICIPIO: '4205407',
+      NFSE_SERVICE_CODE: '010301',
+      NFSE_ISS_RATE: '2',
+    }),
+  );
+  // no NATS: the issuer does the work itself (the bus path is issue.test.ts's)
+  portal = await startPortal({
+    db: portalDb,
+    nc: null,
+    env: { PIX_PROVIDER: 'simulator' },
+    devMode: true,
+    reconcileIntervalMs: 0,
+    nfse: { setup, tuning: TUNING },
+  });
+}, 90_000);
+
+afterAll(async () => {
+  await portal?.close();
+  await portalDb?.end();
+  await admin?.end();
+  await own?.drop();
+});
+
+describe('Dados fiscais', () => {
+  test('a top-up waits for the profile; a wrong document is refused by the server naming it; each save is kept with its date', async () => {
+    const t = await createTenant(admin, 'Dados fiscais');
+    const owner = await member(t.id, 'owner');
+    // issuing is on and the tenant has no profile: the top-up page points to Dados fiscais, the form is refused
+    const page = await owner.client.get('/topup');
+    expect(page.status).toBe(200);
+    expect(page.text).toContain(
+      'Antes da primeira recarga, preencha os Dados fiscais: a nota fiscal de cada recarga é emitida para esse CNPJ ou CPF.</p><p><a href="/dados-fiscais" data-testid="profile-first-link">Preencher os Dados fiscais</a>',
+    );
+    expect(page.text).not.toContain('data-testid="topup-amount"');
+    const refused = await owner.client.post('/topup', { _csrf: owner.csrf, amount: '20,00' });
+    expect(refused.status).toBe(409);
+    expect(refused.text).toContain('Antes da primeira recarga, preencha os Dados fiscais');
+    expect((await admin.query('select count(*)::int as n from pix_charges where tenant_id = $1', [t.id])).rows[0].n).toBe(0);
+
+    // wrong check digits, with and without punctuation: the server's message names the document
+    const badCnpj = await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM, document: '11.444.777/0001-62' });
+    expect(badCnpj.status).toBe(400);
+    expect(badCnpj.text).toContain(
+      '<p class="error" data-testid="fiscal-error-document">CNPJ inválido: 11.444.777/0001-62 (confira os dígitos verificadores).</p>',
+    );
+    expect(badCnpj.text).toContain('value="Cliente Exemplo Ltda"');
+    const badCpf = await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM, document: '52998224724' });
+    expect(badCpf.text).toContain('data-testid="fiscal-error-document">CPF inválido: 52998224724 (confira os dígitos verificadores).</p>');
+    const badAlnum = await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM, document: '12.ABC.345/01DE-36' });
+    expect(badAlnum.text).toContain('data-testid="fiscal-error-document">CNPJ inválido: 12.ABC.345/01DE-36 (confira os dígitos verificadores).</p>');
+    const badCity = await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM, city_code: '3550308' });
+    expect(badCity.status).toBe(400);
+    expect(badCity.text).toContain('data-testid="fiscal-error-city_code">O código IBGE 3550308 não é de um município de SC.</p>');
+    expect((await admin.query('select count(*)::int as n from billing_profiles where tenant_id = $1', [t.id])).rows[0].n).toBe(0);
+
+    // the alphanumeric CNPJ, then a person's CPF without punctuation: two versions, newest first
+    const saved = await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM, document: '12.abc.345/01de-35' });
+    expect([saved.status, saved.location]).toEqual([303, '/dados-fiscais?saved=1']);
+    expect((await owner.client.get('/dados-fiscais?saved=1')).text).toContain('Dados fiscais salvos.');
+    expect(
+      (
+        await owner.client.post('/dados-fiscais', {
+          _csrf: owner.csrf,
+          ...PROFILE_FORM,
+          document: '52998224725',
+          name: 'Maria da Silva',
+          municipal_registration: '12345',
+        })
+      ).status,
+    ).toBe(303);
+    const { rows } = await admin.query(
+      'select document_kind, document, name, cep, city_code, uf, municipal_registration, saved_by from billing_profiles where tenant_id = $1 order by id',
+      [t.id],
+    );
+    expect(rows).toEqual([
+      {
+        document_kind: 'cnpj',
+        document: '12ABC34501DE35',
+        name: 'Cliente Exemplo Ltda',
+        cep: '88015100',
+        city_code: '4205407',
+        uf: 'SC',
+        municipal_registration: null,
+        saved_by: owner.id,
+      },
+      {
+        document_kind: 'cpf',
+        document: '52998224725',
+        name: 'Maria da Silva',
+        cep: '88015100',
+        city_code: '4205407',
+        uf: 'SC',
+        municipal_registration: '12345',
+        saved_by: owner.id,
+      },
+    ]);
+    const shown = (await owner.client.get('/dados-fiscais')).text;
+    expect(shown).toContain('name="document" value="529.982.247-25"');
+    expect(shown).toContain('<td>529.982.247-25</td><td>Maria da Silva</td><td>4205407 / SC</td>');
+    expect(shown).toContain('<td>12.ABC.345/01DE-35</td><td>Cliente Exemplo Ltda</td><td>4205407 / SC</td>');
+    // now the top-up form is there
+    expect((await owner.client.get('/topup')).text).toContain('data-testid="topup-amount"');
+  });
+});
+
+describe('Notas fiscais', () => {
+  test('the owner and a billing member see the note and get its XML byte for byte and its DANFSe; a developer gets 403 and no link; another tenant 404', async () => {
+    const t = await createTenant(admin, 'Notas fiscais');
+    const owner = await member(t.id, 'owner');
+    const billing = await member(t.id, 'billing');
+    const developer = await member(t.id, 'developer');
+    expect((await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM })).status).toBe(303);
+    const inv = await topUpAndIssue(owner.client, owner.csrf, '37,50');
+    expect(inv.amount_micros).toBe(37_500_000n);
+
+    const list = await billing.client.get('/notas-fiscais');
+    expect(list.status).toBe(200);
+    expect(list.text).toContain(
+      `<tr data-testid="invoice-${inv.id}"><td>${inv.nfse_number}</td><td><code class="key" data-testid="invoice-key">${inv.access_key}</code></td>`,
+    );
+    expect(list.text).toMatch(/<td class="num">R\$\s37,50<\/td><td><span class="badge" data-testid="invoice-status">Emitida<\/span><\/td>/);
+    expect(list.text).toContain(`<a href="/notas-fiscais/${inv.id}/xml" download data-testid="invoice-xml">XML</a>`);
+    expect(list.text).toContain('<a href="/notas-fiscais">Notas fiscais</a><a href="/dados-fiscais">Dados fiscais</a>');
+
+    for (const who of [owner, billing]) {
+      const xml = await download(who.client, `/notas-fiscais/${inv.id}/xml`);
+      expect([xml.status, xml.type, xml.disposition]).toEqual([200, 'application/xml', `attachment; filename="NFSe-${inv.access_key}.xml"`]);
+      expect(xml.body.equals(inv.nfse_xml!)).toBe(true);
+      const pdf = await download(who.client, `/notas-fiscais/${inv.id}/pdf`);
+      expect([pdf.status, pdf.type, pdf.disposition]).toEqual([200, 'application/pdf', `attachment; filename="DANFSe-${inv.access_key}.pdf"`]);
+      expect(pdf.body.subarray(0, 5).toString('latin1')).toBe('%PDF-');
+      const lines = pdfText(pdf.body).split('\n');
+      expect(lines).toEqual(expect.arrayContaining([inv.access_key!, inv.nfse_number!, '11.444.777/0001-61', 'Cliente Exemplo Ltda', 'R$ 37,50']));
+    }
+
+    // a developer: the page and both files refused, no link in the nav
+    const dev = await developer.client.get('/notas-fiscais');
+    expect(dev.status).toBe(403);
+    expect(dev.text).not.toContain(inv.access_key!);
+    expect(dev.text).not.toContain('href="/notas-fiscais"');
+    expect(dev.text).not.toContain('href="/dados-fiscais"');
+    expect((await developer.client.get('/dashboard')).text).not.toContain('href="/notas-fiscais"');
+    for (const file of ['xml', 'pdf']) {
+      const r = await download(developer.client, `/notas-fiscais/${inv.id}/${file}`);
+      expect(r.status).toBe(403);
+      expect(r.body.toString('utf8')).not.toContain(inv.access_key!);
+    }
+    expect((await developer.client.get('/dados-fiscais')).status).toBe(403);
+    expect((await developer.client.post('/dados-fiscais', { _csrf: developer.csrf, ...PROFILE_FORM, name: 'Trocado' })).status).toBe(403);
+
+    // another tenant's owner: the note does not exist for them
+    const other = await member((await createTenant(admin, 'Outro')).id, 'owner');
+    for (const file of ['xml', 'pdf']) expect((await download(other.client, `/notas-fiscais/${inv.id}/${file}`)).status).toBe(404);
+    expect((await other.client.get('/notas-fiscais')).text).not.toContain(inv.id);
+  });
+});
