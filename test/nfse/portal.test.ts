@@ -225,6 +225,26 @@ describe('Notas fiscais', () => {
     expect((await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM })).status).toBe(303);
     const inv = await topUpAndIssue(owner.client, owner.csrf, '37,50');
     expect(inv.amount_micros).toBe(37_500_000n);
+    // topup.credited names the note; its key is not known yet at the credit (the note is issued after it): invoice.issued carries it
+    const e2e = (await admin.query('select end_to_end_id from pix_charges where txid = $1', [inv.pix_txid])).rows[0].end_to_end_id;
+    const events = (await admin.query('select type, data from notify_events where tenant_id = $1 order by created_at, id', [t.id])).rows;
+    expect(events.map((e) => e.type)).toEqual(['topup.credited', 'invoice.issued']);
+    expect(events[0].data).toEqual({
+      tenant_id: t.id,
+      charge_id: inv.pix_txid,
+      end_to_end_id: e2e,
+      amount: '37.500000',
+      balance: '37.500000',
+      paid_at: expect.any(String),
+      invoice_id: inv.id,
+      access_key: null,
+    });
+    expect(events[1].data).toMatchObject({
+      invoice_id: inv.id,
+      charge_id: inv.pix_txid,
+      access_key: inv.access_key,
+      xml_url: `${portal.url}/notas-fiscais/${inv.id}/xml`,
+    });
 
     const list = await billing.client.get('/notas-fiscais');
     expect(list.status).toBe(200);

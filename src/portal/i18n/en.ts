@@ -462,4 +462,7 @@ export const en: Messages = {
   'invoices.xml': 'XML',
   'invoices.pdf': 'PDF',
   'invoices.profile_link': 'Check the tax details',
+  'notify.mail.invoice_issued': 'Nota fiscal (NFS-e) {number} of this top-up issued. Access key: {access_key}. XML and PDF in Invoices: {link}',
+  'notify.mail.invoice_pending':
+    'The nota fiscal (NFS-e) of this top-up is being issued: its access key comes in the “Invoice issued” notice and is kept in Invoices: {link}',
 };

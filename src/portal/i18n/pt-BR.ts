@@ -465,6 +465,9 @@ export const ptBR = {
   'invoices.xml': 'XML',
   'invoices.pdf': 'PDF',
   'invoices.profile_link': 'Conferir os Dados fiscais',
+  'notify.mail.invoice_issued': 'Nota fiscal (NFS-e) {number} desta recarga emitida. Chave de acesso: {access_key}. XML e PDF em Notas fiscais: {link}',
+  'notify.mail.invoice_pending':
+    'A nota fiscal (NFS-e) desta recarga está sendo emitida: a chave de acesso vem no aviso “Nota fiscal emitida” e fica em Notas fiscais: {link}',
 };
 
 export type Messages = { [K in keyof typeof ptBR]: string };
