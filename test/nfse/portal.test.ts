@@ -15,6 +15,9 @@ import { createPool } from '../../src/db/pool.ts';
 import type { Role } from '../../src/db/members.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
 import { createTenant } from '../../src/db/tenants.ts';
+import { createOperator, type OperatorSetup, totpFor } from '../../src/console/auth.ts';
+import { type ConsoleServer, startConsole } from '../../src/console/server.ts';
+import { cnpjCheckDigits } from '../../src/nfse/document.ts';
 import { selfSignedPkcs12 } from '../../src/nfse/certificate.ts';
 import { loadNfseSetup } from '../../src/nfse/settings.ts';
 import type { InvoiceRow } from '../../src/nfse/store.ts';
@@ -33,6 +36,8 @@ let own: OwnDatabase;
 let admin: pg.Pool;
 let portalDb: pg.Pool;
 let portal: Portal;
+let consoleDb: pg.Pool;
+let consoleServer: ConsoleServer;
 let passwordHash: string;
 
 const PROFILE_FORM = {
@@ -125,9 +130,14 @@ beforeAll(async () => {
     reconcileIntervalMs: 0,
     nfse: { setup, tuning: TUNING },
   });
+  // the operator's console on the same database (as catraca_console)
+  consoleDb = createPool(derivedRoleUrl(own.url, 'console'), 3);
+  consoleServer = await startConsole({ db: consoleDb, nc: null, port: 0 });
 }, 90_000);
 
 afterAll(async () => {
+  await consoleServer?.close();
+  await consoleDb?.end();
   await portal?.close();
   await portalDb?.end();
   await admin?.end();
@@ -285,5 +295,114 @@ describe('Notas fiscais', () => {
     const other = await member((await createTenant(admin, 'Outro')).id, 'owner');
     for (const file of ['xml', 'pdf']) expect((await download(other.client, `/notas-fiscais/${inv.id}/${file}`)).status).toBe(404);
     expect((await other.client.get('/notas-fiscais')).text).not.toContain(inv.id);
+  });
+});
+
+/** An operator signed in to the console (e-mail, password, the authenticator's code). */
+async function operatorClient(): Promise<{ client: PortalClient; setup: OperatorSetup }> {
+  const r = await createOperator(admin, { email: `nfse.${randomBytes(5).toString('hex')}@example.com`, createdBy: null });
+  if (!r.ok) throw new Error(r.error);
+  const client = new PortalClient(consoleServer.url);
+  const token = PortalClient.csrf((await client.get('/login')).text);
+  const code = totpFor(r.setup.totpSecret, r.setup.operator.email).generate();
+  const res = await client.post('/login', { _csrf: token, email: r.setup.operator.email, password: r.setup.password, code });
+  expect([res.status, res.location]).toEqual([303, '/tenants']);
+  return { client, setup: r.setup };
+}
+
+describe('the console: rejected notes, top-ups without a note, the retry', () => {
+  test('rejected (E0202) → listed with the code and a Retry button → the tenant fixes Dados fiscais → retry (CSRF, audited) → issued', async () => {
+    const t = await createTenant(admin, 'Console NFS-e');
+    const owner = await member(t.id, 'owner');
+    // the tenant typed the operator's own CNPJ root (valid check digits): Sefin refuses E0202
+    const sameRoot = `112223330009${cnpjCheckDigits('112223330009')}`;
+    expect((await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM, document: sameRoot })).status).toBe(303);
+    const res = await owner.client.post('/topup', { _csrf: owner.csrf, amount: '12,00' });
+    const txid = res.location!.replace('/topup/', '');
+    expect((await portal.simulator!.pay(txid)).status).toBe(200);
+    const rejected = await until('rejected', async () => {
+      const r = (await admin.query('select * from invoices where pix_txid = $1', [txid])).rows[0];
+      return r?.state === 'rejected' ? (r as InvoiceRow) : null;
+    });
+    expect(rejected.error_code).toBe('E0202');
+
+    const op = await operatorClient();
+    const page = await op.client.get('/nfse');
+    expect(page.status).toBe(200);
+    expect(page.text).toContain('<a href="/nfse" aria-current="page">Notas fiscais</a>');
+    const row = page.text.slice(page.text.indexOf(`<tr data-testid="nfse-${rejected.id}">`));
+    expect(row.slice(0, row.indexOf('</tr>'))).toContain(
+      `<td data-testid="nfse-state">rejeitada</td><td><p data-testid="nfse-error"><code>E0202</code> ${rejected.error_message}</p></td>`,
+    );
+    expect(row.slice(0, row.indexOf('</tr>'))).toContain(
+      `<form method="post" action="/nfse/${rejected.id}/retry"><input type="hidden" name="_csrf" value="${PortalClient.csrf(page.text)}"><button type="submit" data-testid="nfse-retry">Tentar de novo</button></form>`,
+    );
+    // the reconciliation: the credited top-up without an issued note, and why
+    expect(page.text).toContain(`<td data-testid="missing-reason">rejected E0202: ${rejected.error_message}</td>`);
+
+    // without the form's token: refused, nothing retried, nothing audited
+    const forged = await op.client.post(`/nfse/${rejected.id}/retry`, {});
+    expect(forged.status).toBe(403);
+    expect((await admin.query('select state from invoices where id = $1', [rejected.id])).rows[0].state).toBe('rejected');
+    // an unknown note: 404
+    expect((await op.client.post('/nfse/inv_00000000000000000000000000000000/retry', { _csrf: PortalClient.csrf(page.text) })).status).toBe(404);
+
+    // the fix, then the retry
+    expect((await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM })).status).toBe(303);
+    const retried = await op.client.post(`/nfse/${rejected.id}/retry`, { _csrf: PortalClient.csrf(page.text) });
+    expect([retried.status, retried.location]).toEqual([303, '/nfse?done=issue']);
+    expect((await op.client.get('/nfse?done=issue')).text).toContain('A nota vai ser emitida de novo (uma DPS nova, com o mesmo número).');
+    const issued = await until('issued after the retry', async () => {
+      const r = (await admin.query('select * from invoices where id = $1', [rejected.id])).rows[0];
+      return r?.state === 'issued' ? (r as InvoiceRow) : null;
+    });
+    expect(issued.dps_number).toBe(rejected.dps_number);
+    expect(issued.dps_xml).toContain('<toma><CNPJ>11444777000161</CNPJ>');
+    const audits = (
+      await admin.query(`select operator_id, action, tenant_id, target, before, after from console_audit where action = 'nfse_retry' and target = $1`, [
+        rejected.id,
+      ])
+    ).rows;
+    expect(audits).toEqual([
+      {
+        operator_id: op.setup.operator.id,
+        action: 'nfse_retry',
+        tenant_id: t.id,
+        target: rejected.id,
+        before: { state: 'rejected', cancel_state: null, error_code: 'E0202', error_message: rejected.error_message },
+        after: { retry: 'issue' },
+      },
+    ]);
+    const after = (await op.client.get('/nfse')).text;
+    expect(after).not.toContain(`data-testid="nfse-${rejected.id}"`);
+    expect(after).not.toContain(`data-testid="missing-${txid}"`);
+    // an issued note: nothing to retry
+    const again = await op.client.post(`/nfse/${rejected.id}/retry`, { _csrf: PortalClient.csrf(after) });
+    expect(again.status).toBe(409);
+    expect(again.text).toContain('Nada a tentar de novo: a nota não está rejeitada nem com cancelamento recusado.');
+    expect((await admin.query(`select count(*)::int as n from console_audit where action = 'nfse_retry' and target = $1`, [rejected.id])).rows[0].n).toBe(1);
+  });
+
+  test('a refunded top-up whose note is outside the cancellation window: the console says what to do instead, no Retry', async () => {
+    const t = await createTenant(admin, 'Fora do prazo');
+    const owner = await member(t.id, 'owner');
+    expect((await owner.client.post('/dados-fiscais', { _csrf: owner.csrf, ...PROFILE_FORM })).status).toBe(303);
+    const inv = await topUpAndIssue(owner.client, owner.csrf, '15,00');
+    await admin.query(`update invoices set issued_at = now() - interval '40 days' where id = $1`, [inv.id]);
+    expect(await portal.pix.requestRefund(inv.pix_txid!, 15_000_000n)).toBe('refunded');
+    const outside = await until('outside the window', async () => {
+      const r = (await admin.query('select * from invoices where id = $1', [inv.id])).rows[0];
+      return r?.cancel_state === 'outside_window' ? (r as InvoiceRow) : null;
+    });
+    const issuedOn = outside.issued_at!.toISOString().slice(0, 10);
+    const op = await operatorClient();
+    const page = (await op.client.get('/nfse')).text;
+    const row = page.slice(page.indexOf(`<tr data-testid="nfse-${inv.id}">`));
+    const cells = row.slice(0, row.indexOf('</tr>'));
+    expect(cells).toContain(
+      `<td data-testid="nfse-state">emitida · cancelamento fora do prazo</td><td><p data-testid="nfse-do-instead">O catraca não cancela esta nota: a recarga foi devolvida, mas o cancelamento pela Sefin Nacional não é possível. O que fazer: issued on ${issuedOn}, more than 30 days ago (NFSE_CANCEL_DAYS): ask the municipality for a cancellation by fiscal analysis (evento e101103, in the Emissor Nacional) or issue a substitute note</p></td>\n<td></td>`,
+    );
+    expect(cells).not.toContain('nfse-retry');
+    expect(portal.nfse!.simulator!.state.byKey.get(inv.access_key!)!.cancelled).toBe(false);
   });
 });
