@@ -27,6 +27,10 @@ import { hashPassword } from '../../src/web/sign-in.ts';
 import { type OwnDatabase, ownDatabase } from '../helpers/own-database.ts';
 import { pdfText } from '../helpers/pdf-text.ts';
 import { PortalClient } from '../portal/client.ts';
+import type { Mail } from '../../src/mail/index.ts';
+import type { DeliveryRow } from '../../src/notify/deliveries.ts';
+import type { NotifyEvent } from '../../src/notify/events.ts';
+import { sendEventMail } from '../../src/portal/notifier/mail.ts';
 
 vi.setConfig({ testTimeout: 120_000 });
 
@@ -55,7 +59,7 @@ const PROFILE_FORM = {
 };
 
 /** A member of a tenant, signed in: a client with its session and CSRF token. */
-async function member(tenantId: string, role: Role): Promise<{ client: PortalClient; csrf: string; id: string }> {
+async function member(tenantId: string, role: Role): Promise<{ client: PortalClient; csrf: string; id: string; email: string }> {
   const id = `usr_${randomBytes(6).toString('hex')}`;
   await admin.query(`insert into portal_users (id, tenant_id, email, password_hash, role, email_verified_at) values ($1, $2, $3, $4, $5, now())`, [
     id,
@@ -67,7 +71,7 @@ async function member(tenantId: string, role: Role): Promise<{ client: PortalCli
   const s = await createSession(portalDb, id);
   const client = new PortalClient(portal.url);
   client.cookies.set('catraca_session', s.token);
-  return { client, csrf: s.csrf, id };
+  return { client, csrf: s.csrf, id, email: `${role}.${id}@example.com` };
 }
 
 /** A GET's status, content type and body bytes. */
@@ -249,6 +253,15 @@ describe('Notas fiscais', () => {
       invoice_id: inv.id,
       access_key: null,
     });
+    // its e-mail, sent now that the note is issued: the number and the access key, read when the e-mail leaves
+    const sent: Mail[] = [];
+    const mailer = { configured: true, sendMail: async (m: Mail) => void sent.push(m), close: () => {} };
+    const credited = (await admin.query(`select * from notify_events where tenant_id = $1 and type = 'topup.credited'`, [t.id])).rows[0] as NotifyEvent;
+    expect(await sendEventMail({ db: portalDb, mailer, pix: null, site: { url: portal.url } }, {} as DeliveryRow, credited)).toEqual({ error: null });
+    expect(sent[0].to).toEqual([billing.email, owner.email].sort());
+    expect(sent[0].text.split('\n\n')[1]).toBe(
+      `Nota fiscal (NFS-e) ${inv.nfse_number} desta recarga emitida. Chave de acesso: ${inv.access_key}. XML e PDF em Notas fiscais: ${portal.url}/notas-fiscais`,
+    );
     expect(events[1].data).toMatchObject({
       invoice_id: inv.id,
       charge_id: inv.pix_txid,
@@ -325,6 +338,15 @@ describe('the console: rejected notes, top-ups without a note, the retry', () =>
       return r?.state === 'rejected' ? (r as InvoiceRow) : null;
     });
     expect(rejected.error_code).toBe('E0202');
+    // the topup.credited e-mail of a top-up whose note is not issued: it is on its way
+    const sent: Mail[] = [];
+    const mailer = { configured: true, sendMail: async (m: Mail) => void sent.push(m), close: () => {} };
+    const credited = (await admin.query(`select * from notify_events where tenant_id = $1 and type = 'topup.credited'`, [t.id])).rows[0] as NotifyEvent;
+    expect(credited.data).toMatchObject({ invoice_id: rejected.id, access_key: null });
+    expect(await sendEventMail({ db: portalDb, mailer, pix: null, site: { url: portal.url } }, {} as DeliveryRow, credited)).toEqual({ error: null });
+    expect(sent[0].text.split('\n\n')[1]).toBe(
+      `A nota fiscal (NFS-e) desta recarga está sendo emitida: a chave de acesso vem no aviso “Nota fiscal emitida” e fica em Notas fiscais: ${portal.url}/notas-fiscais`,
+    );
 
     const op = await operatorClient();
     const page = await op.client.get('/nfse');
