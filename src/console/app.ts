@@ -11,6 +11,7 @@ import { renderer } from './render.ts';
 import { loginRoutes, logoutRoutes } from './routes/auth.ts';
 import { catalogRoutes } from './routes/catalog.ts';
 import { moneyRoutes } from './routes/money.ts';
+import { nfseRoutes } from './routes/nfse.ts';
 import { publicRoutes, systemRoutes } from './routes/system.ts';
 import { tenantRoutes } from './routes/tenants.ts';
 
@@ -48,6 +49,7 @@ export function createConsoleApp(d: ConsoleDeps): Hono<ConsoleEnv> {
   app.route('/', tenantRoutes(d, r));
   app.route('/', catalogRoutes(d, r));
   app.route('/', moneyRoutes(d.db, r));
+  app.route('/', nfseRoutes(d.db, r));
   app.route('/', systemRoutes(d.db, r));
   app.notFound((c) => (c.var.operator ? r.notFound(c) : send(c, 303, TEXT, '', { location: '/login' })));
   return app;

@@ -45,6 +45,15 @@ export type ProfileErrors = Partial<Record<keyof ProfileInput, string>>;
 const UFS = new Set(Object.values(UF_CODES));
 const trim = (v: string | undefined) => (v ?? '').trim().replace(/\s+/g, ' ');
 
+/** Why a typed document is refused, naming it: a CPF (11 digits) or a CNPJ (14 characters) with wrong check digits, or neither. */
+export function documentError(raw: string): string {
+  const shown = raw.slice(0, 40);
+  const bare = raw.replace(/[\s./-]/g, '').toUpperCase();
+  if (/^\d{11}$/.test(bare)) return `CPF inválido: ${shown} (confira os dígitos verificadores).`;
+  if (/^[0-9A-Z]{12}\d{2}$/.test(bare)) return `CNPJ inválido: ${shown} (confira os dígitos verificadores).`;
+  return `CNPJ ou CPF inválido: ${shown} (um CPF tem 11 dígitos; um CNPJ, 14 caracteres).`;
+}
+
 /** The profile to save, or what is wrong with each field (messages in Portuguese, as the page shows them). */
 export function checkProfile(
   input: ProfileInput,
@@ -53,7 +62,7 @@ export function checkProfile(
   const raw = trim(input.document);
   const doc: FederalDocument | null = parseDocument(raw);
   if (!raw) errors.document = 'Informe o CNPJ ou CPF.';
-  else if (!doc) errors.document = `CNPJ ou CPF inválido: ${raw.slice(0, 40)} (confira os dígitos verificadores).`;
+  else if (!doc) errors.document = documentError(raw);
   const name = trim(input.name);
   if (!name || name.length > 300) errors.name = 'Informe a razão social ou o nome (até 300 caracteres).';
   const email = trim(input.email);

@@ -197,3 +197,13 @@ export async function makeMissing(db: DbClient, serie: string, emitOn: 'topup' |
   );
   return rows.map((r) => r.id);
 }
+
+/** One of a tenant's notes with its documents, or null (another tenant's id is no note of this one). */
+export async function tenantInvoice(db: DbClient, tenantId: string, id: string): Promise<InvoiceRow | null> {
+  return (await db.query('select * from invoices where id = $1 and tenant_id = $2', [id, tenantId])).rows[0] ?? null;
+}
+
+/** Whether the tenant has saved its billing profile ("Dados fiscais"). */
+export async function hasProfile(db: DbClient, tenantId: string): Promise<boolean> {
+  return ((await db.query('select 1 from billing_profiles where tenant_id = $1 limit 1', [tenantId])).rowCount ?? 0) > 0;
+}

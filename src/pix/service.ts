@@ -229,15 +229,16 @@ export class PixService {
       // marks the charge paid and credits its amount to its tenant, once (the portal's role may not call catraca_credit)
       const { rows: paid } = await c.query('select * from catraca_pix_credit($1, $2, $3)', [p.txid, p.endToEndId, paidAt]);
       const r = paid[0] as { status: string; balance: bigint };
+      const invoice = r.status === 'credited' ? await invoiceForTopUp(c, p.txid) : null;
       return {
         outcome: r.status === 'credited' ? 'credited' : 'duplicate',
         tenant: ch.tenant_id,
         balance: r.balance,
         detail: ch.status === 'EXPIRADA' ? 'paid after local expiry' : undefined,
+        // the nota fiscal to issue (when NFS-e issuing is on, per top-up), made first: topup.credited names it
+        invoice,
         // topup.credited, in the credit's transaction: the event exists exactly when the credit does
         events: r.status === 'credited' ? await topUpEvent(c, p.txid) : [],
-        // and so does the nota fiscal to issue (when NFS-e issuing is on, per top-up)
-        invoice: r.status === 'credited' ? await invoiceForTopUp(c, p.txid) : null,
       };
     });
     if (outcome.invoice) this.opts.invoices?.();

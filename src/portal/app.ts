@@ -25,6 +25,7 @@ import { topUpRoutes } from './routes/topup.ts';
 import { usageRoutes } from './routes/usage.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
 import { recurringRoutes } from './routes/recurring.ts';
+import { invoiceRoutes } from './routes/invoices.ts';
 import type { RecurringService } from '../pix/recurring/service.ts';
 
 export interface PortalDeps {
@@ -51,6 +52,8 @@ export interface PortalDeps {
   exportLimits?: ExportLimits;
   /** The resolver of webhook hosts for the SSRF check (tests); default the system's. */
   notifyResolve?: Resolver;
+  /** NFS-e issuing is on: a top-up needs the tenant's "Dados fiscais" first. */
+  invoicing?: boolean;
 }
 
 /**
@@ -79,8 +82,9 @@ export function createPortalApp(d: PortalDeps): Hono<AppEnv> {
   app.use(authorize(r));
   app.route('/', usageRoutes(d, r));
   app.route('/', exportRoutes(d, r, d.exportLimits));
-  app.route('/', recurringRoutes(d.recurring ?? null, r));
-  app.route('/', topUpRoutes(d, r));
+  app.route('/', recurringRoutes(d.recurring ?? null, r, { db: d.db, invoicing: d.invoicing ?? false }));
+  app.route('/', topUpRoutes({ ...d, invoicing: d.invoicing ?? false }, r));
+  app.route('/', invoiceRoutes({ db: d.db, invoicing: d.invoicing ?? false }, r));
   app.route('/', keysRoutes(d, r));
   app.route('/', memberRoutes(d, r));
   app.route('/', accountRoutes(d, r));

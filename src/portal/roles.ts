@@ -12,7 +12,7 @@ const EVERYONE = ROLES;
  * The one table of permissions: action → the roles that may perform it.
  *   owner      everything, members and roles included
  *   admin      keys (all), members (not owners)
- *   billing    top-ups, statement, exports, notifications
+ *   billing    top-ups, statement, exports, notifications, notas fiscais
  *   developer  their own keys, usage
  */
 export const PERMISSIONS = {
@@ -32,6 +32,8 @@ export const PERMISSIONS = {
   exports: ['owner', 'billing'],
   /** notification settings: webhooks, e-mail, thresholds */
   notifications: ['owner', 'billing'],
+  /** notas fiscais: the billing profile ("Dados fiscais") and the notes with their XML and PDF ("Notas fiscais") */
+  invoices: ['owner', 'billing'],
   /** the members page: invite, change roles, remove — members who are not owners */
   members: ['owner', 'admin'],
   /** the same for owners: invite or promote an owner, demote or remove one */

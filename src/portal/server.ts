@@ -142,6 +142,7 @@ export async function startPortal(options: StartPortalOptions): Promise<Portal> 
     devMailDir: env.DEV_MAIL_DIR,
     ...(options.exportLimits ? { exportLimits: options.exportLimits } : {}),
     notifyResolve: options.notifyResolve,
+    invoicing: nfse !== null,
   });
   const { server, url } = await listen(app, s.listenHost, options);
 

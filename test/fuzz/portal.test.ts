@@ -179,6 +179,40 @@ describe('fuzz: portal forms', () => {
     await expectUp();
   }, 60000);
 
+  it('Dados fiscais with random fields: 303 with a row the database accepts, or the form again with its error (issue 28)', async () => {
+    const c = await signedIn();
+    const valid = {
+      document: '11.444.777/0001-61',
+      name: 'Cliente',
+      cep: '88015-100',
+      street: 'Rua A',
+      number: '1',
+      district: 'Centro',
+      city_code: '4205407',
+      uf: 'SC',
+    };
+    // each field valid or nasty, so that one wrong field at a time is tried as well as everything wrong
+    const field = (v: string) => fc.oneof(fc.constant(v), maybeRepeated);
+    await fc.assert(
+      fc.asyncProperty(
+        fc.record({
+          ...Object.fromEntries(Object.entries(valid).map(([k, v]) => [k, field(v)])),
+          email: fc.oneof(fc.constantFrom('', 'notas@cliente.example'), nasty),
+          complement: fc.oneof(fc.constant(''), nasty),
+          municipal_registration: fc.oneof(fc.constantFrom('', '12345'), nasty),
+        }),
+        async (f) => {
+          const token = PortalClient.csrf((await c.get('/dados-fiscais')).text);
+          const r = await c.post('/dados-fiscais', { _csrf: token, ...f } as Record<string, string | string[]>);
+          expectHandled(r, [303, 400, 413]);
+          if (r.status === 303) expect(r.location).toBe('/dados-fiscais?saved=1');
+        },
+      ),
+      runs(60),
+    );
+    await expectUp();
+  }, 60000);
+
   it('malformed URL-encoding and NUL in raw form bodies: 400 or the form again, never a 500', async () => {
     const c = await signedIn();
     const enc = fc.oneof(

@@ -221,6 +221,17 @@ const CASES: Case[] = [
     ask: post(() => '/notifications/deliveries/999999999/replay'),
     expect: [303, 404, 403, 404, 403],
   },
+  // notas fiscais: owner and billing (an empty profile form is refused; no such note: 404)
+  { route: 'GET /dados-fiscais', ask: get(() => '/dados-fiscais'), expect: [303, 200, 403, 200, 403] },
+  { route: 'POST /dados-fiscais', ask: post(() => '/dados-fiscais'), expect: [303, 400, 403, 400, 403] },
+  { route: 'GET /notas-fiscais', ask: get(() => '/notas-fiscais'), expect: [303, 200, 403, 200, 403] },
+  ...['xml', 'pdf'].map(
+    (file): Case => ({
+      route: `GET /notas-fiscais/:id{inv_[0-9a-f]{32}}/${file}`,
+      ask: get(() => `/notas-fiscais/inv_00000000000000000000000000000000/${file}`),
+      expect: [303, 404, 403, 404, 403],
+    }),
+  ),
   { route: 'GET /topup', ask: get(() => '/topup'), expect: [303, 200, 403, 200, 403] },
   {
     route: 'POST /topup',

@@ -105,6 +105,19 @@ describe('startStack runs the portal in development mode (npm start, as for a ne
       if (ext) expect(await tcpReachable(ext.address, portalPort, 1000)).toBe(false);
       const c = new PortalClient(stack.urls.portal_url!);
       expect((await c.signUp(`dev.${Date.now()}@example.com`)).status).toBe(303);
+      // npm start issues notas fiscais (the Sefin simulator): the first top-up waits for Dados fiscais
+      expect((await c.post('/topup', { _csrf: await c.csrfOf('/topup'), amount: '50,00' })).status).toBe(409);
+      const fiscal = {
+        document: '529.982.247-25',
+        name: 'Dev',
+        cep: '01310-100',
+        street: 'Avenida Paulista',
+        number: '1000',
+        district: 'Bela Vista',
+        city_code: '3550308',
+        uf: 'SP',
+      };
+      expect((await c.post('/dados-fiscais', { _csrf: await c.csrfOf('/dados-fiscais'), ...fiscal })).status).toBe(303);
       const topup = await c.post('/topup', { _csrf: await c.csrfOf('/topup'), amount: '50,00' });
       expect(topup.status).toBe(303);
       const charge = await c.get(topup.location!);

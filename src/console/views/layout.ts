@@ -23,6 +23,7 @@ export const NAV = [
   ['/money', 'nav.money'],
   ['/shortfalls', 'nav.shortfalls'],
   ['/pix', 'nav.pix'],
+  ['/nfse', 'nav.nfse'],
   ['/ledger-check', 'nav.ledger_check'],
   ['/audit', 'nav.audit'],
   ['/operators', 'nav.operators'],

@@ -39,12 +39,22 @@ export async function sendEventMail(m: MailDeps, d: DeliveryRow, e: NotifyEvent)
   if (!m.mailer.configured) return { error: 'SMTP_URL is not set', final: false };
   const tenant = ((await m.db.query('select name from tenants where id = $1', [e.tenant_id])).rows[0]?.name as string | undefined) ?? e.tenant_id;
   const charge = e.type === 'balance.low' ? await lowBalanceCharge(m, d, e.tenant_id) : null;
+  const invoice = e.type === 'topup.credited' ? await topUpInvoice(m.db, String(e.data.charge_id ?? '')) : null;
   try {
-    await m.mailer.sendMail(await composeMail(m.site.url, to, tenant, e, charge));
+    await m.mailer.sendMail(await composeMail(m.site.url, to, tenant, e, charge, invoice));
     return { error: null };
   } catch (err) {
     return { error: `SMTP: ${(err as Error).message}`.slice(0, 300), final: false };
   }
+}
+
+/** The nota fiscal of a top-up as it is when its e-mail is sent. */
+export type TopUpInvoice = { state: string; access_key: string | null; nfse_number: string | null };
+
+/** The top-up's note, or null when none is made for it (NFS-e issuing off, or monthly notes). */
+async function topUpInvoice(db: pg.Pool, txid: string): Promise<TopUpInvoice | null> {
+  const { rows } = await db.query('select state, access_key, nfse_number from invoices where pix_txid = $1', [txid]);
+  return rows[0] ?? null;
 }
 
 /** The amount of the tenant's last paid top-up (null: it never paid one). */
@@ -99,7 +109,27 @@ function eventVars(tenant: string, e: NotifyEvent): Record<string, string> {
   };
 }
 
-export async function composeMail(site: string, to: string[], tenant: string, e: NotifyEvent, charge: ChargeRow | null): Promise<Mail> {
+/**
+ * What a topup.credited e-mail says of the top-up's nota fiscal: its number and access key when it
+ * was issued before the e-mail left, else that it is on its way (the key then comes in the
+ * invoice.issued notice and on the Notas fiscais page); nothing when no note is made for it.
+ */
+function invoiceLine(base: string, e: NotifyEvent, invoice: TopUpInvoice | null): string | null {
+  if (e.type !== 'topup.credited' || !invoice) return null;
+  const link = `${base}/notas-fiscais`;
+  const key = (e.data.access_key as string | null | undefined) ?? invoice.access_key;
+  if (invoice.state === 'issued' && key) return t('notify.mail.invoice_issued', { number: invoice.nfse_number ?? '', access_key: key, link });
+  return t('notify.mail.invoice_pending', { link });
+}
+
+export async function composeMail(
+  site: string,
+  to: string[],
+  tenant: string,
+  e: NotifyEvent,
+  charge: ChargeRow | null,
+  invoice: TopUpInvoice | null = null,
+): Promise<Mail> {
   const base = site.replace(/\/+$/, '');
   const vars = eventVars(tenant, e);
   const subject = t(`notify.mail.subject.${e.type}` as MessageKey, vars);
@@ -118,6 +148,11 @@ export async function composeMail(site: string, to: string[], tenant: string, e:
       `<p>${escapeHtml(t('notify.mail.pix_copy'))}</p><pre style="white-space:pre-wrap;word-break:break-all">${escapeHtml(charge.br_code)}</pre>`,
     );
     attachments.push({ filename: 'pix.png', content: await qrPng(charge.br_code), contentType: 'image/png', cid: QR_CID });
+  }
+  const note = invoiceLine(base, e, invoice);
+  if (note) {
+    text.push(note);
+    html.push(`<p>${escapeHtml(note)}</p>`);
   }
   if (topup) {
     text.push(topup);

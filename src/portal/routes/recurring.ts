@@ -8,13 +8,15 @@ import { type AppEnv, type Ctx, tenantOf } from '../http.ts';
 import type { Renderer } from '../render.ts';
 import { one, redirect } from '../../web/http.ts';
 import { type RecurringForm, recurringPage } from '../views/recurring.ts';
+import { profileFirst } from './topup.ts';
+import type pg from 'pg';
 
 // "Recarga automática" (owner and billing, like a top-up): GET shows it, POST creates the
 // recurrence at the PSP, POST …/cancel cancels it (src/pix/recurring/service.ts).
 
 const log = createLogger('portal');
 
-export function recurringRoutes(recurring: RecurringService | null, r: Renderer): Hono<AppEnv> {
+export function recurringRoutes(recurring: RecurringService | null, r: Renderer, fiscal: { db: pg.Pool; invoicing: boolean }): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   const show = async (c: Ctx, status: number, o: { form?: RecurringForm; error?: string } = {}) => {
     const tenantId = tenantOf(c);
@@ -38,6 +40,7 @@ export function recurringRoutes(recurring: RecurringService | null, r: Renderer)
     };
     const t = c.var.t;
     if (!recurring?.enabled) return show(c, 404, { error: t('auto.off') });
+    if (await profileFirst(fiscal, tenantOf(c))) return show(c, 409, { form, error: t('fiscal.required_topup') });
     const periodicity = form.periodicity === 'MENSAL' ? 'MENSAL' : form.periodicity === 'SEMANAL' ? 'SEMANAL' : null;
     const target = parseUserAmount(form.target ?? '');
     const max = parseUserAmount(form.max ?? '');

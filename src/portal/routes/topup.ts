@@ -13,6 +13,7 @@ import { json, one, redirect } from '../../web/http.ts';
 import type { Renderer } from '../render.ts';
 import { can } from '../authorize.ts';
 import { chargePage, topupPage, verifyFirstPage } from '../views/topup.ts';
+import { hasProfile } from '../../nfse/store.ts';
 
 // Top-ups by Pix: the charges list and form, a charge's page (QR, copia e cola) and its status poll.
 
@@ -25,6 +26,13 @@ export interface TopUpDeps extends MailContext {
   pix: PixService;
   /** Shows the simulator's pay button on a charge page (routes/dev.ts). */
   devMode: boolean;
+  /** NFS-e issuing is on: no top-up before the tenant's "Dados fiscais" (the note is issued to them). */
+  invoicing: boolean;
+}
+
+/** Whether a top-up must wait for the tenant's billing profile: issuing is on and the tenant has none. */
+export async function profileFirst(d: { db: pg.Pool; invoicing: boolean }, tenantId: string): Promise<boolean> {
+  return d.invoicing && !(await hasProfile(d.db, tenantId));
 }
 
 export function topUpRoutes(d: TopUpDeps, r: Renderer): Hono<AppEnv> {
@@ -38,9 +46,18 @@ export function topUpRoutes(d: TopUpDeps, r: Renderer): Hono<AppEnv> {
     if (!verified(c))
       return verifyFirst(c, 200, { flash: c.var.url.searchParams.has('sent') ? c.var.t('topup.resent', { email: c.var.session!.user.email }) : undefined });
     const charges = await pix.listCharges(tenantOf(c));
-    return r.page(c, 200, c.var.t('topup.title'), (vc) => topupPage(vc, charges));
+    const needsProfile = await profileFirst(d, tenantOf(c));
+    return r.page(c, 200, c.var.t('topup.title'), (vc) => topupPage(vc, charges, { profileFirst: needsProfile }));
   });
-  app.post('/topup', can('topup'), (c) => (verified(c) ? createTopUp(c, pix, r) : verifyFirst(c, 403, { error: c.var.t('topup.verify_first_title') })));
+  app.post('/topup', can('topup'), async (c) => {
+    if (!verified(c)) return verifyFirst(c, 403, { error: c.var.t('topup.verify_first_title') });
+    // the note of this top-up would be issued to nobody: Dados fiscais first
+    if (await profileFirst(d, tenantOf(c))) {
+      const charges = await pix.listCharges(tenantOf(c));
+      return r.page(c, 409, c.var.t('topup.title'), (vc) => topupPage(vc, charges, { profileFirst: true }), { error: c.var.t('fiscal.required_topup') });
+    }
+    return createTopUp(c, pix, r);
+  });
   app.post('/verify/resend', can('account'), async (c) => {
     if (verified(c)) return redirect(c, '/topup');
     if (!d.mailer.configured) return verifyFirst(c, 503);

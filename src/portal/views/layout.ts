@@ -32,6 +32,7 @@ export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?
         ${allows(c, 'members') ? html`<a href="/members">${c.t('nav.members')}</a>` : ''}
         <a href="/account">${c.t('nav.account')}</a>
         ${allows(c, 'notifications') ? html`<a href="/notifications">${c.t('nav.notifications')}</a>` : ''}
+        ${allows(c, 'invoices') ? html`<a href="/notas-fiscais">${c.t('nav.invoices')}</a><a href="/dados-fiscais">${c.t('nav.fiscal')}</a>` : ''}
       </nav>
       <div class="who">
         <span class="balance" data-testid="header-balance">${c.t('common.balance')}: <strong>${money(c.lang, c.balance ?? 0n)}</strong></span>

@@ -4,9 +4,12 @@ import { csrfField, html, raw, type SafeHtml } from '../../web/html.ts';
 import { dateTime, money, time } from '../../web/format.ts';
 import type { ViewCtx } from './layout.ts';
 
-export function topupPage(c: ViewCtx, charges: ChargeRow[], v: { amount?: string } = {}): SafeHtml {
+export function topupPage(c: ViewCtx, charges: ChargeRow[], v: { amount?: string; profileFirst?: boolean } = {}): SafeHtml {
   return html`<h1>${c.t('topup.title')}</h1>
-<section class="card narrow">
+${
+  v.profileFirst
+    ? html`<section class="card narrow" data-testid="profile-first"><p>${c.t('fiscal.required_topup')}</p><p><a href="/dados-fiscais" data-testid="profile-first-link">${c.t('fiscal.required_link')}</a></p></section>`
+    : html`<section class="card narrow">
 <form method="post" action="/topup">
 ${csrfField(c)}
 <label>${c.t('topup.amount')}<input type="text" name="amount" inputmode="decimal" required placeholder="50,00" value="${v.amount ?? ''}" data-testid="topup-amount"></label>
@@ -14,7 +17,8 @@ ${csrfField(c)}
 <button type="submit" data-testid="topup-submit">${c.t('topup.button')}</button>
 </form>
 <p><a href="/topup/auto" data-testid="auto-link">${c.t('auto.link')}</a></p>
-</section>
+</section>`
+}
 <section class="card"><h2>${c.t('topup.history')}</h2>
 ${
   charges.length === 0
