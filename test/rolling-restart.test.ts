@@ -45,7 +45,13 @@ beforeAll(async () => {
 afterAll(async () => {
   if (process.env.ROLLING_DRILL_LOG) {
     const { writeFileSync } = await import('node:fs');
-    writeFileSync(process.env.ROLLING_DRILL_LOG, stack.allLogLines().filter((l) => /"level":"(warn|error)"|drain|shutting|stopp|exit/.test(l)).join('\n'));
+    writeFileSync(
+      process.env.ROLLING_DRILL_LOG,
+      stack
+        .allLogLines()
+        .filter((l) => /"level":"(warn|error)"|drain|shutting|stopp|exit/.test(l))
+        .join('\n'),
+    );
   }
   await balancer?.close();
   await stack?.stop();

@@ -61,10 +61,13 @@ describe('recurring top-ups (Pix Automático)', () => {
         [tenantId],
       );
       const diff = balanceMicros - BigInt(rows[0].sum);
-      await c.query(
-        `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, note) values ($1, $2, $3, $4, $5, 'test fixture')`,
-        [tenantId, diff >= 0n ? 'credit' : 'debit', diff >= 0n ? diff : -diff, balanceMicros, diff >= 0n ? 'grant' : 'adjustment'],
-      );
+      await c.query(`insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, note) values ($1, $2, $3, $4, $5, 'test fixture')`, [
+        tenantId,
+        diff >= 0n ? 'credit' : 'debit',
+        diff >= 0n ? diff : -diff,
+        balanceMicros,
+        diff >= 0n ? 'grant' : 'adjustment',
+      ]);
       await c.query('update tenants set balance_micros = $2 where id = $1', [tenantId, balanceMicros]);
       await c.query('commit');
     } catch (err) {
@@ -127,7 +130,8 @@ describe('recurring top-ups (Pix Automático)', () => {
     moveDays(3);
     expect((await portal.simulator!.rec.settleDue()).paid).toEqual([first.txid]);
     expect(await balance(t.id)).toBe(130_000_000n);
-    const credits = async () => (await db.query(`select amount_micros, source, note from ledger where tenant_id = $1 and kind = 'credit' and source = 'pix' order by id`, [t.id])).rows;
+    const credits = async () =>
+      (await db.query(`select amount_micros, source, note from ledger where tenant_id = $1 and kind = 'credit' and source = 'pix' order by id`, [t.id])).rows;
     expect(await credits()).toEqual([{ amount_micros: 90_000_000n, source: 'pix', note: first.txid }]);
     // the PSP repeats its callback, and `catraca pix pay` on a paid charge: nothing more
     const cobrs = { cobsr: [{ idRec: r.id_rec, txid: first.txid, status: 'CONCLUIDA' }] };
