@@ -79,7 +79,7 @@ export function createPortalApp(d: PortalDeps): Hono<AppEnv> {
   app.use(authorize(r));
   app.route('/', usageRoutes(d, r));
   app.route('/', exportRoutes(d, r, d.exportLimits));
-  app.route('/', recurringRoutes(d.recurring ?? null, r));
+  app.route('/', recurringRoutes(d.recurring ?? null, r, d.db));
   app.route('/', topUpRoutes(d, r));
   app.route('/', keysRoutes(d, r));
   app.route('/', memberRoutes(d, r));

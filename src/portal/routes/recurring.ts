@@ -1,6 +1,8 @@
 import { Hono } from 'hono';
+import type { DbClient } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
 import { parseUserAmount } from '../../pix/amount.ts';
+import { currentProfile, documentLabel } from '../../nfse/profiles.ts';
 import { qrDataUrl } from '../../pix/brcode.ts';
 import { RecurringError, type RecurringService } from '../../pix/recurring/service.ts';
 import { can } from '../authorize.ts';
@@ -10,18 +12,27 @@ import { one, redirect } from '../../web/http.ts';
 import { type RecurringForm, recurringPage } from '../views/recurring.ts';
 
 // "Recarga automática" (owner and billing, like a top-up): GET shows it, POST creates the
-// recurrence at the PSP, POST …/cancel cancels it (src/pix/recurring/service.ts).
+// recurrence at the PSP, POST …/cancel cancels it (src/pix/recurring/service.ts). The payer's
+// fields start from the tenant's "Dados fiscais" (src/nfse/profiles.ts) when it has them.
 
 const log = createLogger('portal');
 
-export function recurringRoutes(recurring: RecurringService | null, r: Renderer): Hono<AppEnv> {
+/** The payer's fields of a new form: the billing profile's document and name, when there is one. */
+async function payerFromProfile(db: DbClient, tenantId: string): Promise<RecurringForm> {
+  const p = await currentProfile(db, tenantId);
+  return p ? { document: documentLabel(p), name: p.name } : {};
+}
+
+export function recurringRoutes(recurring: RecurringService | null, r: Renderer, db: DbClient): Hono<AppEnv> {
   const app = new Hono<AppEnv>();
   const show = async (c: Ctx, status: number, o: { form?: RecurringForm; error?: string } = {}) => {
     const tenantId = tenantOf(c);
     const rec = recurring ? await recurring.current(tenantId) : null;
     const charges = rec && recurring ? await recurring.charges(rec.id_rec) : [];
     const qr = rec?.status === 'CRIADA' && rec.br_code ? await qrDataUrl(rec.br_code) : null;
-    return r.page(c, status, c.var.t('auto.title'), (vc) => recurringPage(vc, { enabled: !!recurring?.enabled, rec, charges, qr, form: o.form }), {
+    const live = rec?.status === 'CRIADA' || rec?.status === 'APROVADA';
+    const form = o.form ?? (recurring?.enabled && !live ? await payerFromProfile(db, tenantId) : undefined);
+    return r.page(c, status, c.var.t('auto.title'), (vc) => recurringPage(vc, { enabled: !!recurring?.enabled, rec, charges, qr, form }), {
       error: o.error,
     });
   };
