@@ -26,6 +26,7 @@ export const AUDIT_ACTIONS = [
   'operator_create',
   'operator_disable',
   'operator_reset',
+  'fx_pin',
 ] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 

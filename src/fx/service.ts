@@ -250,20 +250,23 @@ export async function unpinRate(db: DbClient, by: string, at = new Date()): Prom
 
 /** Pins a rate (the CLI and the console): recorded as a rate of its own, prices recomputed; the caller announces `changed`. */
 export async function pinRate(db: pg.Pool, micros: bigint, by: string, at = new Date()): Promise<{ rate: FxRate | null; changed: string[] }> {
-  return withTransaction(db, async (c) => {
-    await c.query('select pg_advisory_xact_lock(7261106)');
-    await c.query(
-      `insert into fx_status (name, pinned_micros, pinned_by, pinned_at) values ($1, $2, $3, $4)
-       on conflict (name) do update set pinned_micros = excluded.pinned_micros, pinned_by = excluded.pinned_by, pinned_at = excluded.pinned_at`,
-      [STATUS, micros, by, at],
-    );
-    await c.query(`insert into fx_rates (rate_date, usd_brl_micros, source, valid_from, set_by) values ($1, $2, 'pinned', $3, $4)`, [
-      todayInSaoPaulo(at),
-      micros,
-      at,
-      by,
-    ]);
-    const rate = await currentRate(c);
-    return { rate, changed: await recomputePrices(c, rate!) };
-  });
+  return withTransaction(db, (c) => pinRateIn(c, micros, by, at));
+}
+
+/** pinRate inside the caller's transaction (the console audits the pin in it). */
+export async function pinRateIn(c: DbClient, micros: bigint, by: string, at = new Date()): Promise<{ rate: FxRate | null; changed: string[] }> {
+  await c.query('select pg_advisory_xact_lock(7261106)');
+  await c.query(
+    `insert into fx_status (name, pinned_micros, pinned_by, pinned_at) values ($1, $2, $3, $4)
+     on conflict (name) do update set pinned_micros = excluded.pinned_micros, pinned_by = excluded.pinned_by, pinned_at = excluded.pinned_at`,
+    [STATUS, micros, by, at],
+  );
+  await c.query(`insert into fx_rates (rate_date, usd_brl_micros, source, valid_from, set_by) values ($1, $2, 'pinned', $3, $4)`, [
+    todayInSaoPaulo(at),
+    micros,
+    at,
+    by,
+  ]);
+  const rate = await currentRate(c);
+  return { rate, changed: await recomputePrices(c, rate!) };
 }
