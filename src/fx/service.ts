@@ -103,12 +103,12 @@ export async function recomputePrices(db: DbClient, rate: { micros: bigint; date
                       is distinct from ($2::bigint, $3::bigint, $4::bigint, $5::bigint, $6::bigint)`,
             [...values, p.deployment],
           );
-    await db.query('update model_usd_prices set rate_micros = $3, rate_date = $4, priced_at = now() where model_id = $1 and deployment = $2', [
-      p.model_id,
-      p.deployment,
-      rate.micros,
-      rate.date,
-    ]);
+    // priced_at: when the BRL prices last changed (the portal's model page shows it)
+    await db.query(
+      `update model_usd_prices set rate_micros = $3, rate_date = $4, priced_at = case when $5 or priced_at is null then now() else priced_at end
+        where model_id = $1 and deployment = $2`,
+      [p.model_id, p.deployment, rate.micros, rate.date, (res.rowCount ?? 0) > 0],
+    );
     if (res.rowCount) changed.add(p.model_id);
   }
   return [...changed];

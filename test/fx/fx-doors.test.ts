@@ -3,8 +3,8 @@
 // day's PTAX reprices a USD-priced model, announced like any price change, so a request admitted
 // before it is billed at the old price and requests admitted after it, on either door, at the new
 // one; an operator pins a rate with the console's "Taxa do dólar" form (CSRF as every form,
-// audited), then goes back to the PTAX; /v1/models keeps BRL prices; the service down raises the
-// console's banner.
+// audited), then goes back to the PTAX; /v1/models keeps BRL prices; the portal's model page shows
+// the rate and the date the price was set; the service down raises the console's banner.
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,6 +17,8 @@ import { createPool } from '../../src/db/pool.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
 import { FxService, fxStatus } from '../../src/fx/service.ts';
 import { type PtaxSimulator, startPtaxSimulator } from '../../src/fx/simulator.ts';
+import { createSession, signUp } from '../../src/portal/auth.ts';
+import { type Portal, startPortal } from '../../src/portal/server.ts';
 import { type OwnDatabase, ownDatabase } from '../helpers/own-database.ts';
 import { startStack, type TestStack } from '../helpers/stack.ts';
 import { PortalClient } from '../portal/client.ts';
@@ -223,5 +225,33 @@ describe('a new dollar rate on both front doors', () => {
       await fx.refresh();
       expect((await client.get('/fx')).text).not.toContain('ptax-banner');
     });
+  });
+
+  it('the portal’s model page: the rate and the date the price was set; BRL-priced models as they were', async () => {
+    let portal: Portal | undefined;
+    const portalDb = createPool(derivedRoleUrl(own.url, 'portal'), 3);
+    try {
+      portal = await startPortal({ db: portalDb, nc: null, env: { PIX_PROVIDER: 'simulator' }, reconcileIntervalMs: 0, nfse: false });
+      const signed = await signUp(stack.db, { email: `fx.${randomBytes(4).toString('hex')}@example.com`, password: 'senha-do-dolar-123', ip: '198.51.100.9' });
+      if (!signed.ok) throw new Error(signed.error);
+      const session = await createSession(stack.db, signed.user.id);
+      const res = await fetch(`${portal.url}/models`, { headers: { cookie: `catraca_session=${session.token}` }, redirect: 'manual' });
+      expect(res.status).toBe(200);
+      const text = await res.text();
+      // the rate in force (5,50, the day's PTAX) and the day the BRL price last changed (São Paulo)
+      const { rows } = await stack.db.query(
+        `select to_char(rate_date, 'DD/MM/YYYY') as rate_day, to_char(priced_at at time zone 'America/Sao_Paulo', 'DD/MM/YYYY') as priced_day
+           from model_usd_prices where model_id = $1`,
+        [MODEL],
+      );
+      expect(text).toContain(
+        `<small data-testid="model-fx">Preço em dólar, convertido a R$ 5,5000 por US$ (taxa de ${rows[0].rate_day}); preço desde ${rows[0].priced_day}</small>`,
+      );
+      expect(text.match(/data-testid="model-fx"/g)).toHaveLength(1); // sim/echo and sim/lorem are priced in reais
+      expect(text).toContain('R$ 7,15');
+    } finally {
+      await portal?.close();
+      await portalDb.end();
+    }
   });
 });

@@ -232,7 +232,7 @@ export const en: Messages = {
   'ledger.pix_refund': 'Pix refund',
   'ledger.request': 'Request {model} · {tin} in / {tout} out tokens',
   'models.title': 'Models and prices',
-  'models.usd_rate': 'Priced in dollars at the PTAX of R$ {rate} of {date}',
+  'models.usd_rate': 'Priced in dollars, converted at R$ {rate} per US$ (rate of {date}); price since {priced}',
   'models.id': 'Model',
   'models.input': 'Input (per 1M tokens)',
   'models.output': 'Output (per 1M tokens)',

@@ -231,7 +231,7 @@ export const ptBR = {
   'ledger.pix_refund': 'Devolução de Pix',
   'ledger.request': 'Requisição {model} · {tin} tokens de entrada / {tout} de saída',
   'models.title': 'Modelos e preços',
-  'models.usd_rate': 'Preço em dólar convertido pela PTAX de R$ {rate} de {date}',
+  'models.usd_rate': 'Preço em dólar, convertido a R$ {rate} por US$ (taxa de {date}); preço desde {priced}',
   'models.id': 'Modelo',
   'models.input': 'Entrada (por 1M de tokens)',
   'models.output': 'Saída (por 1M de tokens)',
