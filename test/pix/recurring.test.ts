@@ -7,6 +7,9 @@ import { addDays } from '../../src/pix/recurring/projection.ts';
 import { getSetting, SETTINGS } from '../../src/pix/settings.ts';
 import { httpRequest } from '../../src/pix/http.ts';
 import { paySimulatedCharge } from '../../src/pix/simulator/pay.ts';
+import type { Mail } from '../../src/mail/index.ts';
+import type { DeliveryRow } from '../../src/notify/deliveries.ts';
+import { sendEventMail } from '../../src/portal/notifier/mail.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
 
 // Recurring top-ups end to end against the Pix simulator, the portal's service and a real
@@ -61,10 +64,13 @@ describe('recurring top-ups (Pix Automático)', () => {
         [tenantId],
       );
       const diff = balanceMicros - BigInt(rows[0].sum);
-      await c.query(
-        `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, note) values ($1, $2, $3, $4, $5, 'test fixture')`,
-        [tenantId, diff >= 0n ? 'credit' : 'debit', diff >= 0n ? diff : -diff, balanceMicros, diff >= 0n ? 'grant' : 'adjustment'],
-      );
+      await c.query(`insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, note) values ($1, $2, $3, $4, $5, 'test fixture')`, [
+        tenantId,
+        diff >= 0n ? 'credit' : 'debit',
+        diff >= 0n ? diff : -diff,
+        balanceMicros,
+        diff >= 0n ? 'grant' : 'adjustment',
+      ]);
       await c.query('update tenants set balance_micros = $2 where id = $1', [tenantId, balanceMicros]);
       await c.query('commit');
     } catch (err) {
@@ -127,7 +133,8 @@ describe('recurring top-ups (Pix Automático)', () => {
     moveDays(3);
     expect((await portal.simulator!.rec.settleDue()).paid).toEqual([first.txid]);
     expect(await balance(t.id)).toBe(130_000_000n);
-    const credits = async () => (await db.query(`select amount_micros, source, note from ledger where tenant_id = $1 and kind = 'credit' and source = 'pix' order by id`, [t.id])).rows;
+    const credits = async () =>
+      (await db.query(`select amount_micros, source, note from ledger where tenant_id = $1 and kind = 'credit' and source = 'pix' order by id`, [t.id])).rows;
     expect(await credits()).toEqual([{ amount_micros: 90_000_000n, source: 'pix', note: first.txid }]);
     // the PSP repeats its callback, and `catraca pix pay` on a paid charge: nothing more
     const cobrs = { cobsr: [{ idRec: r.id_rec, txid: first.txid, status: 'CONCLUIDA' }] };
@@ -174,6 +181,37 @@ describe('recurring top-ups (Pix Automático)', () => {
       },
     ]);
     expect((await db.query('select status, failures from pix_charges where txid = $1', [second.txid])).rows[0]).toEqual({ status: 'ATIVA', failures: 1 });
+    // its e-mail to the owner: a one-off Pix of the charge's amount, ready to pay at once, and the top-up page
+    const owner = `dono.${t.id}@example.com`;
+    await db.query(`insert into portal_users (id, tenant_id, email, password_hash, role, email_verified_at) values ($1, $2, $3, 'x', 'owner', now())`, [
+      `usr_${t.id}`,
+      t.id,
+      owner,
+    ]);
+    const event = (await db.query(`select * from notify_events where tenant_id = $1 and type = 'topup.recurring_failed'`, [t.id])).rows[0];
+    // (a delivery row of its own, marked delivered: no notifier of another file claims it)
+    let delivery = (
+      await db.query(`insert into notify_deliveries (event_id, tenant_id, channel, state) values ($1, $2, 'email', 'delivered') returning *`, [event.id, t.id])
+    ).rows[0] as DeliveryRow;
+    const sent: Mail[] = [];
+    const mailer = { configured: true, sendMail: async (m: Mail) => void sent.push(m), close() {} };
+    const mailDeps = { db, mailer, pix: portal.pix, site: { url: 'https://portal.example' } };
+    expect(await sendEventMail(mailDeps, delivery, event)).toEqual({ error: null });
+    delivery = (await db.query('select * from notify_deliveries where id = $1', [delivery.id])).rows[0];
+    const offered = (await db.query('select amount_micros, status, id_rec, br_code from pix_charges where txid = $1', [delivery.pix_txid])).rows[0];
+    expect(offered).toMatchObject({ amount_micros: 101_000_000n, status: 'ATIVA', id_rec: null });
+    expect(sent[0]).toMatchObject({ to: [owner], subject: 'Recarga automática de R$ 101,00 não paga' });
+    const mailText = String(sent[0].text);
+    expect(mailText).toContain(
+      'A cobrança Pix Automático de R$ 101,00 para rec-a não foi paga pelo banco do pagador. Para recarregar agora, pague um Pix avulso.',
+    );
+    expect(mailText).toContain('Para adicionar R$ 101,00 agora, pague este Pix até');
+    expect(mailText).toContain(`Pix copia e cola:\n\n${offered.br_code}`);
+    expect(mailText).toContain('Adicionar saldo no portal: https://portal.example/topup');
+    // a retry of the delivery sends the same charge
+    expect(await sendEventMail(mailDeps, delivery, event)).toEqual({ error: null });
+    expect(String(sent[1].text)).toContain(offered.br_code);
+    expect((await db.query('select count(*)::int as n from pix_charges where tenant_id = $1 and id_rec is null', [t.id])).rows[0].n).toBe(1);
     const retried = await rec.api.getCharge(second.txid ?? '');
     expect(retried?.attempts.map((a) => [a.type, a.status, a.date])).toEqual([
       ['AGND', 'REJEITADA', addDays(today, 10)],
