@@ -114,6 +114,32 @@ export async function recomputePrices(db: DbClient, rate: { micros: bigint; date
   return [...changed];
 }
 
+/**
+ * Whether the PTAX job fetches at `now`: at once without a rate or when a pinned rate was just
+ * cleared; else on a business day (Monday to Friday in São Paulo; on a holiday the last published
+ * rate is the same one, nothing changes) once `hour` (São Paulo) has passed, once that day. While
+ * the service fails, only on the quarter hours.
+ */
+export function ptaxDue(
+  now: Date,
+  hour: number,
+  status: Pick<FxStatus, 'failingSince' | 'pinnedMicros' | 'lastRunDate'>,
+  rate: Pick<FxRate, 'source'> | null,
+): boolean {
+  const sp = new Intl.DateTimeFormat('en-US', {
+    timeZone: 'America/Sao_Paulo',
+    hourCycle: 'h23',
+    weekday: 'short',
+    hour: 'numeric',
+    minute: 'numeric',
+  }).formatToParts(now);
+  const part = (type: string) => sp.find((p) => p.type === type)!.value;
+  const weekday = part('weekday');
+  const unpinned = status.pinnedMicros === null && rate?.source === 'pinned';
+  const due = !rate || unpinned || (weekday !== 'Sat' && weekday !== 'Sun' && Number(part('hour')) >= hour && status.lastRunDate !== todayInSaoPaulo(now));
+  return due && (!status.failingSince || Number(part('minute')) % 15 === 0);
+}
+
 export class FxService {
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<unknown> | null = null;
@@ -207,24 +233,11 @@ export class FxService {
   start(everyMs = 60_000): void {
     if (this.timer) return;
     const tick = async () => {
-      const now = this.now();
-      const sp = new Intl.DateTimeFormat('en-US', {
-        timeZone: 'America/Sao_Paulo',
-        hourCycle: 'h23',
-        weekday: 'short',
-        hour: 'numeric',
-        minute: 'numeric',
-      }).formatToParts(now);
-      const weekday = sp.find((p) => p.type === 'weekday')!.value;
-      const hour = Number(sp.find((p) => p.type === 'hour')!.value);
-      const minute = Number(sp.find((p) => p.type === 'minute')!.value);
       const status = await fxStatus(this.db);
       const rate = await currentRate(this.db);
       this.rateMicros = rate?.micros ?? 0n;
       this.failingSince = status.failingSince?.getTime() ?? 0;
-      const unpinned = status.pinnedMicros === null && rate?.source === 'pinned';
-      const due = !rate || unpinned || (weekday !== 'Sat' && weekday !== 'Sun' && hour >= this.o.hour && status.lastRunDate !== todayInSaoPaulo(now));
-      if (due && (!status.failingSince || minute % 15 === 0)) await this.refresh();
+      if (ptaxDue(this.now(), this.o.hour, status, rate)) await this.refresh();
     };
     const run = () => {
       this.running ??= tick()
