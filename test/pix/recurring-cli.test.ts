@@ -3,7 +3,8 @@
 // request on the shared one) and its database too. The CLI asks the portal over NATS, which runs
 // the pass on its simulated clock and answers what it scheduled; the owner cancels on the
 // "Recarga automática" page (CSRF as every form): the recurrence and its open charges end at the
-// PSP and on the page, and no further charges follow.
+// PSP and on the page, and no further charges follow; then asks for a new one by the payer's bank
+// app (journey 1, no QR).
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { todayInSaoPaulo } from '../../src/billing/tenant-days.ts';
@@ -142,5 +143,28 @@ describe('catraca pix recurring run, and the tenant cancelling', () => {
     moveDays(7);
     expect(JSON.parse((await cli('pix', 'recurring', 'run', '--json')).out)).toEqual({ ok: true, checked: 0, failed: 0, scheduled: [] });
     expect(await rec.charges(r.id_rec)).toHaveLength(2);
+
+    // a new one by the payer's bank app (journey 1): the form's optional account fields
+    const form = {
+      _csrf: PortalClient.csrf(after.text),
+      periodicity: 'SEMANAL',
+      target: '100,00',
+      max: '200,00',
+      document: '123.456.789-09',
+      name: 'Fulana de Tal',
+      first: '',
+      ispb: '12345678',
+      agency: '0001',
+      account: '998877',
+    };
+    const badAccount = await client.post('/topup/auto', { ...form, ispb: '123' });
+    expect(badAccount.status).toBe(400);
+    expect(badAccount.text).toContain('Conta do pagador inválida');
+    expect(await client.post('/topup/auto', form)).toMatchObject({ status: 303, location: '/topup/auto' });
+    expect(await rec.current(tenantId)).toMatchObject({ status: 'CRIADA', journey: 'JORNADA_1', br_code: null });
+    const pushed = await client.get('/topup/auto');
+    expect(pushed.text).toContain('data-testid="auto-status">Aguardando autorização</span>');
+    expect(pushed.text).toContain('<p data-testid="auto-push-sent">Pedido enviado ao banco do pagador: a recorrência é autorizada no app do banco.</p>');
+    expect(pushed.text).not.toContain('data-testid="auto-qr"');
   });
 });

@@ -267,4 +267,26 @@ describe('recurring top-ups (Pix Automático)', () => {
     expect(await balance(poor.id)).toBe(25_000_000n); // the first payment, credited by its /pix callback
     expect(await portal.recurring!.charges(b.id_rec)).toMatchObject([{ amount_micros: 50_000_000n }]);
   });
+
+  it('journey 1: no QR, a request pushed to the payer’s bank (POST /solicrec); authorized there, charged like the others', async () => {
+    const rec = portal.recurring!;
+    const t = await tenantWithSpend('rec-d', 30_000_000n, 0n);
+    const base = { periodicity: 'MENSAL' as const, targetMicros: 80_000_000n, maxMicros: 100_000_000n, payerDocument: '123.456.789-09', payerName: 'Fulana' };
+    // an account that is no account, or a push with a first payment: refused, nothing at the PSP
+    await expect(rec.create(t.id, { ...base, push: { ispb: '1234', account: '998877' } })).rejects.toThrow('bad_push');
+    await expect(rec.create(t.id, { ...base, push: { ispb: '12345678', account: '99-88x' } })).rejects.toThrow('bad_push');
+    await expect(rec.create(t.id, { ...base, firstAmountMicros: 10_000_000n, push: { ispb: '12345678', account: '998877' } })).rejects.toThrow('bad_push');
+    expect(await rec.current(t.id)).toBeNull();
+
+    const r = await rec.create(t.id, { ...base, push: { ispb: '12345678', agency: '0001', account: '99887-7' } });
+    expect(r).toMatchObject({ status: 'CRIADA', journey: 'JORNADA_1', br_code: null, location: null, payer_document: '12345678909' });
+    const sent = [...portal.simulator!.rec.solicitacoes.values()].filter((x) => x.idRec === r.id_rec);
+    expect(sent.map((x) => [x.status, (x.body as { destinatario: unknown }).destinatario])).toEqual([
+      ['ENVIADA', { cpf: '12345678909', ispbParticipante: '12345678', conta: '998877', agencia: '0001' }],
+    ]);
+    await simPost(`/sim/rec/${r.id_rec}/autorizar`);
+    expect(await rec.current(t.id)).toMatchObject({ status: 'APROVADA', journey: 'JORNADA_1' });
+    // R$ 30,00, no spend: R$ 50,00 to the R$ 80,00 target
+    expect((await rec.charges(r.id_rec)).map((c) => c.amount_micros)).toEqual([50_000_000n]);
+  });
 });

@@ -46,6 +46,9 @@ export function recurringRoutes(recurring: RecurringService | null, r: Renderer,
       document: one(f, 'document'),
       name: one(f, 'name'),
       first: one(f, 'first'),
+      ispb: one(f, 'ispb'),
+      agency: one(f, 'agency'),
+      account: one(f, 'account'),
     };
     const t = c.var.t;
     if (!recurring?.enabled) return show(c, 404, { error: t('auto.off') });
@@ -64,6 +67,8 @@ export function recurringRoutes(recurring: RecurringService | null, r: Renderer,
         payerDocument: form.document ?? '',
         payerName: form.name ?? '',
         firstAmountMicros: first,
+        // journey 1 when the payer's account is given: the request goes to their bank's app
+        push: form.ispb?.trim() || form.account?.trim() ? { ispb: form.ispb ?? '', agency: form.agency, account: form.account ?? '' } : undefined,
       });
       return redirect(c, '/topup/auto');
     } catch (err) {
