@@ -27,6 +27,7 @@ export const AUDIT_ACTIONS = [
   'operator_disable',
   'operator_reset',
   'nfse_retry',
+  'fx_pin',
 ] as const;
 export type AuditAction = (typeof AUDIT_ACTIONS)[number];
 

@@ -103,15 +103,41 @@ export async function recomputePrices(db: DbClient, rate: { micros: bigint; date
                       is distinct from ($2::bigint, $3::bigint, $4::bigint, $5::bigint, $6::bigint)`,
             [...values, p.deployment],
           );
-    await db.query('update model_usd_prices set rate_micros = $3, rate_date = $4, priced_at = now() where model_id = $1 and deployment = $2', [
-      p.model_id,
-      p.deployment,
-      rate.micros,
-      rate.date,
-    ]);
+    // priced_at: when the BRL prices last changed (the portal's model page shows it)
+    await db.query(
+      `update model_usd_prices set rate_micros = $3, rate_date = $4, priced_at = case when $5 or priced_at is null then now() else priced_at end
+        where model_id = $1 and deployment = $2`,
+      [p.model_id, p.deployment, rate.micros, rate.date, (res.rowCount ?? 0) > 0],
+    );
     if (res.rowCount) changed.add(p.model_id);
   }
   return [...changed];
+}
+
+/**
+ * Whether the PTAX job fetches at `now`: at once without a rate or when a pinned rate was just
+ * cleared; else on a business day (Monday to Friday in São Paulo; on a holiday the last published
+ * rate is the same one, nothing changes) once `hour` (São Paulo) has passed, once that day. While
+ * the service fails, only on the quarter hours.
+ */
+export function ptaxDue(
+  now: Date,
+  hour: number,
+  status: Pick<FxStatus, 'failingSince' | 'pinnedMicros' | 'lastRunDate'>,
+  rate: Pick<FxRate, 'source'> | null,
+): boolean {
+  const sp = new Intl.DateTimeFormat('en-US', {
+    timeZone: 'America/Sao_Paulo',
+    hourCycle: 'h23',
+    weekday: 'short',
+    hour: 'numeric',
+    minute: 'numeric',
+  }).formatToParts(now);
+  const part = (type: string) => sp.find((p) => p.type === type)!.value;
+  const weekday = part('weekday');
+  const unpinned = status.pinnedMicros === null && rate?.source === 'pinned';
+  const due = !rate || unpinned || (weekday !== 'Sat' && weekday !== 'Sun' && Number(part('hour')) >= hour && status.lastRunDate !== todayInSaoPaulo(now));
+  return due && (!status.failingSince || Number(part('minute')) % 15 === 0);
 }
 
 export class FxService {
@@ -207,24 +233,11 @@ export class FxService {
   start(everyMs = 60_000): void {
     if (this.timer) return;
     const tick = async () => {
-      const now = this.now();
-      const sp = new Intl.DateTimeFormat('en-US', {
-        timeZone: 'America/Sao_Paulo',
-        hourCycle: 'h23',
-        weekday: 'short',
-        hour: 'numeric',
-        minute: 'numeric',
-      }).formatToParts(now);
-      const weekday = sp.find((p) => p.type === 'weekday')!.value;
-      const hour = Number(sp.find((p) => p.type === 'hour')!.value);
-      const minute = Number(sp.find((p) => p.type === 'minute')!.value);
       const status = await fxStatus(this.db);
       const rate = await currentRate(this.db);
       this.rateMicros = rate?.micros ?? 0n;
       this.failingSince = status.failingSince?.getTime() ?? 0;
-      const unpinned = status.pinnedMicros === null && rate?.source === 'pinned';
-      const due = !rate || unpinned || (weekday !== 'Sat' && weekday !== 'Sun' && hour >= this.o.hour && status.lastRunDate !== todayInSaoPaulo(now));
-      if (due && (!status.failingSince || minute % 15 === 0)) await this.refresh();
+      if (ptaxDue(this.now(), this.o.hour, status, rate)) await this.refresh();
     };
     const run = () => {
       this.running ??= tick()
@@ -250,20 +263,23 @@ export async function unpinRate(db: DbClient, by: string, at = new Date()): Prom
 
 /** Pins a rate (the CLI and the console): recorded as a rate of its own, prices recomputed; the caller announces `changed`. */
 export async function pinRate(db: pg.Pool, micros: bigint, by: string, at = new Date()): Promise<{ rate: FxRate | null; changed: string[] }> {
-  return withTransaction(db, async (c) => {
-    await c.query('select pg_advisory_xact_lock(7261106)');
-    await c.query(
-      `insert into fx_status (name, pinned_micros, pinned_by, pinned_at) values ($1, $2, $3, $4)
-       on conflict (name) do update set pinned_micros = excluded.pinned_micros, pinned_by = excluded.pinned_by, pinned_at = excluded.pinned_at`,
-      [STATUS, micros, by, at],
-    );
-    await c.query(`insert into fx_rates (rate_date, usd_brl_micros, source, valid_from, set_by) values ($1, $2, 'pinned', $3, $4)`, [
-      todayInSaoPaulo(at),
-      micros,
-      at,
-      by,
-    ]);
-    const rate = await currentRate(c);
-    return { rate, changed: await recomputePrices(c, rate!) };
-  });
+  return withTransaction(db, (c) => pinRateIn(c, micros, by, at));
+}
+
+/** pinRate inside the caller's transaction (the console audits the pin in it). */
+export async function pinRateIn(c: DbClient, micros: bigint, by: string, at = new Date()): Promise<{ rate: FxRate | null; changed: string[] }> {
+  await c.query('select pg_advisory_xact_lock(7261106)');
+  await c.query(
+    `insert into fx_status (name, pinned_micros, pinned_by, pinned_at) values ($1, $2, $3, $4)
+     on conflict (name) do update set pinned_micros = excluded.pinned_micros, pinned_by = excluded.pinned_by, pinned_at = excluded.pinned_at`,
+    [STATUS, micros, by, at],
+  );
+  await c.query(`insert into fx_rates (rate_date, usd_brl_micros, source, valid_from, set_by) values ($1, $2, 'pinned', $3, $4)`, [
+    todayInSaoPaulo(at),
+    micros,
+    at,
+    by,
+  ]);
+  const rate = await currentRate(c);
+  return { rate, changed: await recomputePrices(c, rate!) };
 }

@@ -7,6 +7,8 @@ import { FxService, fxStatus, pinRate } from '../../src/fx/service.ts';
 import { startPtaxSimulator, type PtaxSimulator } from '../../src/fx/simulator.ts';
 import { createMetrics, renderPrometheus } from '../../src/metrics/registry.ts';
 import { saveUsdPrices } from '../../src/cli/commands/usd.ts';
+import { run as runCli } from '../../src/cli/main.ts';
+import { listDeployments } from '../../src/db/models.ts';
 import { type OwnDatabase, ownDatabase } from '../helpers/own-database.ts';
 
 // USD prices sold in BRL against the PTAX simulator and a database of the test's own (the rates
@@ -114,6 +116,94 @@ describe('prices in dollars', () => {
     ptax.defaultSell = 6;
     expect((await fx.refresh()).changed).toEqual([]); // pinned: the PTAX does not move prices
     expect((await getModel(db, 'vendor/usd'))?.input_price).toBe(19_500_000n);
+  });
+
+  it('the CLI: model set and model deployment add in dollars with a markup, fx pin and --clear', async () => {
+    const cli = async (...argv: string[]) => {
+      let out = '';
+      let err = '';
+      const code = await runCli([...argv, '--json'], {
+        env: { ...process.env, DATABASE_URL: own.url },
+        stdout: (x) => (out += x),
+        stderr: (x) => (err += x),
+      });
+      return { code, err, body: out ? JSON.parse(out) : null };
+    };
+    // the rate in force: R$ 5,00, pinned by the test before
+    const set = await cli(
+      'model',
+      'set',
+      '--id',
+      'vendor/cli',
+      '--pool',
+      'sim',
+      '--upstream-model',
+      'echo',
+      '--context-length',
+      '8192',
+      '--usd-input-price',
+      '2.50',
+      '--usd-output-price',
+      '10',
+      '--usd-cached-input-price',
+      '0.25',
+      '--markup',
+      '1.25',
+    );
+    expect(set.code, set.err).toBe(0);
+    expect(set.err).toContain('priced from USD at R$ 5.00 per dollar');
+    // 2,50 × 5 × 1,25 = 15,625; 10 × 5 × 1,25 = 62,5; 0,25 × 5 × 1,25 = 1,5625
+    expect(await getModel(db, 'vendor/cli')).toMatchObject({ input_price: 15_625_000n, output_price: 62_500_000n, cached_input_price: 1_562_500n });
+    expect(
+      (await db.query(`select input_usd, output_usd, cached_input_usd, markup_ppm, rate_micros from model_usd_prices where model_id = 'vendor/cli'`)).rows,
+    ).toEqual([{ input_usd: 2_500_000n, output_usd: 10_000_000n, cached_input_usd: 250_000n, markup_ppm: 1_250_000n, rate_micros: 5_000_000n }]);
+    // prices in both currencies at once, or a markup that is no factor: refused, nothing changed
+    expect(
+      (await cli('model', 'set', '--id', 'vendor/cli', '--pool', 'sim', '--input-price', '1', '--usd-input-price', '1', '--usd-output-price', '1')).code,
+    ).toBe(2);
+    expect(
+      (await cli('model', 'set', '--id', 'vendor/cli', '--pool', 'sim', '--usd-input-price', '1', '--usd-output-price', '1', '--markup', '0.9')).code,
+    ).toBe(2);
+    expect((await getModel(db, 'vendor/cli'))?.input_price).toBe(15_625_000n);
+
+    const dep = await cli(
+      'model',
+      'deployment',
+      'add',
+      '--model',
+      'vendor/cli',
+      '--name',
+      'second',
+      '--base-url',
+      'https://second.example.com/v1',
+      '--usd-input-price',
+      '2',
+      '--usd-output-price',
+      '8',
+      '--markup',
+      '1.1',
+    );
+    expect(dep.code, dep.err).toBe(0);
+    const second = () => listDeployments(db, 'vendor/cli').then((ds) => ds.find((d) => d.name === 'second'));
+    expect(await second()).toMatchObject({ input_price: 11_000_000n, output_price: 44_000_000n }); // 2 × 5 × 1,1; 8 × 5 × 1,1
+
+    // fx pin: every USD-priced entry repriced at once, the model and the deployment
+    const pin = await cli('fx', 'pin', '--rate', '5.4321');
+    expect(pin.code, pin.err).toBe(0);
+    expect(pin.body).toEqual({ pinned: '5.4321', models_changed: expect.arrayContaining(['vendor/cli', 'vendor/usd']) });
+    expect(await getModel(db, 'vendor/cli')).toMatchObject({ input_price: 16_975_313n, output_price: 67_901_250n, cached_input_price: 1_697_532n });
+    expect(await second()).toMatchObject({ input_price: 11_950_620n, output_price: 47_802_480n }); // 2 × 5,4321 × 1,1 = 11,95062
+    expect((await fxStatus(db)).pinnedMicros).toBe(5_432_100n);
+    expect((await cli('fx', 'pin', '--rate', 'abc')).code).toBe(2);
+    const clear = await cli('fx', 'pin', '--clear');
+    expect(clear.code, clear.err).toBe(0);
+    expect(clear.body).toEqual({ pinned: null });
+    expect((await fxStatus(db)).pinnedMicros).toBeNull();
+    // the console's job then takes the PTAX (R$ 6,00 on the simulator now)
+    const back = await fx.refresh();
+    expect(back).toMatchObject({ ok: true, rate: { micros: 6_000_000n, source: 'ptax' } });
+    expect((await getModel(db, 'vendor/cli'))?.input_price).toBe(18_750_000n); // 2,5 × 6 × 1,25
+    expect((await second())?.input_price).toBe(13_200_000n); // 2 × 6 × 1,1
   });
 
   it('the margin view costs a USD vendor price at the rate in force when the request was made', async () => {

@@ -7,6 +7,9 @@ import { addDays } from '../../src/pix/recurring/projection.ts';
 import { getSetting, SETTINGS } from '../../src/pix/settings.ts';
 import { httpRequest } from '../../src/pix/http.ts';
 import { paySimulatedCharge } from '../../src/pix/simulator/pay.ts';
+import type { Mail } from '../../src/mail/index.ts';
+import type { DeliveryRow } from '../../src/notify/deliveries.ts';
+import { sendEventMail } from '../../src/portal/notifier/mail.ts';
 import { startPortal, type Portal } from '../../src/portal/server.ts';
 
 // Recurring top-ups end to end against the Pix simulator, the portal's service and a real
@@ -178,6 +181,37 @@ describe('recurring top-ups (Pix Automático)', () => {
       },
     ]);
     expect((await db.query('select status, failures from pix_charges where txid = $1', [second.txid])).rows[0]).toEqual({ status: 'ATIVA', failures: 1 });
+    // its e-mail to the owner: a one-off Pix of the charge's amount, ready to pay at once, and the top-up page
+    const owner = `dono.${t.id}@example.com`;
+    await db.query(`insert into portal_users (id, tenant_id, email, password_hash, role, email_verified_at) values ($1, $2, $3, 'x', 'owner', now())`, [
+      `usr_${t.id}`,
+      t.id,
+      owner,
+    ]);
+    const event = (await db.query(`select * from notify_events where tenant_id = $1 and type = 'topup.recurring_failed'`, [t.id])).rows[0];
+    // (a delivery row of its own, marked delivered: no notifier of another file claims it)
+    let delivery = (
+      await db.query(`insert into notify_deliveries (event_id, tenant_id, channel, state) values ($1, $2, 'email', 'delivered') returning *`, [event.id, t.id])
+    ).rows[0] as DeliveryRow;
+    const sent: Mail[] = [];
+    const mailer = { configured: true, sendMail: async (m: Mail) => void sent.push(m), close() {} };
+    const mailDeps = { db, mailer, pix: portal.pix, site: { url: 'https://portal.example' } };
+    expect(await sendEventMail(mailDeps, delivery, event)).toEqual({ error: null });
+    delivery = (await db.query('select * from notify_deliveries where id = $1', [delivery.id])).rows[0];
+    const offered = (await db.query('select amount_micros, status, id_rec, br_code from pix_charges where txid = $1', [delivery.pix_txid])).rows[0];
+    expect(offered).toMatchObject({ amount_micros: 101_000_000n, status: 'ATIVA', id_rec: null });
+    expect(sent[0]).toMatchObject({ to: [owner], subject: 'Recarga automática de R$ 101,00 não paga' });
+    const mailText = String(sent[0].text);
+    expect(mailText).toContain(
+      'A cobrança Pix Automático de R$ 101,00 para rec-a não foi paga pelo banco do pagador. Para recarregar agora, pague um Pix avulso.',
+    );
+    expect(mailText).toContain('Para adicionar R$ 101,00 agora, pague este Pix até');
+    expect(mailText).toContain(`Pix copia e cola:\n\n${offered.br_code}`);
+    expect(mailText).toContain('Adicionar saldo no portal: https://portal.example/topup');
+    // a retry of the delivery sends the same charge
+    expect(await sendEventMail(mailDeps, delivery, event)).toEqual({ error: null });
+    expect(String(sent[1].text)).toContain(offered.br_code);
+    expect((await db.query('select count(*)::int as n from pix_charges where tenant_id = $1 and id_rec is null', [t.id])).rows[0].n).toBe(1);
     const retried = await rec.api.getCharge(second.txid ?? '');
     expect(retried?.attempts.map((a) => [a.type, a.status, a.date])).toEqual([
       ['AGND', 'REJEITADA', addDays(today, 10)],
@@ -232,5 +266,27 @@ describe('recurring top-ups (Pix Automático)', () => {
     await simPost(`/sim/rec/${b.id_rec}/autorizar`);
     expect(await balance(poor.id)).toBe(25_000_000n); // the first payment, credited by its /pix callback
     expect(await portal.recurring!.charges(b.id_rec)).toMatchObject([{ amount_micros: 50_000_000n }]);
+  });
+
+  it('journey 1: no QR, a request pushed to the payer’s bank (POST /solicrec); authorized there, charged like the others', async () => {
+    const rec = portal.recurring!;
+    const t = await tenantWithSpend('rec-d', 30_000_000n, 0n);
+    const base = { periodicity: 'MENSAL' as const, targetMicros: 80_000_000n, maxMicros: 100_000_000n, payerDocument: '123.456.789-09', payerName: 'Fulana' };
+    // an account that is no account, or a push with a first payment: refused, nothing at the PSP
+    await expect(rec.create(t.id, { ...base, push: { ispb: '1234', account: '998877' } })).rejects.toThrow('bad_push');
+    await expect(rec.create(t.id, { ...base, push: { ispb: '12345678', account: '99-88x' } })).rejects.toThrow('bad_push');
+    await expect(rec.create(t.id, { ...base, firstAmountMicros: 10_000_000n, push: { ispb: '12345678', account: '998877' } })).rejects.toThrow('bad_push');
+    expect(await rec.current(t.id)).toBeNull();
+
+    const r = await rec.create(t.id, { ...base, push: { ispb: '12345678', agency: '0001', account: '99887-7' } });
+    expect(r).toMatchObject({ status: 'CRIADA', journey: 'JORNADA_1', br_code: null, location: null, payer_document: '12345678909' });
+    const sent = [...portal.simulator!.rec.solicitacoes.values()].filter((x) => x.idRec === r.id_rec);
+    expect(sent.map((x) => [x.status, (x.body as { destinatario: unknown }).destinatario])).toEqual([
+      ['ENVIADA', { cpf: '12345678909', ispbParticipante: '12345678', conta: '998877', agencia: '0001' }],
+    ]);
+    await simPost(`/sim/rec/${r.id_rec}/autorizar`);
+    expect(await rec.current(t.id)).toMatchObject({ status: 'APROVADA', journey: 'JORNADA_1' });
+    // R$ 30,00, no spend: R$ 50,00 to the R$ 80,00 target
+    expect((await rec.charges(r.id_rec)).map((c) => c.amount_micros)).toEqual([50_000_000n]);
   });
 });

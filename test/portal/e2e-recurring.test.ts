@@ -2,13 +2,14 @@
 // a weekly recurrence with a R$ 100,00 target and a R$ 200,00 maximum by the visible pt-BR labels,
 // gets the authorization QR and copia e cola; the simulated payer authorizes at their bank (the
 // PSP's /rec callback) and the page shows it active with its first charge; the payer cancels at
-// their bank and the page shows it cancelled. Screenshots go to test-artifacts/portal/ (gitignored).
+// their bank and the page shows it cancelled. The payer's fields start from "Dados fiscais". Screenshots go to test-artifacts/portal/ (gitignored).
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createPool } from '../../src/db/pool.ts';
 import { type MailSink, startMailSink } from '../../src/mail/sink.ts';
+import { saveProfile } from '../../src/nfse/profiles.ts';
 import { hasValidCrc } from '../../src/pix/brcode.ts';
 import { httpRequest } from '../../src/pix/http.ts';
 import { getSetting, SETTINGS } from '../../src/pix/settings.ts';
@@ -64,12 +65,34 @@ describeWith(CHROMIUM, 'Recarga automática in Chromium', () => {
     await page.goto(/https?:\/\/\S+\/verify\?token=[A-Za-z0-9_-]{43}/.exec(mail.text)![0]);
     await signIn(page, { url: `${portal.url}/login`, email, password, landing: '**/dashboard' });
 
+    // the tenant's "Dados fiscais": the payer's fields start from them
+    const tenantId = (await db.query('select tenant_id from portal_users where email = $1', [email])).rows[0].tenant_id as string;
+    const saved = await saveProfile(
+      db,
+      tenantId,
+      {
+        document: '11444777000161',
+        name: 'Empresa Pagadora Ltda',
+        cep: '88015-100',
+        street: 'Rua Felipe Schmidt',
+        number: '100',
+        district: 'Centro',
+        cityCode: '4205407',
+        uf: 'SC',
+      },
+      null,
+    );
+    expect(saved.ok).toBe(true);
+
     await page.getByRole('navigation').getByRole('link', { name: 'Adicionar saldo' }).click();
     await page.getByRole('link', { name: 'Recarga automática por Pix Automático' }).click();
     await page.getByRole('heading', { name: 'Recarga automática' }).waitFor();
     await page.getByLabel('Periodicidade').selectOption({ label: 'Semanal' });
     await page.getByLabel('Saldo alvo').fill('100,00');
     await page.getByLabel('Valor máximo por cobrança').fill('200,00');
+    expect(await page.getByLabel('CPF ou CNPJ do pagador').inputValue()).toBe('11.444.777/0001-61');
+    expect(await page.getByLabel('Nome do pagador').inputValue()).toBe('Empresa Pagadora Ltda');
+    // this payer is someone else: the fields are the tenant's to change
     await page.getByLabel('CPF ou CNPJ do pagador').fill('123.456.789-09');
     await page.getByLabel('Nome do pagador').fill('Fulana de Tal');
     await shot('form');

@@ -21,6 +21,7 @@ export const NAV = [
   ['/tenants', 'nav.tenants'],
   ['/catalog', 'nav.catalog'],
   ['/money', 'nav.money'],
+  ['/fx', 'nav.fx'],
   ['/shortfalls', 'nav.shortfalls'],
   ['/pix', 'nav.pix'],
   ['/nfse', 'nav.nfse'],

@@ -16,7 +16,7 @@ begin
   if p_action is null or p_action not in ('login', 'login_failed', 'login_throttled', 'totp_failed', 'recovery_code_used', 'logout', 'grant',
                                           'adjustment', 'suspend', 'reactivate', 'key_revoke', 'price_change', 'vendor_cost_change',
                                           'deployment_price_change', 'ledger_check', 'operator_create', 'operator_disable', 'operator_reset',
-                                          'nfse_retry') then
+                                          'nfse_retry', 'fx_pin') then
     raise exception 'unknown console audit action %', p_action using errcode = '22023';
   end if;
   if p_operator is not null and not exists (select 1 from operators where id = p_operator) then

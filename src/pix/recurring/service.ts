@@ -82,6 +82,7 @@ export type RecurringErrorCode =
   | 'bad_target'
   | 'bad_max'
   | 'bad_first_amount'
+  | 'bad_push'
   | 'not_live'
   | 'psp_refused';
 
@@ -102,6 +103,29 @@ export interface NewRecurrence {
   payerName: string;
   /** JORNADA_3: a first one-off payment of this amount in the same QR; default journey 2 (authorization alone). */
   firstAmountMicros?: bigint;
+  /** JORNADA_1: no QR, a request pushed to the payer's bank (POST /solicrec) for this account of the payer's. */
+  push?: PayerAccount;
+}
+
+/** The payer's account a push request (journey 1) goes to: its bank's ISPB, agency, account. */
+export interface PayerAccount {
+  ispb: string;
+  agency?: string;
+  account: string;
+}
+
+/** How long the payer's bank keeps a push request (journey 1) open. */
+const PUSH_VALID_DAYS = 2;
+
+/** The payer's account as typed, checked: an 8-character ISPB, up to 4 digits of agency, up to 20 of account. */
+export function normalizePayerAccount(a: { ispb?: string; agency?: string; account?: string }): PayerAccount | null {
+  const ispb = String(a.ispb ?? '')
+    .trim()
+    .toUpperCase();
+  const agency = String(a.agency ?? '').replace(/[\s.-]/g, '');
+  const account = String(a.account ?? '').replace(/[\s.-]/g, '');
+  if (!/^[0-9A-Z]{8}$/.test(ispb) || !/^\d{0,4}$/.test(agency) || !/^\d{1,20}$/.test(account)) return null;
+  return { ispb, ...(agency ? { agency } : {}), account };
 }
 
 export interface ScheduleResult {
@@ -196,11 +220,14 @@ export class RecurringService {
     if (n.targetMicros <= 0n || n.targetMicros > 10n * TOPUP_MAX_MICROS || !whole(n.targetMicros)) throw new RecurringError('bad_target');
     if (n.firstAmountMicros !== undefined && (n.firstAmountMicros < TOPUP_MIN_MICROS || n.firstAmountMicros > TOPUP_MAX_MICROS || !whole(n.firstAmountMicros)))
       throw new RecurringError('bad_first_amount');
+    const push = n.push ? normalizePayerAccount(n.push) : null;
+    if (n.push && (!push || n.firstAmountMicros !== undefined)) throw new RecurringError('bad_push');
     const live = await this.current(tenantId);
     if (live && (live.status === 'CRIADA' || live.status === 'APROVADA')) throw new RecurringError('live_exists');
 
     const first = n.firstAmountMicros !== undefined ? await this.pix.createTopUp(tenantId, n.firstAmountMicros) : null;
-    const loc = await this.api.createLocation();
+    // journey 1 has no QR: no location, the request goes to the payer's bank
+    const loc = push ? null : await this.api.createLocation();
     const rec = await this.api.createRecurrence({
       payer: { ...doc, nome: name },
       contract: tenantId.slice(0, 35),
@@ -209,10 +236,24 @@ export class RecurringService {
       periodicity: n.periodicity,
       minReceiverMicros: n.maxMicros,
       retryPolicy: RETRY_POLICY,
-      locId: loc.id,
+      locId: loc?.id,
       firstTxid: first?.txid,
     });
-    const withQr = (await this.api.getRecurrence(rec.idRec, first?.txid)) ?? rec;
+    if (push) {
+      try {
+        const solic = await this.api.requestConfirmation({
+          idRec: rec.idRec,
+          expiresAt: new Date(this.now().getTime() + PUSH_VALID_DAYS * 86_400_000),
+          destinatario: { ...doc, ispbParticipante: push.ispb, conta: push.account, ...(push.agency ? { agencia: push.agency } : {}) },
+        });
+        log.info('pix recurrence push request sent', { id_rec: rec.idRec, tenant: tenantId, id_solic_rec: solic.idSolicRec, status: solic.status });
+      } catch (err) {
+        await this.api.cancelRecurrence(rec.idRec).catch(() => undefined);
+        throw err;
+      }
+    }
+    const journey = push ? 'JORNADA_1' : first ? 'JORNADA_3' : 'JORNADA_2';
+    const withQr = push ? rec : ((await this.api.getRecurrence(rec.idRec, first?.txid)) ?? rec);
     try {
       const { rows } = await this.db.query(
         `insert into pix_recurrences (id_rec, tenant_id, provider, periodicity, target_micros, max_micros, payer_document, payer_name, retry_policy, journey,
@@ -228,14 +269,14 @@ export class RecurringService {
           'cpf' in doc ? doc.cpf : doc.cnpj,
           name,
           RETRY_POLICY,
-          first ? 'JORNADA_3' : 'JORNADA_2',
+          journey,
           withQr.status,
-          withQr.brCode,
-          withQr.location ?? loc.location,
+          push ? null : withQr.brCode,
+          push ? null : (withQr.location ?? loc?.location ?? null),
           first?.txid ?? null,
         ],
       );
-      log.info('pix recurrence created', { id_rec: rec.idRec, tenant: tenantId, journey: first ? 'JORNADA_3' : 'JORNADA_2', periodicity: n.periodicity });
+      log.info('pix recurrence created', { id_rec: rec.idRec, tenant: tenantId, journey, periodicity: n.periodicity });
       return rows[0];
     } catch (err) {
       // a second live recurrence raced this one: cancel the one the PSP just made

@@ -3,7 +3,9 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BcbPixAdapter } from '../bcb.ts';
 import { httpRequest } from '../http.ts';
+import { BcbRecurrenceApi } from '../recurrence.ts';
 import { startPixSimulator, type PixSimulator } from './server.ts';
 
 // The simulator's HTTP surface on its own: OAuth, the charge routes, malformed input.
@@ -127,5 +129,40 @@ describe('Pix simulator over mTLS', () => {
     await expect(token({})).rejects.toThrow();
     // a self-signed certificate of another CA
     await expect(token({ cert: pem('other.pem'), key: pem('other.key') })).rejects.toThrow();
+  });
+
+  it('the Pix Automático endpoints through the production adapter, over the same mTLS', async () => {
+    const adapter = (tls: { cert?: Buffer; key?: Buffer }) =>
+      new BcbRecurrenceApi(
+        new BcbPixAdapter({
+          baseUrl: sim.url,
+          clientId: 'cid',
+          clientSecret: 'csecret',
+          chave: 'chave-x',
+          webhookSecret: 's3cret',
+          merchantName: 'CATRACA',
+          merchantCity: 'SAO PAULO',
+          tls: { ...tls, ca: pem('server-ca.pem') },
+        }),
+      );
+    const api = adapter({ cert: pem('client.pem'), key: pem('client.key') });
+    const loc = await api.createLocation();
+    expect(loc.location).toMatch(/\/qr\/v2\/rec\/[0-9a-f]{32}$/);
+    const rec = await api.createRecurrence({
+      payer: { cnpj: '11444777000161', nome: 'Cliente Ltda' },
+      contract: 'ten_mtls',
+      object: 'Recarga automatica catraca',
+      startDate: new Date(Date.now() + 3 * 86_400_000).toISOString().slice(0, 10),
+      periodicity: 'MENSAL',
+      minReceiverMicros: 150_000_000n,
+      retryPolicy: 'PERMITE_3R_7D',
+      locId: loc.id,
+    });
+    expect(rec).toMatchObject({ status: 'CRIADA', minReceiverMicros: 150_000_000n, retryPolicy: 'PERMITE_3R_7D' });
+    expect((await api.getRecurrence(rec.idRec))?.brCode).toContain(loc.location.replace(/^https?:\/\//, ''));
+    expect((await api.cancelRecurrence(rec.idRec)).status).toBe('CANCELADA');
+    // without a client certificate of its CA: no connection, nothing created
+    await expect(adapter({}).createLocation()).rejects.toThrow();
+    await expect(adapter({ cert: pem('other.pem'), key: pem('other.key') }).createLocation()).rejects.toThrow();
   });
 });

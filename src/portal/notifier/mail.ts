@@ -14,7 +14,9 @@ import type { NotifyEvent } from '../../notify/events.ts';
 // address (one message to all of them). The low-balance one carries a ready Pix charge of the
 // tenant's last top-up amount — its QR code inline (PNG, cid:pix-qr) and its copia e cola — made
 // through PixService like the portal's top-up form (so within the open-charges cap), once per
-// delivery (its txid is kept on the delivery: a retry sends the same charge).
+// delivery (its txid is kept on the delivery: a retry sends the same charge). The e-mail of a
+// recurring charge the payer's bank did not pay (topup.recurring_failed) carries one the same way,
+// of that charge's amount: the tenant can top up at once instead of waiting for the retry.
 
 const log = createLogger('notify');
 const t = translator('pt-BR');
@@ -38,7 +40,12 @@ export async function sendEventMail(m: MailDeps, d: DeliveryRow, e: NotifyEvent)
   if (to.length === 0) return { error: 'no owner or billing member with a verified e-mail', final: true };
   if (!m.mailer.configured) return { error: 'SMTP_URL is not set', final: false };
   const tenant = ((await m.db.query('select name from tenants where id = $1', [e.tenant_id])).rows[0]?.name as string | undefined) ?? e.tenant_id;
-  const charge = e.type === 'balance.low' ? await lowBalanceCharge(m, d, e.tenant_id) : null;
+  const charge =
+    e.type === 'balance.low'
+      ? await offeredCharge(m, d, e.tenant_id, () => lastTopUpAmount(m.db, e.tenant_id))
+      : e.type === 'topup.recurring_failed'
+        ? await offeredCharge(m, d, e.tenant_id, async () => parseBrl(String(e.data.amount ?? '0')) || null)
+        : null;
   const invoice = e.type === 'topup.credited' ? await topUpInvoice(m.db, String(e.data.charge_id ?? '')) : null;
   try {
     await m.mailer.sendMail(await composeMail(m.site.url, to, tenant, e, charge, invoice));
@@ -66,22 +73,22 @@ async function lastTopUpAmount(db: pg.Pool, tenantId: string): Promise<bigint | 
   return rows[0]?.amount_micros ?? null;
 }
 
-/** The delivery's Pix charge: the one made for it before (a retry), else a new one; null when none can be offered. */
-async function lowBalanceCharge(m: MailDeps, d: DeliveryRow, tenantId: string): Promise<ChargeRow | null> {
+/** The delivery's Pix charge: the one made for it before (a retry), else a new one of `amountOf()`; null when none can be offered. */
+async function offeredCharge(m: MailDeps, d: DeliveryRow, tenantId: string, amountOf: () => Promise<bigint | null>): Promise<ChargeRow | null> {
   if (!m.pix) return null;
   if (d.pix_txid) {
     const ch = await m.pix.getCharge(d.pix_txid, tenantId);
     return ch && ch.status === 'ATIVA' && ch.expires_at.getTime() > Date.now() ? ch : null;
   }
-  const micros = await lastTopUpAmount(m.db, tenantId);
+  const micros = await amountOf();
   if (micros === null) return null;
   try {
     const ch = await m.pix.createTopUp(tenantId, micros);
     await m.db.query('update notify_deliveries set pix_txid = $2 where id = $1', [d.id, ch.txid]);
     return ch;
   } catch (err) {
-    if (err instanceof TopUpError) log.info('low-balance e-mail without a Pix charge', { tenant_id: tenantId, reason: err.code });
-    else log.warn('low-balance e-mail without a Pix charge: the PSP failed', { tenant_id: tenantId, err: err as Error });
+    if (err instanceof TopUpError) log.info('notification e-mail without a Pix charge', { tenant_id: tenantId, reason: err.code });
+    else log.warn('notification e-mail without a Pix charge: the PSP failed', { tenant_id: tenantId, err: err as Error });
     return null;
   }
 }

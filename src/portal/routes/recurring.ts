@@ -1,6 +1,8 @@
 import { Hono } from 'hono';
+import type { DbClient } from '../../db/pool.ts';
 import { createLogger } from '../../log.ts';
 import { parseUserAmount } from '../../pix/amount.ts';
+import { currentProfile, documentLabel } from '../../nfse/profiles.ts';
 import { qrDataUrl } from '../../pix/brcode.ts';
 import { RecurringError, type RecurringService } from '../../pix/recurring/service.ts';
 import { can } from '../authorize.ts';
@@ -12,18 +14,28 @@ import { profileFirst } from './topup.ts';
 import type pg from 'pg';
 
 // "Recarga automática" (owner and billing, like a top-up): GET shows it, POST creates the
-// recurrence at the PSP, POST …/cancel cancels it (src/pix/recurring/service.ts).
+// recurrence at the PSP, POST …/cancel cancels it (src/pix/recurring/service.ts). The payer's
+// fields start from the tenant's "Dados fiscais" (src/nfse/profiles.ts) when it has them.
 
 const log = createLogger('portal');
 
+/** The payer's fields of a new form: the billing profile's document and name, when there is one. */
+async function payerFromProfile(db: DbClient, tenantId: string): Promise<RecurringForm> {
+  const p = await currentProfile(db, tenantId);
+  return p ? { document: documentLabel(p), name: p.name } : {};
+}
+
 export function recurringRoutes(recurring: RecurringService | null, r: Renderer, fiscal: { db: pg.Pool; invoicing: boolean }): Hono<AppEnv> {
+  const db = fiscal.db;
   const app = new Hono<AppEnv>();
   const show = async (c: Ctx, status: number, o: { form?: RecurringForm; error?: string } = {}) => {
     const tenantId = tenantOf(c);
     const rec = recurring ? await recurring.current(tenantId) : null;
     const charges = rec && recurring ? await recurring.charges(rec.id_rec) : [];
     const qr = rec?.status === 'CRIADA' && rec.br_code ? await qrDataUrl(rec.br_code) : null;
-    return r.page(c, status, c.var.t('auto.title'), (vc) => recurringPage(vc, { enabled: !!recurring?.enabled, rec, charges, qr, form: o.form }), {
+    const live = rec?.status === 'CRIADA' || rec?.status === 'APROVADA';
+    const form = o.form ?? (recurring?.enabled && !live ? await payerFromProfile(db, tenantId) : undefined);
+    return r.page(c, status, c.var.t('auto.title'), (vc) => recurringPage(vc, { enabled: !!recurring?.enabled, rec, charges, qr, form }), {
       error: o.error,
     });
   };
@@ -37,6 +49,9 @@ export function recurringRoutes(recurring: RecurringService | null, r: Renderer,
       document: one(f, 'document'),
       name: one(f, 'name'),
       first: one(f, 'first'),
+      ispb: one(f, 'ispb'),
+      agency: one(f, 'agency'),
+      account: one(f, 'account'),
     };
     const t = c.var.t;
     if (!recurring?.enabled) return show(c, 404, { error: t('auto.off') });
@@ -56,6 +71,8 @@ export function recurringRoutes(recurring: RecurringService | null, r: Renderer,
         payerDocument: form.document ?? '',
         payerName: form.name ?? '',
         firstAmountMicros: first,
+        // journey 1 when the payer's account is given: the request goes to their bank's app
+        push: form.ispb?.trim() || form.account?.trim() ? { ispb: form.ispb ?? '', agency: form.agency, account: form.account ?? '' } : undefined,
       });
       return redirect(c, '/topup/auto');
     } catch (err) {

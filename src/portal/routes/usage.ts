@@ -9,7 +9,7 @@ import { MAX_PERIOD_DAYS, parsePeriod } from '../period.ts';
 import { dailySpend, ledgerPage, spendByEndUser, spendByKey, spendByModel } from '../usage.ts';
 import { can } from '../authorize.ts';
 import { messagePage } from '../views/layout.ts';
-import { dashboardPage, ledgerPage as ledgerView, modelsPage } from '../views/usage.ts';
+import { dashboardPage, ledgerPage as ledgerView, modelsPage, type UsdPricing } from '../views/usage.ts';
 
 // What the tenant has and spent: the dashboard, the ledger, the model price list.
 
@@ -55,11 +55,14 @@ export function usageRoutes(d: UsageDeps, r: Renderer): Hono<AppEnv> {
   });
   app.get('/models', can('usage'), async (c) => {
     const models = await listModels(db);
-    // USD-priced models: the dollar's rate and the date their BRL price was set at (docs/billing.md)
+    // USD-priced models: the dollar's rate, its date, and the day their BRL price was set (docs/billing.md)
     const { rows } = await db.query(
-      `select model_id, rate_micros, rate_date::text as rate_date from model_usd_prices where deployment = 'primary' and rate_micros is not null`,
+      `select model_id, rate_micros, rate_date::text as rate_date, (priced_at at time zone 'America/Sao_Paulo')::date::text as priced_on
+         from model_usd_prices where deployment = 'primary' and rate_micros is not null`,
     );
-    const rates = new Map<string, { rate: bigint; date: string }>(rows.map((x) => [x.model_id, { rate: BigInt(x.rate_micros), date: x.rate_date }]));
+    const rates = new Map<string, UsdPricing>(
+      rows.map((x) => [x.model_id, { rate: BigInt(x.rate_micros), date: x.rate_date, pricedOn: x.priced_on ?? x.rate_date }]),
+    );
     return r.page(c, 200, c.var.t('models.title'), (vc) => modelsPage(vc, models, rates));
   });
   return app;

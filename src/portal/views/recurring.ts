@@ -13,6 +13,9 @@ export interface RecurringForm {
   document?: string;
   name?: string;
   first?: string;
+  ispb?: string;
+  agency?: string;
+  account?: string;
 }
 
 const LIVE = new Set(['CRIADA', 'APROVADA']);
@@ -63,6 +66,7 @@ ${
 </div>`
     : ''
 }
+${rec.status === 'CRIADA' && rec.journey === 'JORNADA_1' ? html`<p data-testid="auto-push-sent">${c.t('auto.push_sent')}</p>` : ''}
 ${
   LIVE.has(rec.status)
     ? html`<form method="post" action="/topup/auto/cancel">${csrfField(c)}<button type="submit" class="danger" data-testid="auto-cancel">${c.t('auto.cancel')}</button></form>`
@@ -83,6 +87,12 @@ ${csrfField(c)}
 <label>${c.t('auto.payer_name')}<input type="text" name="name" required maxlength="140" value="${f.name ?? ''}"></label>
 <label>${c.t('auto.first')}<input type="text" name="first" inputmode="decimal" placeholder="50,00" value="${f.first ?? ''}"></label>
 <small>${c.t('auto.first_help')}</small>
+<fieldset><legend>${c.t('auto.push')}</legend>
+<small>${c.t('auto.push_help')}</small>
+<label>${c.t('auto.push_ispb')}<input type="text" name="ispb" maxlength="8" autocomplete="off" value="${f.ispb ?? ''}"></label>
+<label>${c.t('auto.push_agency')}<input type="text" name="agency" inputmode="numeric" maxlength="4" autocomplete="off" value="${f.agency ?? ''}"></label>
+<label>${c.t('auto.push_account')}<input type="text" name="account" inputmode="numeric" maxlength="24" autocomplete="off" value="${f.account ?? ''}"></label>
+</fieldset>
 <button type="submit" data-testid="auto-activate">${c.t('auto.activate')}</button>
 </form>
 </section>`;

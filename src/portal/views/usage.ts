@@ -188,13 +188,21 @@ ${pager(c, new URLSearchParams(), '/ledger', page, hasMore, { testids: true })}
 </section>`;
 }
 
-export function modelsPage(c: ViewCtx, models: ModelRecord[], usd: Map<string, { rate: bigint; date: string }> = new Map()): SafeHtml {
+/** A USD-priced model's BRL price: the rate it was computed at, that rate's date, the day the price was set (YYYY-MM-DD). */
+export interface UsdPricing {
+  rate: bigint;
+  date: string;
+  pricedOn: string;
+}
+
+export function modelsPage(c: ViewCtx, models: ModelRecord[], usd: Map<string, UsdPricing> = new Map()): SafeHtml {
+  const day = (d: string) => `${d.slice(8, 10)}/${d.slice(5, 7)}/${d.slice(0, 4)}`;
   const fx = (id: string) => {
     const u = usd.get(id);
     if (!u) return '';
     const frac = (u.rate % 1_000_000n).toString().padStart(6, '0');
     const rate = `${u.rate / 1_000_000n}${c.lang === 'en' ? '.' : ','}${frac.slice(0, 4)}${frac.slice(4).replace(/0+$/, '')}`;
-    return html`<br><small data-testid="model-fx">${c.t('models.usd_rate', { rate, date: `${u.date.slice(8, 10)}/${u.date.slice(5, 7)}/${u.date.slice(0, 4)}` })}</small>`;
+    return html`<br><small data-testid="model-fx">${c.t('models.usd_rate', { rate, date: day(u.date), priced: day(u.pricedOn) })}</small>`;
   };
   return html`<h1>${c.t('models.title')}</h1>
 <section class="card">
