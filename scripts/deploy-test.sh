@@ -171,7 +171,7 @@ build "$CATRACA_IMAGE" "$ROOT" --build-arg "NODE_IMAGE=$NODE_IMAGE" --target run
 
 # --- the mocks' programs, bundled from the repository and run from the project image --------------
 mkdir -p "$WORK/bundles"
-for entry in bench/mock-upstream/main.ts:mock-upstream test/deploy/containers/mail-sink.ts:mail-sink test/deploy/containers/probe.ts:probe; do
+for entry in bench/mock-upstream/main.ts:mock-upstream test/deploy/containers/mail-sink.ts:mail-sink test/deploy/containers/probe.ts:probe test/deploy/containers/ptax.ts:ptax; do
   "$ROOT/node_modules/.bin/esbuild" "$ROOT/${entry%%:*}" --bundle --platform=node --target=node20 --format=esm \
     --external:pg-native --log-level=warning \
     --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" \
@@ -234,6 +234,7 @@ set_env PIX_CA_FILE /etc/catraca/pix/ca.pem
 # the PSP mock calls the portal on the compose network (in production: the TLS proxy's URL)
 set_env PIX_WEBHOOK_BASE_URL http://portal:8081
 set_env SMTP_URL smtp://mail:2525
+set_env PTAX_URL http://ptax:9200/olinda/servico/PTAX/versao/v1/odata
 set_env OPENAI_API_KEY "sk-vendor-$(openssl rand -hex 16)"
 # what cannot exist here: the images' names (made above from Debian's packages), the mocks' programs
 set_env CATRACA_IMAGE "$CATRACA_IMAGE"

@@ -153,7 +153,9 @@ export async function startStack(opts: StackOptions = {}): Promise<TestStack> {
     spawnGateway: (extra = {}) => spawn('gateway', gateways, { host: '127.0.0.1', port: 0, metricsPort: 0, env: extra }),
     spawnWorker: (extra = {}) => spawn('worker', workers, { pools: opts.pools ?? 'sim,openai', env: extra }),
     spawnMetering: (extra = {}) => spawn('metering', meterings, { env: { HOLD_SWEEP_INTERVAL_MS: '500', ...extra } }),
-    spawnConsole: (extra = {}) => spawn('console', consoles, { host: '127.0.0.1', port: 0, env: extra }),
+    // a console takes the dollar's rate from PTAX_URL: never the BCB's own service from a test
+    // (a port nothing listens on: the rate stays unknown, as offline; test/fx starts a simulator)
+    spawnConsole: (extra = {}) => spawn('console', consoles, { host: '127.0.0.1', port: 0, env: { PTAX_URL: 'http://127.0.0.1:9/ptax', ...extra } }),
     consoles,
     consoleUrl: (c = consoles[0]) => `http://127.0.0.1:${c.port}`,
     async tenant(balance, key = {}) {
