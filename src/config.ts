@@ -289,6 +289,8 @@ export const ConfigSchema = PortalEnvSchema.extend({
   DB_CONNECT_TIMEOUT_MS: int(3000),
   /** PostgreSQL cancels a statement running longer than this (front door, metering); 0 = no limit. */
   DB_STATEMENT_TIMEOUT_MS: int(10000),
+  /** PostgreSQL connections of a front door's (and of metering's) main pool; size max_connections for all processes. */
+  DB_POOL_SIZE: z.coerce.number().int().positive().default(20),
   /**
    * Passwords of the PostgreSQL roles of the front door, workers, metering, portal and admin CLI
    * (catraca_gateway, catraca_worker, catraca_metering, catraca_portal, catraca_admin; see

@@ -21,7 +21,7 @@ if (uwsRuntime.officialError)
 const config = loadConfig();
 configureLogging({ level: config.LOG_LEVEL, format: config.LOG_FORMAT });
 // The front door writes only holds (reservations) and reads; see PoolOptions.asyncCommit.
-const db = createPool(config.DATABASE_URL, 20, {
+const db = createPool(config.DATABASE_URL, config.DB_POOL_SIZE, {
   asyncCommit: true,
   connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
   statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,

@@ -23,7 +23,11 @@ export interface Balancer {
 interface Backend {
   port: number;
   up: boolean;
+  /** health checks in a row that got no answer */
+  failed: number;
 }
+
+const FALL = 3;
 
 export async function startBalancer(ports: number[] = [], checkMs = 200): Promise<Balancer> {
   const backends: Backend[] = [];
@@ -32,13 +36,17 @@ export async function startBalancer(ports: number[] = [], checkMs = 200): Promis
   let unrouted = 0;
   let closed = false;
 
+  // A door that answers anything but 200 (503 while draining) is out at once; one that does not
+  // answer in time is out after FALL checks in a row (HAProxy's `fall 3`): on a busy machine one
+  // slow check is not a door going away. A refused connection takes it out at once (route below).
   const check = async (b: Backend) => {
     try {
       const res = await fetch(`http://127.0.0.1:${b.port}/healthz`, { signal: AbortSignal.timeout(1000), headers: { connection: 'close' } });
       await res.arrayBuffer();
       b.up = res.status === 200;
+      b.failed = 0;
     } catch {
-      b.up = false;
+      if (++b.failed >= FALL) b.up = false;
     }
   };
   const timer = setInterval(() => {
@@ -89,7 +97,7 @@ export async function startBalancer(ports: number[] = [], checkMs = 200): Promis
     port,
     url: `http://127.0.0.1:${port}/v1`,
     add(p) {
-      const b = { port: p, up: false };
+      const b = { port: p, up: false, failed: 0 };
       backends.push(b);
       void check(b);
     },
