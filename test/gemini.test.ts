@@ -263,6 +263,16 @@ describe('the Gemini API inbound with @google/genai', () => {
     const missing = await fetch(`${origin}/v1beta/models/nope/nothing`);
     expect(missing.status).toBe(404);
     expect(await missing.json()).toEqual({ error: { code: 404, message: 'The model "nope/nothing" does not exist.', status: 'NOT_FOUND' } });
+    const control = await fetch(`${origin}/v1beta/models/a%00b`);
+    expect(control.status).toBe(404);
+    const posted = await post('/v1beta/models/a%00b:generateContent', body, { 'x-goog-api-key': t.key });
+    expect(posted.status).toBe(404);
+    expect(((await posted.json()) as { error: { status: string } }).error.status).toBe('NOT_FOUND');
+    const method = await post('/v1beta/models/gemin/openai:embedContent', body, { 'x-goog-api-key': t.key });
+    expect(method.status).toBe(404);
+    const wrongVerb = await fetch(`${origin}/v1beta/models`, { method: 'DELETE' });
+    expect(wrongVerb.status).toBe(405);
+    expect(await wrongVerb.json()).toEqual({ error: { code: 405, message: 'Method DELETE is not allowed on /v1beta/models.', status: 'UNIMPLEMENTED' } });
     await stack.waitNoHolds(t.tenantId);
   });
 });

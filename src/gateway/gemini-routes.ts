@@ -1,6 +1,6 @@
 import type { CatalogEntry } from '../catalog/catalog.ts';
 import { errors } from '../errors.ts';
-import { countTokens, forTarget, generateContent, geminiPath } from '../protocols/gemini/index.ts';
+import { countTokens, forTarget, generateContent, geminiModelPath, geminiPath } from '../protocols/gemini/index.ts';
 import { googleErrorBody, googleStatus } from '../protocols/gemini/wire.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import type { Door } from './door.ts';
@@ -74,17 +74,16 @@ export function registerGeminiRoutes(app: TemplatedApp, door: Door): void {
     const url = req.getUrl();
     let aborted = false;
     res.onAborted(() => (aborted = s.aborted = true));
-    let name: string;
-    try {
-      name = decodeURIComponent(url.slice('/v1beta/models/'.length)).replace(/^models\//, '');
-    } catch {
-      name = '';
-    }
+    const name = geminiModelPath(url);
     const answer = (status: number, body: unknown) => {
       if (aborted) return;
       door.track(status);
       sendJson(s, status, body);
     };
+    if (name === null) {
+      const e = errors.routeNotFound('GET', url);
+      return answer(googleStatus(e).code, googleErrorBody(e));
+    }
     door.catalog.resolve(name).then(
       (m) => {
         if (m && m.kind === 'chat') return answer(200, geminiModel(m, name));

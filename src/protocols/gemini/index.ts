@@ -119,5 +119,27 @@ export function geminiPath(url: string): { model: string; method: string } | nul
   } catch {
     return null;
   }
+  // a name PostgreSQL cannot take (control characters) is no model's
+  if (hasControl(model)) return null;
   return { model: model.replace(/^models\//, ''), method: m[2] };
+}
+
+/** Whether `s` has a control character (PostgreSQL refuses NUL in text; none belongs in a model name). */
+function hasControl(s: string): boolean {
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x20 || c === 0x7f) return true;
+  }
+  return false;
+}
+
+/** `/v1beta/models/{model}` → the model named (slashes kept), or null. */
+export function geminiModelPath(url: string): string | null {
+  let model: string;
+  try {
+    model = decodeURIComponent(url.slice('/v1beta/models/'.length));
+  } catch {
+    return null;
+  }
+  return hasControl(model) ? null : model.replace(/^models\//, '');
 }
