@@ -6,10 +6,14 @@ describe('run-stack --route', () => {
     expect(parseRoutes(undefined).map((r) => r.name)).toEqual(['chat']);
     expect(parseRoutes('responses').map((r) => r.name)).toEqual(['responses']);
     expect(parseRoutes('chat,messages, responses,messages-native').map((r) => r.name)).toEqual(['chat', 'messages', 'responses', 'messages-native']);
+    expect(parseRoutes('chat,gemini').map((r) => [r.name, r.api, r.model, r.direct])).toEqual([
+      ['chat', 'chat', 'bench/mock', 'chat'],
+      ['gemini', 'gemini', 'bench/mock', 'chat'],
+    ]);
   });
 
   it('refuses an unknown, an empty or a repeated route', () => {
-    expect(() => parseRoutes('chat,embeddings')).toThrow('unknown --route embeddings; known: chat, responses, messages, completions, messages-native');
+    expect(() => parseRoutes('chat,embeddings')).toThrow('unknown --route embeddings; known: chat, responses, messages, completions, messages-native, gemini');
     expect(() => parseRoutes(',')).toThrow('--route: no route given');
     expect(() => parseRoutes('chat,chat')).toThrow('--route chat given twice');
     expect(() => parseRoutes('toString')).toThrow('unknown --route toString');

@@ -4,7 +4,7 @@ import type { Route } from './load/runner.ts';
 // sends and what it is compared with. Each gateway phase has a direct phase of its own beside it,
 // the same load sent straight to the mock in the protocol the gateway speaks to the vendor.
 
-export type StackRouteName = 'chat' | 'responses' | 'messages' | 'completions' | 'messages-native';
+export type StackRouteName = 'chat' | 'responses' | 'messages' | 'completions' | 'messages-native' | 'gemini';
 
 export interface StackRoute {
   name: StackRouteName;
@@ -28,6 +28,8 @@ export const STACK_ROUTES: Record<StackRouteName, StackRoute> = {
   completions: { name: 'completions', api: 'completions', path: '/v1/completions', model: 'bench/mock', pool: 'openai', direct: 'chat' },
   // Anthropic's Messages API to an Anthropic-protocol vendor (the mock's /v1/messages): no translation
   'messages-native': { name: 'messages-native', api: 'messages', path: '/v1/messages', model: 'bench/claude', pool: 'anthropic', direct: 'messages' },
+  // Google's Gemini API translated to the vendor's chat completions
+  gemini: { name: 'gemini', api: 'gemini', path: '/v1beta/models/bench/mock:streamGenerateContent', model: 'bench/mock', pool: 'openai', direct: 'chat' },
 };
 
 /** `--route chat,messages,responses` → the routes in that order (default chat); an unknown or repeated name throws. */

@@ -3,7 +3,16 @@ import https from 'node:https';
 import os from 'node:os';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { LatencyHistogram, type HistogramSummary } from './histogram.ts';
-import { type ChunkKind, classifyChunk, classifyCompletionChunk, classifyMessagesEvent, classifyResponsesEvent, type SseEvent, SseParser } from './sse.ts';
+import {
+  type ChunkKind,
+  classifyChunk,
+  classifyCompletionChunk,
+  classifyGeminiEvent,
+  classifyMessagesEvent,
+  classifyResponsesEvent,
+  type SseEvent,
+  SseParser,
+} from './sse.ts';
 
 // The load engine. One target at a time; the caller runs targets one after the other with the
 // same options so their numbers compare.
@@ -89,10 +98,13 @@ export interface TargetResult {
   loadavg_1m: { start: number; end: number };
 }
 
-export type Route = 'chat' | 'responses' | 'messages' | 'completions';
+export type Route = 'chat' | 'responses' | 'messages' | 'completions' | 'gemini';
 
 /** What a route's requests look like on the wire: path, how an SSE event counts, when a JSON answer failed. */
-const ROUTE: Record<Route, { path: string; classify: (e: SseEvent) => ChunkKind; bodyFailed: (text: string) => boolean }> = {
+const ROUTE: Record<
+  Route,
+  { path: string | ((model: string, stream: boolean) => string); classify: (e: SseEvent) => ChunkKind; bodyFailed: (text: string) => boolean }
+> = {
   chat: {
     path: '/chat/completions',
     classify: (e) => classifyChunk(e.data),
@@ -113,7 +125,19 @@ const ROUTE: Record<Route, { path: string; classify: (e: SseEvent) => ChunkKind;
     classify: (e) => classifyMessagesEvent(e.event, e.data),
     bodyFailed: (text) => !text.includes('"type":"message"'),
   },
+  // Google's Gemini API, at the origin (the target URL ends with /v1) with the model in the path
+  gemini: {
+    path: (model, stream) => `/../v1beta/models/${model}:${stream ? 'streamGenerateContent?alt=sse' : 'generateContent'}`,
+    classify: (e) => classifyGeminiEvent(e.data),
+    bodyFailed: (text) => !text.includes('"candidates"'),
+  },
 };
+
+/** The route's path for this phase (Gemini's names the model and the method). */
+function routePath(opts: Pick<LoadOptions, 'route' | 'stream'>, model: string): string {
+  const path = ROUTE[opts.route ?? 'chat'].path;
+  return typeof path === 'string' ? path : path(model, opts.stream);
+}
 
 class Collector {
   total = new LatencyHistogram();
@@ -234,7 +258,8 @@ interface Sender {
 
 function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
   const route = ROUTE[opts.route ?? 'chat'];
-  const u = new URL(target.url.replace(/\/$/, '') + route.path);
+  const path = routePath(opts, target.model);
+  const u = new URL(target.url.replace(/\/$/, '') + path);
   const mod = u.protocol === 'https:' ? https : http;
   const agent = new mod.Agent({ keepAlive: true, maxSockets: Infinity, maxFreeSockets: 65536, scheduling: 'lifo' });
   const headers: Record<string, string | number> = {
@@ -244,7 +269,7 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
     ...target.headers,
   };
   const keys = target.keys?.length ? target.keys : target.key ? [target.key] : [undefined];
-  const bases = (target.urls?.length ? target.urls : [target.url]).map((b) => new URL(b.replace(/\/$/, '') + route.path));
+  const bases = (target.urls?.length ? target.urls : [target.url]).map((b) => new URL(b.replace(/\/$/, '') + path));
   // keys × bases, interleaved so that consecutive requests change base URL (and key)
   const reqOptsByKey: http.RequestOptions[] = [];
   for (let i = 0; i < keys.length * bases.length; i++) {
@@ -316,7 +341,7 @@ function httpSender(target: Target, body: string, opts: LoadOptions): Sender {
 
 function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
   const route = ROUTE[opts.route ?? 'chat'];
-  const url = target.url.replace(/\/$/, '') + route.path;
+  const url = new URL(target.url.replace(/\/$/, '') + routePath(opts, target.model)).href;
   const headers: Record<string, string> = {
     'content-type': 'application/json',
     accept: opts.stream ? 'text/event-stream' : 'application/json',
@@ -368,6 +393,11 @@ function fetchSender(target: Target, body: string, opts: LoadOptions): Sender {
 export function requestBody(model: string, opts: Pick<LoadOptions, 'stream' | 'maxTokens' | 'prompt' | 'route'>): string {
   if (opts.route === 'messages') {
     return JSON.stringify({ model, messages: [{ role: 'user', content: opts.prompt }], stream: opts.stream, max_tokens: opts.maxTokens || 1024 });
+  }
+  if (opts.route === 'gemini') {
+    const b: Record<string, unknown> = { contents: [{ role: 'user', parts: [{ text: opts.prompt }] }] };
+    if (opts.maxTokens) b.generationConfig = { maxOutputTokens: opts.maxTokens };
+    return JSON.stringify(b);
   }
   if (opts.route === 'completions') {
     const b: Record<string, unknown> = { model, prompt: opts.prompt, stream: opts.stream, max_tokens: opts.maxTokens || 256 };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { classifyChunk, classifyMessagesEvent, classifyResponsesEvent, SseParser } from './sse.ts';
+import { classifyChunk, classifyGeminiEvent, classifyMessagesEvent, classifyResponsesEvent, SseParser } from './sse.ts';
 
 describe('SseParser', () => {
   it('parses data events, comments and [DONE]', () => {
@@ -75,5 +75,14 @@ describe('classifyMessagesEvent', () => {
     expect(classifyMessagesEvent('message_stop', '{}')).toBe('done');
     expect(classifyMessagesEvent('error', '{}')).toBe('error');
     expect(classifyMessagesEvent('message', '{}')).toBe('invalid');
+  });
+});
+
+describe('classifyGeminiEvent', () => {
+  it('tells a text piece, the last event, an error and an empty piece apart', () => {
+    expect(classifyGeminiEvent('{"candidates":[{"content":{"parts":[{"text":"Hi"}],"role":"model"},"index":0}]}')).toBe('content');
+    expect(classifyGeminiEvent('{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"},"finishReason":"STOP","index":0}]}')).toBe('done');
+    expect(classifyGeminiEvent('{"error":{"code":503,"message":"x","status":"UNAVAILABLE"}}')).toBe('error');
+    expect(classifyGeminiEvent('{"candidates":[{"content":{"parts":[{"text":""}],"role":"model"},"index":0}]}')).toBe('empty');
   });
 });

@@ -62,3 +62,15 @@ export function classifyMessagesEvent(event: string, data: string): ChunkKind {
     ? 'empty'
     : 'invalid';
 }
+
+/**
+ * One event of Gemini's streamGenerateContent (alt=sse): a piece with text ("content"), the last
+ * one (its finishReason: "done"), an error, or anything else ("empty").
+ */
+export function classifyGeminiEvent(data: string): ChunkKind {
+  const kind = classifyChunk(data);
+  if (kind !== 'empty') return kind;
+  if (data.includes('"finishReason"')) return 'done';
+  const i = data.indexOf('"text":"');
+  return i !== -1 && data.charCodeAt(i + 8) !== 34 ? 'content' : 'empty';
+}

@@ -17,6 +17,7 @@ import { bearerKey, presentedKey } from './key-cache.ts';
 import { storableText } from '../protocols/stored-text.ts';
 import { publicError, type ResponseState, sendJson } from './respond.ts';
 import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.ts';
+import { GEMINI_PATHS, registerGeminiRoutes } from './gemini-routes.ts';
 
 const log = createLogger('gateway');
 
@@ -72,11 +73,13 @@ function matcher(pattern: string): RegExp {
 /** Registers every route of `routes` on `app`, and the 404/405 answer for everything else. */
 export function registerRoutes(app: TemplatedApp, door: Door, routes: Route[] = ROUTES): void {
   for (const route of routes) {
-    if ('protocol' in route) app.post(route.path, exchangeRoute(door, route.protocol, route.anthropicAuth === true));
+    if ('protocol' in route) app.post(route.path, exchangeRoute(door, route.protocol, route.anthropicAuth === true ? 'anthropic' : 'bearer'));
     else if ('read' in route) app[route.method](route.path, readRoute(door, route.path, route.read));
     else app.get(route.path, openRoute(door, route.open, route.untracked === true));
   }
+  registerGeminiRoutes(app, door);
   const known = routes.map((r) => ({ match: matcher(r.path), protocol: 'protocol' in r ? r.protocol : undefined }));
+  known.push(...GEMINI_PATHS);
   app.any('/*', (res, req) => {
     const s = door.begin(res);
     const method = req.getMethod().toUpperCase();
@@ -96,7 +99,13 @@ export function registerRoutes(app: TemplatedApp, door: Door, routes: Route[] = 
  * is still on its way: when the refusal needs a database lookup, the body is read meanwhile and
  * dropped as soon as the lookup refuses.
  */
-function exchangeRoute(door: Door, protocol: Protocol<ParsedRequest>, anthropicAuth: boolean) {
+export function exchangeRoute(
+  door: Door,
+  protocol: Protocol<ParsedRequest>,
+  auth: 'bearer' | 'anthropic' | 'google',
+  /** the protocol of this request, from its path and query (Gemini's model in the path); throws a CatracaError to refuse it */
+  select?: (url: string, query: URLSearchParams) => Protocol<ParsedRequest>,
+) {
   const sendError = (s: ResponseState, err: unknown) => {
     const e = publicError(err);
     const { body, headers, status } = protocol.errorBody(e);
@@ -105,13 +114,16 @@ function exchangeRoute(door: Door, protocol: Protocol<ParsedRequest>, anthropicA
   return (res: HttpResponse, req: HttpRequest) => {
     const s = door.begin(res);
     const authorization = req.getHeader('authorization');
-    const xApiKey = anthropicAuth ? req.getHeader('x-api-key') : '';
+    const query = auth === 'google' || select ? new URLSearchParams(req.getQuery() ?? '') : undefined;
+    // Google's clients send the key as x-goog-api-key (or ?key=), Anthropic's as x-api-key
+    const xApiKey = auth === 'anthropic' ? req.getHeader('x-api-key') : auth === 'google' ? req.getHeader('x-goog-api-key') || (query?.get('key') ?? '') : '';
     const contentLength = Number(req.getHeader('content-length') || 0);
     // the protocol's own headers, read now (uWS hands headers out only during this call)
     let run = protocol;
     let headerRefusal: unknown;
     try {
-      run = protocol.withHeaders?.((name) => req.getHeader(name)) ?? protocol;
+      if (select) run = select(req.getUrl(), query!);
+      run = run.withHeaders?.((name) => req.getHeader(name)) ?? run;
     } catch (err) {
       headerRefusal = err;
     }

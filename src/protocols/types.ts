@@ -13,7 +13,7 @@ import type { Collected } from './collector.ts';
 // cost at most, what job it becomes, and how the answer is written back. Admission, dispatch,
 // relay and billing are the pipeline's (src/gateway/exchange.ts), the same for every protocol.
 
-export type ProtocolName = 'chat' | 'messages' | 'count_tokens' | 'responses' | 'embeddings' | 'completions';
+export type ProtocolName = 'chat' | 'messages' | 'count_tokens' | 'responses' | 'embeddings' | 'completions' | 'gemini' | 'gemini_count_tokens';
 
 /** What a catalog model is for: chat routes serve `chat` models, /v1/embeddings `embedding` ones. */
 export type ModelKind = 'chat' | 'embedding';
