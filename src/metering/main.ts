@@ -10,7 +10,10 @@ const log = createLogger('metering');
 logCrashes(log);
 const config = loadConfig();
 configureLogging({ level: config.LOG_LEVEL, format: config.LOG_FORMAT });
-const db = createPool(config.DATABASE_URL, config.DB_POOL_SIZE, { connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS, statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS });
+const db = createPool(config.DATABASE_URL, config.DB_POOL_SIZE, {
+  connectTimeoutMs: config.DB_CONNECT_TIMEOUT_MS,
+  statementTimeoutMs: config.DB_STATEMENT_TIMEOUT_MS,
+});
 const nc = await connectBus(config.NATS_URL, `catraca-metering ${config.CATRACA_INSTANCE ?? process.pid}`);
 const metering = await startMetering({
   nc,
