@@ -20,7 +20,12 @@ let balancer: Balancer;
 const replacements: { gateways: Proc[]; workers: Proc[]; metering?: Proc } = { gateways: [], workers: [] };
 
 beforeAll(async () => {
-  stack = await startStack({ gateways: 1, workers: 1, env: { DRAIN_TIMEOUT_MS: '30000', DB_POOL_SIZE: '6', KEY_LOOKUP_CONCURRENCY: '2' }, readyTimeoutMs: 120_000 });
+  stack = await startStack({
+    gateways: 1,
+    workers: 1,
+    env: { DRAIN_TIMEOUT_MS: '30000', DB_POOL_SIZE: '6', KEY_LOOKUP_CONCURRENCY: '2' },
+    readyTimeoutMs: 120_000,
+  });
   // then one at a time (processes compiling at once on a busy machine outlast the ready timeout):
   // the second front door and worker, and the replacements, started before the load — on a shared
   // 2-core machine a process's start under 500 streams can take longer than the test may. Each
