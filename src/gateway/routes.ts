@@ -1,3 +1,4 @@
+import { getBatchBody, listBatchesBody } from '../batch/batches.ts';
 import { createFile, deleteFileBody, fileContent, getFileBody, listFilesBody } from '../batch/files.ts';
 import type { Config } from '../config.ts';
 import type { ApiKeyRecord } from '../db/keys.ts';
@@ -72,6 +73,15 @@ export const ROUTES: Route[] = [
   { method: 'get', path: '/v1/files/:id', read: (door, key, p) => getFileBody(door.db, key, p.path[0]) },
   { method: 'del', path: '/v1/files/:id', read: (door, key, p) => deleteFileBody(door.db, key, p.path[0]) },
   { method: 'get', path: '/v1/files/:id/content', download: (door, key, p) => fileContent(door.db, key, p.path[0]), contentType: 'application/jsonl' },
+  {
+    method: 'post',
+    path: '/v1/batches',
+    upload: (door, key, body) => door.batches().create(key, body),
+    maxBytes: (door) => door.config.MAX_BODY_BYTES,
+  },
+  { method: 'get', path: '/v1/batches', read: (door, key, p) => listBatchesBody(door.db, key, p.query) },
+  { method: 'get', path: '/v1/batches/:id', read: (door, key, p) => getBatchBody(door.db, key, p.path[0]) },
+  { method: 'post', path: '/v1/batches/:id/cancel', read: (door, key, p) => door.batches().cancel(key, p.path[0]) },
   { method: 'get', path: '/v1/models', open: (door) => ({ status: 200, body: modelsBody(door.catalog.all(), door.catalog.aliases()) }) },
   {
     method: 'get',
