@@ -222,6 +222,31 @@ describe('Batch API, queue mode', () => {
     expect((await refusal(client.batches.cancel(batch.id))).status).toBe(400);
   }, 60_000);
 
+  it('expiry: the lines not run when the window passes are error lines; the batch ends expired', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const slow = { sim: { first_token_ms: 150 } };
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 60 }, (_, i) => chatLine(i, slow)),
+    );
+    expect(batch.expires_at).toBe((batch.created_at as number) + 24 * 3600);
+    const deadline = Date.now() + 20_000;
+    while ((await client.batches.retrieve(batch.id)).request_counts?.completed === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await stack.db.query("update batches set expires_at = now() - interval '1 second' where id = $1", [batch.id]);
+    const ended = await waitEnded(client, batch.id);
+    expect(ended.status).toBe('expired');
+    expect(ended.expired_at).toEqual(expect.any(Number));
+    expect(ended.completed_at).toBeNull();
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(output.length).toBeGreaterThan(0);
+    expect(output.length + failed.length).toBe(60);
+    expect(ended.request_counts).toEqual({ total: 60, completed: output.length, failed: 0 });
+    for (const l of failed) expect(l).toMatchObject({ response: null, error: { code: 'batch_expired' } });
+    await expectBilledExactly(t.tenantId, 10_000_000n, output);
+  }, 60_000);
+
   it('refuses a missing file, another endpoint, a bad window; another tenant sees nothing', async () => {
     const a = await stack.tenant('1');
     const b = await stack.tenant('1');

@@ -32,6 +32,7 @@ export interface BatchRow {
   completed_at: Date | null;
   cancelling_at: Date | null;
   cancelled_at: Date | null;
+  expired_at: Date | null;
   expires_at: Date;
 }
 
@@ -60,7 +61,7 @@ export function batchObject(b: BatchRow) {
     finalizing_at: seconds(b.finalizing_at),
     completed_at: seconds(b.completed_at),
     failed_at: null,
-    expired_at: null,
+    expired_at: seconds(b.expired_at),
     cancelling_at: seconds(b.cancelling_at),
     cancelled_at: seconds(b.cancelled_at),
     request_counts: { total: b.total, completed: b.completed, failed: b.failed },

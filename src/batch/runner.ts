@@ -131,7 +131,7 @@ export class BatchRunner {
 
   private async connect(): Promise<boolean> {
     try {
-      await ensureBatchQueue(this.nc, this.door.config.REQUEST_TIMEOUT_MS + 60_000);
+      await ensureBatchQueue(this.nc, this.door.config.DISPATCH_WAIT_MS + this.door.config.REQUEST_TIMEOUT_MS + 60_000);
       this.consumer = await this.nc.jetstream().consumers.get(BATCH_STREAM, BATCH_DURABLE);
       return true;
     } catch (err) {
@@ -230,24 +230,47 @@ export class BatchRunner {
     if (!batch || !['in_progress', 'cancelling'].includes(batch.status)) return;
     const lines = await this.linesOf(batch.input_file_id);
     const custom_id = lines?.[line]?.custom_id ?? `line-${line + 1}`;
-    if (batch.status === 'cancelling') {
+    const notRun =
+      batch.status === 'cancelling'
+        ? { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' }
+        : batch.expires_at.getTime() <= Date.now()
+          ? { code: 'batch_expired', message: 'The batch expired (its completion window passed) before this request ran.' }
+          : null;
+    if (notRun) {
       await db.query('insert into batch_results (batch_id, line, custom_id, error, ok) values ($1, $2, $3, $4, false) on conflict do nothing', [
         batchId,
         line,
         custom_id,
-        { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' },
+        notRun,
       ]);
       await this.finalizeIfDone(batchId);
       return;
     }
-    const claimed = await db.query('insert into batch_results (batch_id, line, custom_id) values ($1, $2, $3) on conflict do nothing', [
+    const requestId = newRequestId();
+    const claimed = await db.query('insert into batch_results (batch_id, line, custom_id, request_id) values ($1, $2, $3, $4) on conflict do nothing', [
       batchId,
       line,
       custom_id,
+      requestId,
     ]);
-    if (claimed.rowCount !== 1) return; // ran (or is running) already
+    if (claimed.rowCount !== 1) {
+      // delivered again while claimed without a result: the runner that claimed it died (its ack wait
+      // outlasts any request) or could not write the result. It is not run twice: an error line,
+      // naming the request it was (/v1/generation tells whether it ran and was billed).
+      await db.query(
+        `with r as (update batch_results set ok = false, error = $3 where batch_id = $1 and line = $2 and ok is null returning ok)
+         update batches set failed = failed + (select count(*) from r) where id = $1`,
+        [
+          batchId,
+          line,
+          { code: 'line_interrupted', message: 'The runner of this request stopped before recording its answer; see /v1/generation for its request_id.' },
+        ],
+      );
+      await this.finalizeIfDone(batchId);
+      return;
+    }
     const answer = lines?.[line]
-      ? await this.answer(batch, lines[line])
+      ? await this.answer(batch, lines[line], requestId)
       : {
           requestId: null,
           status: 400,
@@ -263,7 +286,7 @@ export class BatchRunner {
   }
 
   /** The line run as a request of its url with the batch's key; its whole answer, whatever the status. */
-  private async answer(batch: BatchRow, l: BatchLine): Promise<LineAnswer> {
+  private async answer(batch: BatchRow, l: BatchLine, requestId: string): Promise<LineAnswer> {
     const key = await this.keyOf(batch.key_id);
     if (!key || key.revoked_at) return { requestId: null, status: 401, body: errors.revokedKey().toJSON() };
     if (key.expires_at && key.expires_at.getTime() <= Date.now()) return { requestId: null, status: 401, body: errors.expiredKey().toJSON() };
@@ -271,7 +294,6 @@ export class BatchRunner {
       return { requestId: null, status: 400, body: errors.badRequest("'stream' is not supported in a batch request.", 'stream').toJSON() };
     }
     const protocol = PROTOCOLS[l.url];
-    const requestId = newRequestId();
     return new Promise<LineAnswer>((resolve) => {
       let status = 0;
       const answered = (body: unknown) => resolve({ requestId, status, body });
@@ -358,10 +380,11 @@ export class BatchRunner {
       const retention = this.door.config.BATCH_RETENTION_DAYS;
       const outputId = output.length ? await writeFile(client, batch, `${batch.id}_output.jsonl`, output, retention) : null;
       const errorId = failed.length ? await writeFile(client, batch, `${batch.id}_error.jsonl`, failed, retention) : null;
-      const ending = batch.status === 'cancelling' ? 'cancelled' : 'completed';
+      const ending = batch.status === 'cancelling' ? 'cancelled' : results.some((r) => r.error?.code === 'batch_expired') ? 'expired' : 'completed';
       const { rows: ended } = await client.query<BatchRow>(
         `update batches set status = $2, output_file_id = $3, error_file_id = $4, finalizing_at = now(),
-                completed_at = case when $2 = 'completed' then now() end, cancelled_at = case when $2 = 'cancelled' then now() end
+                completed_at = case when $2 = 'completed' then now() end, cancelled_at = case when $2 = 'cancelled' then now() end,
+                expired_at = case when $2 = 'expired' then now() end
           where id = $1 returning *`,
         [batchId, ending, outputId, errorId],
       );

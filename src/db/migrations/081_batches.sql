@@ -2,6 +2,7 @@
 -- input file itself, each through the ordinary path (admission, hold, one debit per line), taken
 -- by front doors from the JetStream work queue BATCH (src/batch/runner.ts, docs/batch.md).
 --   total / completed / failed   OpenAI's request_counts; a line is counted once, when its result row is written
+--   expires_at   the end of the completion window (24 h): lines not run by then are error lines, the batch `expired`
 create table batches (
   id                text primary key,
   tenant_id         text not null,
@@ -22,6 +23,7 @@ create table batches (
   completed_at      timestamptz,
   cancelling_at     timestamptz,
   cancelled_at      timestamptz,
+  expired_at        timestamptz,
   expires_at        timestamptz not null
 );
 create index batches_tenant on batches (tenant_id, id);
