@@ -114,6 +114,7 @@ export class BatchRunner {
   private stopped = false;
   private consumer?: Consumer;
   private looping?: Promise<void>;
+  private connecting?: Promise<boolean>;
   private messages?: ConsumerMessages;
   private readonly files = new Map<string, BatchLine[]>();
   private readonly keys = new Map<string, { record: ApiKeyRecord | null; at: number }>();
@@ -123,10 +124,13 @@ export class BatchRunner {
     private readonly nc: NatsConnection,
   ) {}
 
-  /** Starts taking lines; the queue made when missing (a door whose NATS user may not is still up: batches answer 503). */
-  async start(): Promise<void> {
-    await this.connect();
-    this.looping = this.loop();
+  /**
+   * Starts taking lines, the queue made when missing — in the background: a door whose JetStream is
+   * slow or whose NATS user may not is up all the same, and answers batches 503 until the queue is there.
+   */
+  start(): void {
+    this.connecting = this.connect();
+    this.looping = this.connecting.then(() => this.loop());
   }
 
   private async connect(): Promise<boolean> {
@@ -150,6 +154,7 @@ export class BatchRunner {
 
   /** POST /v1/batches: stored, its lines queued, `in_progress`; a queue that refuses them fails it. */
   async create(key: ApiKeyRecord, rawBody: Buffer) {
+    if (!this.consumer) await this.connecting;
     if (!this.consumer) throw queueUnavailable();
     const { row, lines } = await insertBatch(this.door.db, key, rawBody, this.door.config.BATCH_MAX_LINES);
     // in_progress before the first line is queued: a runner skips the lines of a batch in any other state
@@ -189,8 +194,8 @@ export class BatchRunner {
     const { BATCH_CONCURRENCY, BATCH_PAUSE_IN_FLIGHT } = this.door.config;
     while (!this.stopped) {
       if (!this.consumer) {
-        await sleep(5000);
-        await this.connect();
+        for (let waited = 0; waited < 5000 && !this.stopped; waited += 100) await sleep(100);
+        if (!this.stopped) await this.connect();
         continue;
       }
       try {

@@ -157,7 +157,7 @@ export class Door {
     const monitoring = await registerMonitoring(nc, { name: 'catraca-gateway', version: VERSION, instanceId: this.id, metrics: this.metrics.metrics });
     dispatcher.start();
     const batchRunner = new BatchRunner({ config, db: this.db, deps: this.deps, inFlight: () => this.inFlight }, nc);
-    await batchRunner.start();
+    batchRunner.start();
     this.batchRunner = batchRunner;
     const poolGauges = setInterval(() => this.metrics.trackPools(), 1000);
     poolGauges.unref();
