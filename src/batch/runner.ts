@@ -404,7 +404,7 @@ export class BatchRunner {
   }
 }
 
-interface ResultRow {
+export interface ResultRow {
   batch_id: string;
   line: number;
   custom_id: string;
