@@ -312,6 +312,16 @@ export const ConfigSchema = PortalEnvSchema.extend({
    * 0 turns storing off: `store: true` is accepted and nothing is stored.
    */
   RESPONSES_RETENTION_DAYS: int(30),
+  /** Days a file of the Files API (POST /v1/files, a batch's output and error files) is kept; metering's sweeper deletes expired ones. */
+  BATCH_RETENTION_DAYS: z.coerce.number().int().min(1).max(3650).default(30),
+  /** Largest file POST /v1/files takes (the multipart body may be 64 KiB more); larger gets 413. */
+  FILES_MAX_BYTES: int(64 * 1024 * 1024),
+  /** Most request lines in one batch file; more gets 400 `too_many_lines`. */
+  BATCH_MAX_LINES: z.coerce.number().int().positive().default(50000),
+  /** Lines of batches (`queue` mode) each front door runs at once, at most. */
+  BATCH_CONCURRENCY: z.coerce.number().int().positive().default(4),
+  /** A front door takes no batch line while this many interactive requests are in flight there. */
+  BATCH_PAUSE_IN_FLIGHT: z.coerce.number().int().positive().default(16),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */
   KEY_CACHE_TTL_MS: int(30000),
   /**

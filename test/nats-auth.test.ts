@@ -21,6 +21,7 @@ import { checkNats } from '../src/stack/healthcheck.ts';
 import { upsertModel } from '../src/db/models.ts';
 import { LOGIN_ROLES } from '../src/db/roles.ts';
 import { ensureNats, findNatsServer, type ServiceHandle } from '../src/stack/services.ts';
+import { BATCH_DURABLE, BATCH_STREAM, ensureBatchQueue } from '../src/batch/runner.ts';
 import { startStack, type TestStack } from './helpers/stack.ts';
 import { DOCKER_COMPOSE, describeWith, pathOf } from './helpers/tools.ts';
 
@@ -178,6 +179,13 @@ describe('the server of deploy/nats/auth.conf', () => {
     // metering owns the USAGE stream and its consumer; the worker may only look at it
     expect((await ensureUsageStream(metering)).replicas).toBe(1);
     await ensureMeteringConsumer(metering, 2000);
+
+    // the front doors own BATCH (batches' lines, queue mode) and take the lines back through their shared consumer
+    await ensureBatchQueue(gateway, 2000);
+    await gateway.jetstream().publish(subjects.batchLines, encode({ batch_id: 'b_auth', line: 0 }), { msgID: 'b_auth.0', timeout: 3000 });
+    const line = await (await gateway.jetstream().consumers.get(BATCH_STREAM, BATCH_DURABLE)).next({ expires: 3000 });
+    expect(line?.subject).toBe(subjects.batchLines);
+    line?.ack();
     expect(await ensureUsageStream(worker)).toEqual({ action: 'unchanged', replicas: 1 });
 
     // every long-running role is a micro service the CLI can list

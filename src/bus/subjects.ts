@@ -31,6 +31,8 @@ export const subjects = {
   catalogChanged: 'catraca.catalog.changed',
   /** `catraca pix recurring run`: a request the portal (which holds the PSP session) answers with the pass it ran. */
   pixRecurringRun: 'catraca.pix.recurring.run',
+  /** A batch's lines (`queue` mode), captured by the JetStream work queue BATCH; front doors' runners take them (src/batch/runner.ts). */
+  batchLines: 'catraca.batch.lines',
   /** Notification events (src/notify), captured by the JetStream stream NOTIFY; the portal's notifier delivers them. */
   notify: (type: string) => `catraca.notify.${type}`,
   notifyWildcard: 'catraca.notify.>',

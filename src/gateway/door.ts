@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { NatsConnection } from 'nats';
+import { BatchRunner } from '../batch/runner.ts';
 import { AdmissionBatcher } from '../billing/admission-batcher.ts';
 import { Admission } from '../billing/admission.ts';
 import { decodeJson, TenantChangedSchema } from '../bus/messages.ts';
@@ -71,6 +72,7 @@ export class Door {
   private drained: (() => void) | null = null;
   private readonly stops: Array<() => Promise<void> | void> = [];
   private metricsServer?: Awaited<ReturnType<typeof serveMetrics>>;
+  private batchRunner?: BatchRunner;
 
   private constructor(
     private readonly o: DoorOptions,
@@ -154,12 +156,16 @@ export class Door {
     this.deps.local = local?.worker;
     const monitoring = await registerMonitoring(nc, { name: 'catraca-gateway', version: VERSION, instanceId: this.id, metrics: this.metrics.metrics });
     dispatcher.start();
+    const batchRunner = new BatchRunner({ config, db: this.db, deps: this.deps, inFlight: () => this.inFlight }, nc);
+    batchRunner.start();
+    this.batchRunner = batchRunner;
     const poolGauges = setInterval(() => this.metrics.trackPools(), 1000);
     poolGauges.unref();
     this.metricsServer = await serveMetrics(config, this.metrics.metrics, { instance: this.id });
     // in the order close() runs them: jobs of clients that already left (cancelled, billing what
     // was generated), then usage flushed, then the rest
     this.stops.push(
+      () => batchRunner.stop(),
       () => clearInterval(poolGauges),
       async () => await local?.stop(),
       () => dispatcher.stop(),
@@ -173,6 +179,12 @@ export class Door {
       () => this.keys.close(),
       () => this.catalog.stop(),
     );
+  }
+
+  /** The runner of batches' lines (`queue` mode), which also creates and cancels batches. */
+  batches(): BatchRunner {
+    if (!this.batchRunner) throw errors.internal();
+    return this.batchRunner;
   }
 
   get metricsPort(): number | null {

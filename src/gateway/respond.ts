@@ -52,6 +52,19 @@ export function sendJson(s: ResponseState, status: number, body: unknown, header
   });
 }
 
+/** A body of bytes as they are (a stored file's content), with its content type. */
+export function sendBytes(s: ResponseState, status: number, body: Buffer, contentType: string): void {
+  if (s.aborted || s.done) return;
+  s.done = true;
+  s.res.cork(() => {
+    s.res.writeStatus(statusLine(status));
+    s.res.writeHeader('content-type', contentType);
+    s.res.writeHeader('x-request-id', s.requestId);
+    if (!s.closeConnection) s.res.writeHeader('keep-alive', KEEP_ALIVE_HINT);
+    s.res.end(body, s.closeConnection);
+  });
+}
+
 /**
  * What the client is told about a failure: our own errors as they are; PostgreSQL gone, saturated
  * or too slow → 503 with retry-after (nothing was admitted or charged); anything else → 500.

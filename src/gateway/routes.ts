@@ -1,3 +1,6 @@
+import { getBatchBody, listBatchesBody } from '../batch/batches.ts';
+import { createFile, deleteFileBody, fileContent, getFileBody, listFilesBody } from '../batch/files.ts';
+import type { Config } from '../config.ts';
 import type { ApiKeyRecord } from '../db/keys.ts';
 import { errors } from '../errors.ts';
 import { createLogger } from '../log.ts';
@@ -15,7 +18,7 @@ import type { Door } from './door.ts';
 import { Exchange } from './exchange.ts';
 import { bearerKey, presentedKey } from './key-cache.ts';
 import { storableText } from '../protocols/stored-text.ts';
-import { publicError, type ResponseState, sendJson } from './respond.ts';
+import { publicError, type ResponseState, sendBytes, sendJson } from './respond.ts';
 import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.ts';
 import { GEMINI_PATHS, registerGeminiRoutes } from './gemini-routes.ts';
 
@@ -30,7 +33,15 @@ type Method = 'get' | 'post' | 'del';
 export type Route =
   | { method: 'post'; path: string; protocol: Protocol<ParsedRequest>; anthropicAuth?: boolean }
   | { method: Method; path: string; read: (door: Door, key: ApiKeyRecord, params: RouteParams) => Promise<unknown> }
-  | { method: 'get'; path: string; open: (door: Door) => { status: number; body: unknown }; untracked?: boolean };
+  | { method: 'get'; path: string; open: (door: Door) => { status: number; body: unknown }; untracked?: boolean }
+  | {
+      method: 'post';
+      path: string;
+      /** a body other than a protocol's JSON (a multipart upload), read up to `maxBytes(door)` */
+      upload: (door: Door, key: ApiKeyRecord, body: Buffer, contentType: string) => Promise<unknown>;
+      maxBytes: (door: Door) => number;
+    }
+  | { method: 'get'; path: string; download: (door: Door, key: ApiKeyRecord, params: RouteParams) => Promise<Buffer>; contentType: string };
 
 export interface RouteParams {
   query: URLSearchParams;
@@ -53,6 +64,25 @@ export const ROUTES: Route[] = [
   { method: 'get', path: '/v1/responses/:id', read: (door, key, p) => getResponseBody(door.db, key, p.path[0]) },
   { method: 'del', path: '/v1/responses/:id', read: (door, key, p) => deleteResponseBody(door.db, key, p.path[0]) },
   { method: 'get', path: '/v1/responses/:id/input_items', read: (door, key, p) => inputItemsBody(door.db, key, p.path[0], p.query) },
+  {
+    method: 'post',
+    path: '/v1/files',
+    upload: (door, key, body, contentType) => createFile(door.db, key, fileLimits(door.config), body, contentType),
+    maxBytes: (door) => multipartBound(door.config.FILES_MAX_BYTES),
+  },
+  { method: 'get', path: '/v1/files', read: (door, key, p) => listFilesBody(door.db, key, p.query) },
+  { method: 'get', path: '/v1/files/:id', read: (door, key, p) => getFileBody(door.db, key, p.path[0]) },
+  { method: 'del', path: '/v1/files/:id', read: (door, key, p) => deleteFileBody(door.db, key, p.path[0]) },
+  { method: 'get', path: '/v1/files/:id/content', download: (door, key, p) => fileContent(door.db, key, p.path[0]), contentType: 'application/jsonl' },
+  {
+    method: 'post',
+    path: '/v1/batches',
+    upload: (door, key, body) => door.batches().create(key, body),
+    maxBytes: (door) => door.config.MAX_BODY_BYTES,
+  },
+  { method: 'get', path: '/v1/batches', read: (door, key, p) => listBatchesBody(door.db, key, p.query) },
+  { method: 'get', path: '/v1/batches/:id', read: (door, key, p) => getBatchBody(door.db, key, p.path[0]) },
+  { method: 'post', path: '/v1/batches/:id/cancel', read: (door, key, p) => door.batches().cancel(key, p.path[0]) },
   { method: 'get', path: '/v1/models', open: (door) => ({ status: 200, body: modelsBody(door.catalog.all(), door.catalog.aliases()) }) },
   {
     method: 'get',
@@ -65,6 +95,8 @@ export const ROUTES: Route[] = [
   },
 ];
 
+const fileLimits = (config: Config) => ({ maxBytes: config.FILES_MAX_BYTES, maxLines: config.BATCH_MAX_LINES, retentionDays: config.BATCH_RETENTION_DAYS });
+
 /** A path pattern (`/v1/responses/:id`) as a matcher of request paths. */
 function matcher(pattern: string): RegExp {
   return new RegExp(`^${pattern.replace(/[.*+?^${}()|[\]\\]/g, '\\$&').replace(/:[A-Za-z_]+/g, '[^/]+')}$`);
@@ -75,6 +107,12 @@ export function registerRoutes(app: TemplatedApp, door: Door, routes: Route[] = 
   for (const route of routes) {
     if ('protocol' in route) app.post(route.path, exchangeRoute(door, route.protocol, route.anthropicAuth === true ? 'anthropic' : 'bearer'));
     else if ('read' in route) app[route.method](route.path, readRoute(door, route.path, route.read));
+    else if ('upload' in route) app.post(route.path, uploadRoute(door, route.upload, route.maxBytes(door)));
+    else if ('download' in route)
+      app.get(
+        route.path,
+        readRoute(door, route.path, (d, key, p) => route.download(d, key, p).then((bytes) => new RawBody(bytes, route.contentType))),
+      );
     else app.get(route.path, openRoute(door, route.open, route.untracked === true));
   }
   registerGeminiRoutes(app, door);
@@ -206,11 +244,80 @@ function readRoute(door: Door, path: string, read: (door: Door, key: ApiKeyRecor
       }
       return read(door, key, params).then((body) => {
         door.track(200);
-        sendJson(s, 200, body);
+        if (body instanceof RawBody) sendBytes(s, 200, body.bytes, body.contentType);
+        else sendJson(s, 200, body);
       }, fail);
     }, refuse);
   };
 }
+
+/** A read's answer sent as these bytes, not as JSON. */
+class RawBody {
+  constructor(
+    readonly bytes: Buffer,
+    readonly contentType: string,
+  ) {}
+}
+
+/**
+ * An authenticated upload: the key checked while the body arrives (read up to `limit`, its own bound,
+ * not MAX_BODY_BYTES), then `upload`, answered as JSON. A refused key is answered at once and the
+ * connection closed.
+ */
+function uploadRoute(door: Door, upload: (door: Door, key: ApiKeyRecord, body: Buffer, contentType: string) => Promise<unknown>, limit: number) {
+  return (res: HttpResponse, req: HttpRequest) => {
+    const s = door.begin(res);
+    const authorization = req.getHeader('authorization');
+    const contentType = req.getHeader('content-type');
+    const contentLength = Number(req.getHeader('content-length') || 0);
+    res.onAborted(() => (s.aborted = true));
+    if (door.refuseIfDraining(s)) return;
+    const fail = (err: unknown) => {
+      const e = publicError(err);
+      if (e.status === 500) log.error('request failed', { request_id: s.requestId, err });
+      door.track(e.status);
+      sendJson(s, e.status, e.toJSON(), e.headers);
+    };
+    let record: ApiKeyRecord | Promise<ApiKeyRecord>;
+    try {
+      record = door.keys.resolve(bearerKey(authorization), door.clientOf(res, req));
+    } catch (err) {
+      s.closeConnection = true;
+      return fail(err);
+    }
+    const authenticated = record instanceof Promise ? record : Promise.resolve(record);
+    const stopBody = readBody(
+      res,
+      limit,
+      contentLength,
+      (body) => {
+        authenticated.then(
+          (key) =>
+            upload(door, key, body, contentType).then((answer) => {
+              door.track(200);
+              sendJson(s, 200, answer);
+            }, fail),
+          () => {}, // answered below
+        );
+      },
+      (err, closeConnection) => {
+        if (s.aborted) return;
+        s.closeConnection = closeConnection;
+        fail(err);
+      },
+      door.config.BODY_TIMEOUT_MS,
+    );
+    authenticated.catch((err) => {
+      if (s.aborted) return;
+      s.closeConnection = true;
+      stopBody();
+      fail(err);
+    });
+  };
+}
+
+/** The multipart body's bound for a file of at most `fileBytes`: the file plus room for the form's fields and boundaries. */
+export const multipartBound = (fileBytes: number) => fileBytes + 64 * 1024;
 
 function openRoute(door: Door, answer: (door: Door) => { status: number; body: unknown }, untracked: boolean) {
   return (res: HttpResponse) => {

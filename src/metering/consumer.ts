@@ -3,6 +3,7 @@ import { LingerBatcher } from './linger-batcher.ts';
 import { type MeteringStats, UsageSettler } from './settler.ts';
 import type { Db } from '../db/pool.ts';
 import { openHolds, sweepExpiredHolds } from '../billing/ledger.ts';
+import { sweepExpiredFiles } from '../batch/files.ts';
 import { sweepExpiredResponses } from '../db/responses.ts';
 import { ensureUsageStream, watchUsageBacklog, type UsageStreamSettings } from '../bus/usage-stream.ts';
 import { ensureUsageLog, journalUsage } from '../bus/usage-log.ts';
@@ -196,7 +197,7 @@ function pullUsage(consumer: Consumer, batcher: LingerBatcher<JsMsg>, batchSize:
 /**
  * Holds and leases whose request never settled (a worker or front door died) are released after
  * their expiry, and the open ones counted for /metrics and `catraca status`; stored responses past
- * their retention are deleted (at most 1000 a pass: a backlog drains over a few passes); notification
+ * their retention are deleted, and files of the Files API past BATCH_RETENTION_DAYS (at most 1000 and 100 a pass: a backlog drains over a few passes); notification
  * checks that failed are tried again, and a page of the notifications' reconciling sweep runs (`onSweep`).
  */
 function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs: number, onSweep: () => void) {
@@ -207,6 +208,7 @@ function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs
   metrics.gauge('catraca_held_micros', 'Sum of open holds (kind="request") and leases (kind="lease"), micro-BRL', { kind: 'lease' }, () => heldMicros.leases);
   const swept = metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper');
   const expiredResponses = metrics.counter('catraca_responses_expired_total', 'Stored responses (POST /v1/responses) deleted after their retention');
+  const expiredFiles = metrics.counter('catraca_batch_files_expired_total', 'Files of the Files API deleted after BATCH_RETENTION_DAYS');
   const sweep = async () => {
     onSweep();
     try {
@@ -227,6 +229,11 @@ function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs
       expiredResponses.inc(await sweepExpiredResponses(db));
     } catch (err) {
       log.warn('responses sweep failed', { err: err as Error });
+    }
+    try {
+      expiredFiles.inc(await sweepExpiredFiles(db));
+    } catch (err) {
+      log.warn('files sweep failed', { err: err as Error });
     }
   };
   const timer = setInterval(sweep, intervalMs);

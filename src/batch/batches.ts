@@ -1,0 +1,175 @@
+import { randomBytes } from 'node:crypto';
+import { z } from 'zod';
+import type { ApiKeyRecord } from '../db/keys.ts';
+import type { DbClient } from '../db/pool.ts';
+import { CatracaError, errors } from '../errors.ts';
+import { describeIssue, parseJsonObject } from '../protocols/request-body.ts';
+import { BATCH_ENDPOINTS, type BatchLine, fileNotFound, parseBatchFile } from './files.ts';
+
+// OpenAI's Batch API (POST /v1/batches, GET /v1/batches/{id}, POST …/cancel, GET /v1/batches) in
+// `queue` mode: the batch's rows and its lines' results in PostgreSQL (migration 081), the lines on
+// the JetStream work queue BATCH (src/batch/runner.ts). Another tenant's batch is not found.
+
+export type BatchStatus = 'validating' | 'failed' | 'in_progress' | 'finalizing' | 'completed' | 'expired' | 'cancelling' | 'cancelled';
+
+export interface BatchRow {
+  id: string;
+  tenant_id: string;
+  key_id: string;
+  input_file_id: string;
+  endpoint: string;
+  completion_window: string;
+  metadata: Record<string, string> | null;
+  status: BatchStatus;
+  total: number;
+  completed: number;
+  failed: number;
+  output_file_id: string | null;
+  error_file_id: string | null;
+  created_at: Date;
+  in_progress_at: Date | null;
+  finalizing_at: Date | null;
+  completed_at: Date | null;
+  cancelling_at: Date | null;
+  cancelled_at: Date | null;
+  expired_at: Date | null;
+  expires_at: Date;
+}
+
+export const batchNotFound = (id: string) => new CatracaError(404, 'invalid_request_error', 'batch_not_found', `No batch found with id '${id}'.`, 'id');
+
+const seconds = (d: Date | null) => (d ? Math.floor(d.getTime() / 1000) : null);
+
+export function newBatchId(now = Date.now()): string {
+  return `batch_${now.toString(16).padStart(12, '0')}${randomBytes(6).toString('hex')}`;
+}
+
+export function batchObject(b: BatchRow) {
+  return {
+    id: b.id,
+    object: 'batch' as const,
+    endpoint: b.endpoint,
+    errors: null,
+    input_file_id: b.input_file_id,
+    completion_window: b.completion_window,
+    status: b.status,
+    output_file_id: b.output_file_id,
+    error_file_id: b.error_file_id,
+    created_at: seconds(b.created_at),
+    in_progress_at: seconds(b.in_progress_at),
+    expires_at: seconds(b.expires_at),
+    finalizing_at: seconds(b.finalizing_at),
+    completed_at: seconds(b.completed_at),
+    failed_at: null,
+    expired_at: seconds(b.expired_at),
+    cancelling_at: seconds(b.cancelling_at),
+    cancelled_at: seconds(b.cancelled_at),
+    request_counts: { total: b.total, completed: b.completed, failed: b.failed },
+    metadata: b.metadata,
+  };
+}
+
+const CreateSchema = z
+  .object({
+    input_file_id: z.string().min(1),
+    endpoint: z.enum(BATCH_ENDPOINTS),
+    completion_window: z.literal('24h'),
+    metadata: z
+      .record(z.string().max(64), z.string().max(512))
+      .refine((m) => Object.keys(m).length <= 16, 'metadata holds at most 16 pairs')
+      .nullish(),
+  })
+  .strict();
+
+/** What the runner needs of a new batch: its row and its lines, to be queued. */
+export interface CreatedBatch {
+  row: BatchRow;
+  lines: BatchLine[];
+}
+
+/**
+ * POST /v1/batches: the input file (the tenant's, purpose `batch`) read and every line's url checked
+ * against `endpoint` (400 naming the first line that differs); the batch stored as `validating`.
+ * The caller queues its lines and moves it to `in_progress`.
+ */
+export async function insertBatch(db: DbClient, key: ApiKeyRecord, rawBody: Buffer, maxLines: number): Promise<CreatedBatch> {
+  const parsed = CreateSchema.safeParse(parseJsonObject(rawBody));
+  if (!parsed.success) {
+    const { message, param } = describeIssue(parsed.error);
+    throw errors.badRequest(message, param);
+  }
+  const { input_file_id, endpoint, completion_window, metadata } = parsed.data;
+  const { rows: files } = await db.query<{ content: Buffer }>(
+    "select content from batch_files where id = $1 and tenant_id = $2 and purpose = 'batch' and expires_at > now()",
+    [input_file_id, key.tenant_id],
+  );
+  if (!files[0]) {
+    const e = fileNotFound(input_file_id);
+    throw new CatracaError(e.status, e.type, e.code, e.message, 'input_file_id');
+  }
+  const lines = parseBatchFile(files[0].content, maxLines);
+  const other = lines.findIndex((l) => l.url !== endpoint);
+  if (other >= 0) {
+    throw errors.badRequest(
+      `The input file's request ${other + 1} (custom_id '${lines[other].custom_id}') is for ${lines[other].url}, not the batch's endpoint ${endpoint}.`,
+      'input_file_id',
+      'mismatched_endpoint',
+    );
+  }
+  const { rows } = await db.query<BatchRow>(
+    `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, metadata, status, total, expires_at)
+     values ($1, $2, $3, $4, $5, $6, $7, 'validating', $8, now() + interval '24 hours') returning *`,
+    [newBatchId(), key.tenant_id, key.id, input_file_id, endpoint, completion_window, metadata ?? null, lines.length],
+  );
+  return { row: rows[0], lines };
+}
+
+export async function loadBatch(db: DbClient, tenantId: string, id: string): Promise<BatchRow | null> {
+  const { rows } = await db.query<BatchRow>('select * from batches where id = $1 and tenant_id = $2', [id, tenantId]);
+  return rows[0] ?? null;
+}
+
+export async function getBatchBody(db: DbClient, key: ApiKeyRecord, id: string) {
+  const b = await loadBatch(db, key.tenant_id, id);
+  if (!b) throw batchNotFound(id);
+  return batchObject(b);
+}
+
+/**
+ * POST /v1/batches/{id}/cancel: an unfinished batch becomes `cancelling` (lines running end, lines
+ * not started are not run); the runner ends it `cancelled`. Cancelling a batch already ended is a 400.
+ */
+export async function cancelBatch(db: DbClient, key: ApiKeyRecord, id: string): Promise<BatchRow> {
+  const { rows } = await db.query<BatchRow>(
+    `update batches set status = 'cancelling', cancelling_at = now()
+      where id = $1 and tenant_id = $2 and status in ('validating', 'in_progress') returning *`,
+    [id, key.tenant_id],
+  );
+  if (rows[0]) return rows[0];
+  const b = await loadBatch(db, key.tenant_id, id);
+  if (!b) throw batchNotFound(id);
+  if (b.status === 'cancelling') return b;
+  throw errors.badRequest(`Cannot cancel a batch with status '${b.status}'.`, 'id', 'batch_not_cancellable');
+}
+
+const ListQuerySchema = z.object({
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  after: z.string().min(1).optional(),
+});
+
+/** GET /v1/batches: the tenant's batches, newest first, a page after the cursor `after` (a batch id). */
+export async function listBatchesBody(db: DbClient, key: ApiKeyRecord, query: URLSearchParams) {
+  const parsed = ListQuerySchema.safeParse({ limit: query.get('limit') ?? undefined, after: query.get('after') ?? undefined });
+  if (!parsed.success) {
+    const { message, param } = describeIssue(parsed.error);
+    throw errors.badRequest(message, param);
+  }
+  const { limit, after } = parsed.data;
+  const { rows } = await db.query<BatchRow>('select * from batches where tenant_id = $1 and ($2::text is null or id < $2) order by id desc limit $3', [
+    key.tenant_id,
+    after ?? null,
+    limit + 1,
+  ]);
+  const data = rows.slice(0, limit).map(batchObject);
+  return { object: 'list' as const, data, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null, has_more: rows.length > limit };
+}

@@ -1,0 +1,437 @@
+import {
+  AckPolicy,
+  type Consumer,
+  type ConsumerMessages,
+  DeliverPolicy,
+  DiscardPolicy,
+  type JsMsg,
+  type NatsConnection,
+  RetentionPolicy,
+  StorageType,
+} from 'nats';
+import { z } from 'zod';
+import { subjects } from '../bus/subjects.ts';
+import { natsClusterSize } from '../bus/usage-stream.ts';
+import type { Config } from '../config.ts';
+import { type ApiKeyRecord, getKey } from '../db/keys.ts';
+import type { Db, DbClient } from '../db/pool.ts';
+import { CatracaError, errors } from '../errors.ts';
+import { Exchange, type ExchangeDeps, newRequestId } from '../gateway/exchange.ts';
+import type { ResponseState } from '../gateway/respond.ts';
+import type { HttpResponse } from '../gateway/uws.ts';
+import { createLogger } from '../log.ts';
+import { chat } from '../protocols/chat/index.ts';
+import { completions } from '../protocols/completions/index.ts';
+import { embeddings } from '../protocols/embeddings/index.ts';
+import { responses } from '../protocols/responses/index.ts';
+import type { ParsedRequest, Protocol } from '../protocols/types.ts';
+import { type BatchRow, batchObject, cancelBatch, insertBatch } from './batches.ts';
+import { type BatchLine, newFileId, parseBatchFile } from './files.ts';
+
+const log = createLogger('gateway');
+
+// `queue` mode: the lines of a batch on the JetStream work queue BATCH, one message a line, taken by
+// the front doors' runners. A line runs through the ordinary path — an Exchange, as if its body had
+// been POSTed to its url with the batch's key: the key's allowlist, admission and its worst-case
+// hold, dispatch to a worker, one debit settled by metering — and its answer (or error) becomes a
+// row of batch_results. The line is claimed (its row inserted) before it runs, so a line delivered
+// twice runs once. A runner takes lines only while its door's interactive requests in flight stay
+// under BATCH_PAUSE_IN_FLIGHT, and at most BATCH_CONCURRENCY at once. The runner that ends the last
+// line writes the output and error files and ends the batch.
+
+export const BATCH_STREAM = 'BATCH';
+export const BATCH_DURABLE = 'batch-runner';
+
+const PROTOCOLS: Record<string, Protocol<ParsedRequest>> = {
+  '/v1/chat/completions': chat as Protocol<ParsedRequest>,
+  '/v1/embeddings': embeddings as Protocol<ParsedRequest>,
+  '/v1/completions': completions as Protocol<ParsedRequest>,
+  '/v1/responses': responses as Protocol<ParsedRequest>,
+};
+
+const LineMessageSchema = z.object({ batch_id: z.string(), line: z.number().int().nonnegative() });
+
+/** BATCH (work-queue retention, replicas min(3, cluster)) and the runners' shared durable consumer. */
+export async function ensureBatchQueue(nc: NatsConnection, ackWaitMs: number): Promise<void> {
+  const jsm = await nc.jetstreamManager();
+  try {
+    await jsm.streams.info(BATCH_STREAM);
+  } catch (err) {
+    if (!/not found/i.test(String((err as Error).message))) throw err;
+    await jsm.streams
+      .add({
+        name: BATCH_STREAM,
+        subjects: [subjects.batchLines],
+        retention: RetentionPolicy.Workqueue,
+        storage: StorageType.File,
+        discard: DiscardPolicy.New,
+        duplicate_window: 2 * 60 * 1e9,
+        num_replicas: Math.max(1, Math.min(3, natsClusterSize(nc))),
+      })
+      .catch((e) => {
+        if (!/already in use/i.test(String(e.message))) throw e;
+      });
+  }
+  try {
+    await jsm.consumers.info(BATCH_STREAM, BATCH_DURABLE);
+  } catch {
+    await jsm.consumers
+      .add(BATCH_STREAM, {
+        durable_name: BATCH_DURABLE,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        ack_wait: ackWaitMs * 1e6,
+        max_deliver: -1,
+      })
+      .catch((e) => {
+        if (!/already/i.test(String(e.message))) throw e;
+      });
+  }
+}
+
+interface LineAnswer {
+  requestId: string | null;
+  status: number;
+  body: unknown;
+}
+
+/** The parts of a front door the runner uses. */
+export interface RunnerDoor {
+  config: Config;
+  db: Db;
+  deps: ExchangeDeps;
+  /** interactive requests in flight at this door */
+  inFlight(): number;
+}
+
+const queueUnavailable = () =>
+  new CatracaError(503, 'service_unavailable', 'batch_queue_unavailable', 'The batch queue is unavailable; the batch was not started. Try again later.');
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class BatchRunner {
+  private running = 0;
+  private stopped = false;
+  private consumer?: Consumer;
+  private looping?: Promise<void>;
+  private connecting?: Promise<boolean>;
+  private messages?: ConsumerMessages;
+  private readonly files = new Map<string, BatchLine[]>();
+  private readonly keys = new Map<string, { record: ApiKeyRecord | null; at: number }>();
+
+  constructor(
+    private readonly door: RunnerDoor,
+    private readonly nc: NatsConnection,
+  ) {}
+
+  /**
+   * Starts taking lines, the queue made when missing — in the background: a door whose JetStream is
+   * slow or whose NATS user may not is up all the same, and answers batches 503 until the queue is there.
+   */
+  start(): void {
+    this.connecting = this.connect();
+    this.looping = this.connecting.then(() => this.loop());
+  }
+
+  private async connect(): Promise<boolean> {
+    try {
+      await ensureBatchQueue(this.nc, this.door.config.DISPATCH_WAIT_MS + this.door.config.REQUEST_TIMEOUT_MS + 60_000);
+      this.consumer = await this.nc.jetstream().consumers.get(BATCH_STREAM, BATCH_DURABLE);
+      return true;
+    } catch (err) {
+      log.warn('batch queue unavailable; batches are refused until it is', { err: err as Error });
+      return false;
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.messages?.close().catch(() => {});
+    await this.looping;
+    const deadline = Date.now() + 5000;
+    while (this.running > 0 && Date.now() < deadline) await sleep(20);
+  }
+
+  /** POST /v1/batches: stored, its lines queued, `in_progress`; a queue that refuses them fails it. */
+  async create(key: ApiKeyRecord, rawBody: Buffer) {
+    if (!this.consumer) await this.connecting;
+    if (!this.consumer) throw queueUnavailable();
+    const { row, lines } = await insertBatch(this.door.db, key, rawBody, this.door.config.BATCH_MAX_LINES);
+    // in_progress before the first line is queued: a runner skips the lines of a batch in any other state
+    const { rows } = await this.door.db.query<BatchRow>(
+      "update batches set status = 'in_progress', in_progress_at = now() where id = $1 and status = 'validating' returning *",
+      [row.id],
+    );
+    const js = this.nc.jetstream();
+    try {
+      for (let at = 0; at < lines.length; at += 256) {
+        const chunk = lines.slice(at, at + 256).map((_, i) => {
+          const line = at + i;
+          return js.publish(subjects.batchLines, JSON.stringify({ batch_id: row.id, line }), { msgID: `${row.id}.${line}`, timeout: 5000 });
+        });
+        await Promise.all(chunk);
+      }
+    } catch (err) {
+      log.warn('batch lines not queued: the batch failed', { batch_id: row.id, err: err as Error });
+      await this.door.db.query("update batches set status = 'failed' where id = $1", [row.id]);
+      throw queueUnavailable();
+    }
+    return batchObject(rows[0] ?? row);
+  }
+
+  /** POST /v1/batches/{id}/cancel: `cancelling`, and ended at once when no line is left to run. */
+  async cancel(key: ApiKeyRecord, id: string) {
+    const row = await cancelBatch(this.door.db, key, id);
+    return batchObject((await this.finalizeIfDone(id)) ?? row);
+  }
+
+  /**
+   * A continuous pull (nats.js `consume`: a one-off `fetch` drops the messages that arrive as its
+   * request expires, which then wait out the ack wait), at most BATCH_CONCURRENCY buffered; a line
+   * starts only with a free slot and the door's interactive traffic under BATCH_PAUSE_IN_FLIGHT.
+   */
+  private async loop(): Promise<void> {
+    const { BATCH_CONCURRENCY, BATCH_PAUSE_IN_FLIGHT } = this.door.config;
+    while (!this.stopped) {
+      if (!this.consumer) {
+        for (let waited = 0; waited < 5000 && !this.stopped; waited += 100) await sleep(100);
+        if (!this.stopped) await this.connect();
+        continue;
+      }
+      try {
+        this.messages = await this.consumer.consume({ max_messages: BATCH_CONCURRENCY });
+        for await (const m of this.messages) {
+          while (!this.stopped && (this.running >= BATCH_CONCURRENCY || this.door.inFlight() >= BATCH_PAUSE_IN_FLIGHT)) await sleep(10);
+          if (this.stopped) {
+            m.nak();
+            break;
+          }
+          this.running++;
+          void this.take(m).finally(() => this.running--);
+        }
+      } catch (err) {
+        if (!this.stopped) log.warn('batch queue consumer failed', { err: err as Error });
+        await sleep(500);
+      }
+    }
+  }
+
+  private async take(m: JsMsg): Promise<void> {
+    const parsed = LineMessageSchema.safeParse(JSON.parse(new TextDecoder().decode(m.data)));
+    if (!parsed.success) return void m.term();
+    try {
+      await this.runLine(parsed.data.batch_id, parsed.data.line);
+      m.ack();
+    } catch (err) {
+      log.warn('batch line failed; it will be taken again', { batch_id: parsed.data.batch_id, line: parsed.data.line, err: err as Error });
+      m.nak(1000);
+    }
+  }
+
+  private async runLine(batchId: string, line: number): Promise<void> {
+    const db = this.door.db;
+    const { rows } = await db.query<BatchRow>('select * from batches where id = $1', [batchId]);
+    const batch = rows[0];
+    if (!batch || !['in_progress', 'cancelling'].includes(batch.status)) return;
+    const lines = await this.linesOf(batch.input_file_id);
+    const custom_id = lines?.[line]?.custom_id ?? `line-${line + 1}`;
+    const notRun =
+      batch.status === 'cancelling'
+        ? { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' }
+        : batch.expires_at.getTime() <= Date.now()
+          ? { code: 'batch_expired', message: 'The batch expired (its completion window passed) before this request ran.' }
+          : null;
+    if (notRun) {
+      await db.query('insert into batch_results (batch_id, line, custom_id, error, ok) values ($1, $2, $3, $4, false) on conflict do nothing', [
+        batchId,
+        line,
+        custom_id,
+        notRun,
+      ]);
+      await this.finalizeIfDone(batchId);
+      return;
+    }
+    const requestId = newRequestId();
+    const claimed = await db.query('insert into batch_results (batch_id, line, custom_id, request_id) values ($1, $2, $3, $4) on conflict do nothing', [
+      batchId,
+      line,
+      custom_id,
+      requestId,
+    ]);
+    if (claimed.rowCount !== 1) {
+      // delivered again while claimed without a result: the runner that claimed it died (its ack wait
+      // outlasts any request) or could not write the result. It is not run twice: an error line,
+      // naming the request it was (/v1/generation tells whether it ran and was billed).
+      await db.query(
+        `with r as (update batch_results set ok = false, error = $3 where batch_id = $1 and line = $2 and ok is null returning ok)
+         update batches set failed = failed + (select count(*) from r) where id = $1`,
+        [
+          batchId,
+          line,
+          { code: 'line_interrupted', message: 'The runner of this request stopped before recording its answer; see /v1/generation for its request_id.' },
+        ],
+      );
+      await this.finalizeIfDone(batchId);
+      return;
+    }
+    const answer = lines?.[line]
+      ? await this.answer(batch, lines[line], requestId)
+      : {
+          requestId: null,
+          status: 400,
+          body: errors.badRequest('The batch input file is gone (deleted or expired).', 'input_file_id', 'invalid_file').toJSON(),
+        };
+    const ok = answer.status === 200;
+    await db.query(
+      `with r as (update batch_results set request_id = $3, status_code = $4, body = $5, ok = $6 where batch_id = $1 and line = $2 and ok is null returning ok)
+       update batches set completed = completed + (select count(*) from r where ok), failed = failed + (select count(*) from r where not ok) where id = $1`,
+      [batchId, line, answer.requestId, answer.status, answer.body, ok],
+    );
+    await this.finalizeIfDone(batchId);
+  }
+
+  /** The line run as a request of its url with the batch's key; its whole answer, whatever the status. */
+  private async answer(batch: BatchRow, l: BatchLine, requestId: string): Promise<LineAnswer> {
+    const key = await this.keyOf(batch.key_id);
+    if (!key || key.revoked_at) return { requestId: null, status: 401, body: errors.revokedKey().toJSON() };
+    if (key.expires_at && key.expires_at.getTime() <= Date.now()) return { requestId: null, status: 401, body: errors.expiredKey().toJSON() };
+    if (l.body.stream === true) {
+      return { requestId: null, status: 400, body: errors.badRequest("'stream' is not supported in a batch request.", 'stream').toJSON() };
+    }
+    const protocol = PROTOCOLS[l.url];
+    return new Promise<LineAnswer>((resolve) => {
+      let status = 0;
+      const answered = (body: unknown) => resolve({ requestId, status, body });
+      const res = {
+        cork: (cb: () => void) => {
+          cb();
+          return res;
+        },
+        writeStatus: (line: string) => {
+          status = Number.parseInt(line, 10);
+          return res;
+        },
+        writeHeader: () => res,
+        end: (body?: string | Uint8Array) => {
+          const text = body === undefined ? '' : typeof body === 'string' ? body : Buffer.from(body).toString('utf8');
+          try {
+            answered(JSON.parse(text));
+          } catch {
+            answered({ error: { message: 'The answer was not JSON.', type: 'server_error', code: 'internal_error', param: null } });
+          }
+          return res;
+        },
+        write: () => true,
+        tryEnd: () => [true, true],
+        onWritable: () => res,
+        getWriteOffset: () => 0,
+        close: () => {
+          status = status || 500;
+          answered(errors.internal().toJSON());
+          return res;
+        },
+      } as unknown as HttpResponse;
+      const s: ResponseState = { res, requestId, aborted: false, done: false };
+      const exchange = new Exchange({ ...this.door.deps, onFinish: undefined }, protocol, s);
+      void exchange.run(Buffer.from(JSON.stringify(l.body)), Promise.resolve(key));
+    });
+  }
+
+  private async keyOf(id: string): Promise<ApiKeyRecord | null> {
+    const cached = this.keys.get(id);
+    if (cached && Date.now() - cached.at < 5000) return cached.record;
+    const record = await getKey(this.door.db, id);
+    this.keys.set(id, { record, at: Date.now() });
+    return record;
+  }
+
+  private async linesOf(fileId: string): Promise<BatchLine[] | null> {
+    const cached = this.files.get(fileId);
+    if (cached) return cached;
+    const { rows } = await this.door.db.query<{ content: Buffer }>('select content from batch_files where id = $1', [fileId]);
+    if (!rows[0]) return null;
+    const lines = parseBatchFile(rows[0].content, Number.MAX_SAFE_INTEGER);
+    if (this.files.size >= 8) this.files.delete(this.files.keys().next().value as string);
+    this.files.set(fileId, lines);
+    return lines;
+  }
+
+  /**
+   * When every line has ended: the output file (lines answered 200) and the error file (the others,
+   * and lines a cancel kept from running) written, and the batch `completed` (or `cancelled`), in one
+   * transaction on the batch's row; a runner that comes second finds it ended.
+   */
+  async finalizeIfDone(batchId: string): Promise<BatchRow | null> {
+    const db = this.door.db;
+    const { rows: counts } = await db.query<{ ended: number; total: number; status: string }>(
+      `select b.total, b.status, (select count(*)::int from batch_results r where r.batch_id = b.id and r.ok is not null) as ended
+         from batches b where b.id = $1`,
+      [batchId],
+    );
+    const c = counts[0];
+    if (!c || c.ended < c.total || !['in_progress', 'cancelling'].includes(c.status)) return null;
+    const client = await db.connect();
+    try {
+      await client.query('begin');
+      const { rows } = await client.query<BatchRow>('select * from batches where id = $1 for update', [batchId]);
+      const batch = rows[0];
+      if (!['in_progress', 'cancelling'].includes(batch.status)) {
+        await client.query('rollback');
+        return null;
+      }
+      const { rows: results } = await client.query<ResultRow>('select * from batch_results where batch_id = $1 order by line', [batchId]);
+      const output = results.filter((r) => r.ok).map(resultLine);
+      const failed = results.filter((r) => !r.ok).map(resultLine);
+      const retention = this.door.config.BATCH_RETENTION_DAYS;
+      const outputId = output.length ? await writeFile(client, batch, `${batch.id}_output.jsonl`, output, retention) : null;
+      const errorId = failed.length ? await writeFile(client, batch, `${batch.id}_error.jsonl`, failed, retention) : null;
+      const ending = batch.status === 'cancelling' ? 'cancelled' : results.some((r) => r.error?.code === 'batch_expired') ? 'expired' : 'completed';
+      const { rows: ended } = await client.query<BatchRow>(
+        `update batches set status = $2, output_file_id = $3, error_file_id = $4, finalizing_at = now(),
+                completed_at = case when $2 = 'completed' then now() end, cancelled_at = case when $2 = 'cancelled' then now() end,
+                expired_at = case when $2 = 'expired' then now() end
+          where id = $1 returning *`,
+        [batchId, ending, outputId, errorId],
+      );
+      await client.query('commit');
+      return ended[0];
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+}
+
+export interface ResultRow {
+  batch_id: string;
+  line: number;
+  custom_id: string;
+  request_id: string | null;
+  status_code: number | null;
+  body: unknown;
+  error: { code: string; message: string } | null;
+  ok: boolean;
+}
+
+/** A line of the output or error file, in OpenAI's format. */
+export function resultLine(r: ResultRow): string {
+  return JSON.stringify({
+    id: `batch_req_${r.batch_id.slice('batch_'.length)}_${r.line + 1}`,
+    custom_id: r.custom_id,
+    response: r.status_code === null ? null : { status_code: r.status_code, request_id: r.request_id, body: r.body },
+    error: r.error,
+  });
+}
+
+async function writeFile(client: DbClient, batch: BatchRow, filename: string, lines: string[], retentionDays: number): Promise<string> {
+  const content = Buffer.from(`${lines.join('\n')}\n`);
+  const id = newFileId();
+  await client.query(
+    `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
+     values ($1, $2, $3, 'batch_output', $4, $5, $6, $7, now() + make_interval(days => $8::int))`,
+    [id, batch.tenant_id, batch.key_id, filename, content.byteLength, lines.length, content, retentionDays],
+  );
+  return id;
+}

@@ -1,0 +1,289 @@
+import OpenAI, { toFile } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
+import { costMicros } from '../src/billing/money.ts';
+import { SIM_PRICES, startStack, type TestStack } from './helpers/stack.ts';
+
+// OpenAI's Batch API in `queue` mode through the whole stack with the real `openai` SDK:
+// files.create with a JSONL, batches.create, poll, files.content of the output and error files.
+// Every line that answered is debited once, exactly its usage at the model's price; the balance is
+// the ledger's (ledgerCheck for the tenant); a bad line is an error line; a balance that runs out
+// fails the remaining lines with 402 and never goes below zero; a cancel stops the lines not run.
+
+let stack: TestStack;
+
+beforeAll(async () => {
+  stack = await startStack({ env: { BATCH_CONCURRENCY: '4' } });
+}, 60000);
+
+afterAll(async () => {
+  await stack?.stop();
+});
+
+const clientOf = (key: string) => new OpenAI({ baseURL: stack.baseUrl, apiKey: key, maxRetries: 0 });
+
+type Body = Record<string, unknown>;
+const chatLine = (i: number, body: Body = {}) =>
+  JSON.stringify({
+    custom_id: `req-${i}`,
+    method: 'POST',
+    url: '/v1/chat/completions',
+    body: { model: 'sim/echo', max_tokens: 16, messages: [{ role: 'user', content: `hello number ${i}` }], ...body },
+  });
+
+interface ResultLine {
+  id: string;
+  custom_id: string;
+  response: { status_code: number; request_id: string; body: Body & { usage?: { prompt_tokens: number; completion_tokens: number } } } | null;
+  error: { code: string; message: string } | null;
+}
+
+async function runBatch(client: OpenAI, lines: string[]) {
+  const file = await client.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'in.jsonl'), purpose: 'batch' });
+  const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h', metadata: { run: 'test' } });
+  return { file, batch };
+}
+
+async function waitEnded(client: OpenAI, id: string, timeoutMs = 15_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const b = await client.batches.retrieve(id);
+    if (['completed', 'cancelled', 'failed', 'expired'].includes(b.status)) return b;
+    if (Date.now() > deadline) {
+      const { rows } = await stack.db.query(
+        'select count(*)::int as n, count(*) filter (where ok is null)::int as running from batch_results where batch_id = $1',
+        [id],
+      );
+      throw new Error(`batch ${id} still ${b.status}: ${JSON.stringify(b.request_counts)} results ${JSON.stringify(rows[0])}`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+async function contentLines(client: OpenAI, fileId: string | null | undefined): Promise<ResultLine[]> {
+  if (!fileId) return [];
+  const text = await (await client.files.content(fileId)).text();
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
+}
+
+const balanceOf = async (tenantId: string): Promise<bigint> =>
+  (await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros;
+
+async function debitsOf(requestIds: string[]): Promise<Map<string, bigint>> {
+  const { rows } = await stack.db.query("select request_id, amount_micros from ledger where kind = 'debit' and request_id = any($1)", [requestIds]);
+  return new Map(
+    rows.map((r: { request_id: string; amount_micros: bigint }) => [
+      r.request_id,
+      -BigInt(r.amount_micros) < 0n ? BigInt(r.amount_micros) : -BigInt(r.amount_micros),
+    ]),
+  );
+}
+
+/** Each answered line debited exactly once, its usage at sim/echo's price; the balance what the grant less those debits leaves. */
+async function expectBilledExactly(tenantId: string, granted: bigint, ok: ResultLine[]) {
+  const ids = ok.map((l) => l.response?.request_id as string);
+  await stack.waitSettled(ids, 20_000);
+  await stack.waitNoHolds(tenantId, 20_000);
+  const debits = await debitsOf(ids);
+  expect(debits.size).toBe(ok.length);
+  let total = 0n;
+  for (const l of ok) {
+    const usage = l.response?.body.usage as { prompt_tokens: number; completion_tokens: number };
+    const cost = costMicros(usage.prompt_tokens, usage.completion_tokens, SIM_PRICES.echo);
+    expect(debits.get(l.response?.request_id as string)).toBe(cost);
+    total += cost;
+  }
+  const { rows } = await stack.db.query("select count(*)::int as n from ledger where tenant_id = $1 and kind = 'debit'", [tenantId]);
+  expect(rows[0].n).toBe(ok.length);
+  expect(await balanceOf(tenantId)).toBe(granted - total);
+  expect((await ledgerCheck(stack.db, { tenantId })).ok).toBe(true);
+}
+
+describe('Batch API, queue mode', () => {
+  it('runs 300 chat lines, each billed once, exactly; output in OpenAI line format; list and retrieve', async () => {
+    const t = await stack.tenant('100');
+    const client = clientOf(t.key);
+    const { file, batch } = await runBatch(
+      client,
+      Array.from({ length: 300 }, (_, i) => chatLine(i)),
+    );
+    expect(batch).toMatchObject({
+      object: 'batch',
+      endpoint: '/v1/chat/completions',
+      input_file_id: file.id,
+      completion_window: '24h',
+      status: 'in_progress',
+      request_counts: { total: 300, completed: 0, failed: 0 },
+      metadata: { run: 'test' },
+      output_file_id: null,
+      error_file_id: null,
+    });
+    expect(batch.id).toMatch(/^batch_[0-9a-f]{24}$/);
+    const ended = await waitEnded(client, batch.id);
+    expect(ended.status).toBe('completed');
+    expect(ended.request_counts).toEqual({ total: 300, completed: 300, failed: 0 });
+    expect(ended.error_file_id).toBeNull();
+    expect(ended.completed_at).toEqual(expect.any(Number));
+    const output = await contentLines(client, ended.output_file_id);
+    expect(output.map((l) => l.custom_id)).toEqual(Array.from({ length: 300 }, (_, i) => `req-${i}`));
+    for (const l of output) {
+      expect(l.error).toBeNull();
+      expect(l.response?.status_code).toBe(200);
+      expect(l.response?.body.object).toBe('chat.completion');
+      expect(l.response?.request_id).toMatch(/^gen-/);
+    }
+    expect(output[0].id).toBe(`batch_req_${batch.id.slice(6)}_1`);
+    await expectBilledExactly(t.tenantId, 100_000_000n, output);
+    // the output file is a file of the tenant's, purpose batch_output
+    const outFile = await client.files.retrieve(ended.output_file_id as string);
+    expect(outFile).toMatchObject({ purpose: 'batch_output', filename: `${batch.id}_output.jsonl` });
+    const list = await client.batches.list({ limit: 1 });
+    expect(list.data.map((b) => b.id)).toEqual([batch.id]);
+    expect(list.has_more).toBe(false);
+  }, 60_000);
+
+  it('a bad line among good ones is an error line, never a failed batch', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const lines = [chatLine(0), chatLine(1, { model: 'sim/nope' }), chatLine(2, { messages: 'not a list' }), chatLine(3, { stream: true }), chatLine(4)];
+    const { batch } = await runBatch(client, lines);
+    const ended = await waitEnded(client, batch.id);
+    expect(ended.status).toBe('completed');
+    expect(ended.request_counts).toEqual({ total: 5, completed: 2, failed: 3 });
+    const output = await contentLines(client, ended.output_file_id);
+    expect(output.map((l) => l.custom_id)).toEqual(['req-0', 'req-4']);
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(failed.map((l) => [l.custom_id, l.response?.status_code, (l.response?.body.error as { code: string } | undefined)?.code])).toEqual([
+      ['req-1', 404, 'model_not_found'],
+      ['req-2', 400, 'invalid_request'],
+      ['req-3', 400, 'invalid_request'],
+    ]);
+    await expectBilledExactly(t.tenantId, 10_000_000n, output);
+  }, 60_000);
+
+  it("the key's allowlist applies per line", async () => {
+    const t = await stack.tenant('10', { models: ['sim/echo'] });
+    const client = clientOf(t.key);
+    const { batch } = await runBatch(client, [chatLine(0), chatLine(1, { model: 'sim/lorem' })]);
+    const ended = await waitEnded(client, batch.id);
+    expect(ended.request_counts).toEqual({ total: 2, completed: 1, failed: 1 });
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(failed[0].response).toMatchObject({ status_code: 403, body: { error: { code: 'model_not_allowed' } } });
+    await expectBilledExactly(t.tenantId, 10_000_000n, await contentLines(client, ended.output_file_id));
+  }, 60_000);
+
+  it('a balance that runs out fails the remaining lines with 402, never overspends', async () => {
+    // a line holds at most ~ (prompt + 16 output tokens) µBRL at R$1/R$2 per 1M: about 50 µBRL; 0,002 BRL covers some dozens
+    const t = await stack.tenant('0.002');
+    const client = clientOf(t.key);
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 200 }, (_, i) => chatLine(i)),
+    );
+    const ended = await waitEnded(client, batch.id);
+    expect(ended.status).toBe('completed');
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(output.length).toBeGreaterThan(0);
+    expect(failed.length).toBeGreaterThan(0);
+    expect(ended.request_counts).toEqual({ total: 200, completed: output.length, failed: failed.length });
+    for (const l of failed)
+      expect(l.response).toMatchObject({ status_code: 402, body: { error: { type: 'insufficient_quota', code: 'insufficient_balance' } } });
+    await expectBilledExactly(t.tenantId, 2_000n, output);
+    expect(await balanceOf(t.tenantId)).toBeGreaterThanOrEqual(0n);
+  }, 60_000);
+
+  it('cancel mid-batch: lines not run are not run nor billed; the batch ends cancelled', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const slow = { sim: { first_token_ms: 150 } };
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 60 }, (_, i) => chatLine(i, slow)),
+    );
+    const deadline = Date.now() + 20_000;
+    while ((await client.batches.retrieve(batch.id)).request_counts?.completed === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const cancelling = await client.batches.cancel(batch.id);
+    expect(['cancelling', 'cancelled']).toContain(cancelling.status);
+    const ended = await waitEnded(client, batch.id);
+    expect(ended.status).toBe('cancelled');
+    expect(ended.cancelled_at).toEqual(expect.any(Number));
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(output.length).toBeGreaterThan(0);
+    expect(output.length).toBeLessThan(60);
+    expect(ended.request_counts).toEqual({ total: 60, completed: output.length, failed: 0 });
+    expect(failed.length).toBe(60 - output.length);
+    for (const l of failed) expect(l).toMatchObject({ response: null, error: { code: 'batch_cancelled' } });
+    await expectBilledExactly(t.tenantId, 10_000_000n, output);
+    expect((await refusal(client.batches.cancel(batch.id))).status).toBe(400);
+  }, 60_000);
+
+  it('expiry: the lines not run when the window passes are error lines; the batch ends expired', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const slow = { sim: { first_token_ms: 150 } };
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 60 }, (_, i) => chatLine(i, slow)),
+    );
+    expect(batch.expires_at).toBe((batch.created_at as number) + 24 * 3600);
+    const deadline = Date.now() + 20_000;
+    while ((await client.batches.retrieve(batch.id)).request_counts?.completed === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    await stack.db.query("update batches set expires_at = now() - interval '1 second' where id = $1", [batch.id]);
+    const ended = await waitEnded(client, batch.id);
+    expect(ended.status).toBe('expired');
+    expect(ended.expired_at).toEqual(expect.any(Number));
+    expect(ended.completed_at).toBeNull();
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(output.length).toBeGreaterThan(0);
+    expect(output.length + failed.length).toBe(60);
+    expect(ended.request_counts).toEqual({ total: 60, completed: output.length, failed: 0 });
+    for (const l of failed) expect(l).toMatchObject({ response: null, error: { code: 'batch_expired' } });
+    await expectBilledExactly(t.tenantId, 10_000_000n, output);
+  }, 60_000);
+
+  it('refuses a missing file, another endpoint, a bad window; another tenant sees nothing', async () => {
+    const a = await stack.tenant('1');
+    const b = await stack.tenant('1');
+    const client = clientOf(a.key);
+    const file = await client.files.create({ file: await toFile(Buffer.from(chatLine(0)), 'in.jsonl'), purpose: 'batch' });
+    expect(await refusal(client.batches.create({ input_file_id: 'file-nope', endpoint: '/v1/chat/completions', completion_window: '24h' }))).toEqual({
+      status: 404,
+      error: { message: 'No such File object: file-nope', type: 'invalid_request_error', code: 'file_not_found', param: 'input_file_id' },
+    });
+    expect(await refusal(client.batches.create({ input_file_id: file.id, endpoint: '/v1/embeddings', completion_window: '24h' }))).toMatchObject({
+      status: 400,
+      error: { code: 'mismatched_endpoint', param: 'input_file_id' },
+    });
+    expect((await refusal(client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '48h' as '24h' }))).status).toBe(
+      400,
+    );
+    expect(await refusal(clientOf(b.key).batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }))).toMatchObject(
+      {
+        status: 404,
+      },
+    );
+    const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    expect(await refusal(clientOf(b.key).batches.retrieve(batch.id))).toEqual({
+      status: 404,
+      error: { message: `No batch found with id '${batch.id}'.`, type: 'invalid_request_error', code: 'batch_not_found', param: 'id' },
+    });
+    expect((await clientOf(b.key).batches.list()).data).toEqual([]);
+    await waitEnded(client, batch.id);
+  }, 60_000);
+});
+
+async function refusal(p: Promise<unknown>) {
+  try {
+    await p;
+  } catch (err) {
+    const e = err as InstanceType<typeof OpenAI.APIError>;
+    return { status: e.status, error: e.error };
+  }
+  throw new Error('not refused');
+}
