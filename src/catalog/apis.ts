@@ -8,6 +8,7 @@ const NATIVE: Record<ModelRecord['protocol'], readonly JobApi[]> = {
   sim: ['chat', 'embeddings'],
   openai: ['chat', 'embeddings'],
   anthropic: ['chat', 'messages', 'count_tokens'],
+  azure: ['chat'],
 };
 
 export function speaksNatively(model: Pick<ModelRecord, 'protocol' | 'legacy_completions'>, api: JobApi): boolean {

@@ -97,10 +97,11 @@ function table(protocol: Protocol): Map<string, Rule> {
   for (const f of OPENAI_FORWARDED) t.set(f, 'drop');
   for (const [f, check] of Object.entries(PRICED)) t.set(f, check);
   for (const f of HANDLED) t.set(f, 'handled');
-  if (protocol === 'openai') {
+  if (protocol === 'openai' || protocol === 'azure') {
+    // Azure OpenAI takes OpenAI's chat body on its own URL (src/providers/azure); it has no service tiers
     for (const f of OPENAI_FORWARDED) t.set(f, 'forward');
     const tier = PRICED.service_tier;
-    t.set('service_tier', (v) => tier(v)); // checked, then forwarded by upstreamParams
+    if (protocol === 'openai') t.set('service_tier', (v) => tier(v)); // checked, then forwarded by upstreamParams
   }
   if (protocol === 'anthropic') {
     // translated by the Anthropic adapter (src/providers/anthropic/request.ts)
@@ -115,7 +116,12 @@ function table(protocol: Protocol): Map<string, Rule> {
   return t;
 }
 
-const TABLES: Record<Protocol, Map<string, Rule>> = { sim: table('sim'), openai: table('openai'), anthropic: table('anthropic') };
+const TABLES: Record<Protocol, Map<string, Rule>> = {
+  sim: table('sim'),
+  openai: table('openai'),
+  anthropic: table('anthropic'),
+  azure: table('azure'),
+};
 
 /** Every field with a rule for this protocol's models; any other is unknown (refused, unless the model's extra_params list it). */
 export const knownParams = (protocol: Protocol): ReadonlySet<string> => new Set(TABLES[protocol].keys());
@@ -157,7 +163,8 @@ export function checkParams(body: Record<string, unknown>, model: Pick<ModelReco
         return { param: where, code: 'unsupported_content', message: `This model does not accept ${modality} input.` };
       }
       // the Anthropic adapter translates image parts into image blocks; other vendors' adapters take text only
-      if (modality !== 'text' && model.protocol !== 'openai' && !(modality === 'image' && model.protocol === 'anthropic')) {
+      const takesParts = model.protocol === 'openai' || model.protocol === 'azure';
+      if (modality !== 'text' && !takesParts && !(modality === 'image' && model.protocol === 'anthropic')) {
         return { param: where, code: 'unsupported_content', message: `Only text content parts can be sent to this model.` };
       }
       if (type === 'file' && part.file?.file_id != null) {

@@ -1,6 +1,7 @@
 import type { Config } from '../config.ts';
 import type { Protocol } from '../db/models.ts';
 import { createAnthropicAdapter } from './anthropic/index.ts';
+import { createAzureAdapter } from './azure/index.ts';
 import { createOpenAIAdapter } from './openai/index.ts';
 import { createSimAdapter } from './sim/index.ts';
 import type { Adapter } from './types.ts';
@@ -20,8 +21,9 @@ export function createRegistry(
   const http = { connectTimeoutMs: config.UPSTREAM_CONNECT_TIMEOUT_MS, timeoutMs: config.UPSTREAM_TIMEOUT_MS, env };
   const openai = createOpenAIAdapter(http);
   const anthropic = createAnthropicAdapter(http);
-  const byProtocol: Record<Protocol, Adapter> = { sim, openai, anthropic };
-  return { forProtocol: (p) => byProtocol[p], all: () => [sim, openai, anthropic] };
+  const azure = createAzureAdapter(http);
+  const byProtocol: Record<Protocol, Adapter> = { sim, openai, anthropic, azure };
+  return { forProtocol: (p) => byProtocol[p], all: () => Object.values(byProtocol) };
 }
 
 /** The named variables, read once from the process environment; no other variable is ever consulted. */
