@@ -9,6 +9,7 @@ const NATIVE: Record<ModelRecord['protocol'], readonly JobApi[]> = {
   openai: ['chat', 'embeddings'],
   anthropic: ['chat', 'messages', 'count_tokens'],
   azure: ['chat'],
+  bedrock: ['chat'],
 };
 
 export function speaksNatively(model: Pick<ModelRecord, 'protocol' | 'legacy_completions'>, api: JobApi): boolean {

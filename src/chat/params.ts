@@ -103,9 +103,13 @@ function table(protocol: Protocol): Map<string, Rule> {
     const tier = PRICED.service_tier;
     if (protocol === 'openai') t.set('service_tier', (v) => tier(v)); // checked, then forwarded by upstreamParams
   }
-  if (protocol === 'anthropic') {
-    // translated by the Anthropic adapter (src/providers/anthropic/request.ts)
-    for (const f of ['temperature', 'top_p', 'top_k', 'stop', 'tools', 'tool_choice', 'user']) t.set(f, 'forward');
+  if (protocol === 'anthropic' || protocol === 'bedrock') {
+    // translated by the Anthropic adapter (src/providers/anthropic/request.ts) or Bedrock's (src/providers/bedrock/request.ts)
+    const fields =
+      protocol === 'anthropic'
+        ? ['temperature', 'top_p', 'top_k', 'stop', 'tools', 'tool_choice', 'user']
+        : ['temperature', 'top_p', 'stop', 'tools', 'tool_choice'];
+    for (const f of fields) t.set(f, 'forward');
     t.set('response_format', (v) => {
       const type = (v as { type?: unknown } | null)?.type;
       return v === null || v === undefined || type === 'text' ? null : 'response_format is not supported for this model.';
@@ -121,6 +125,7 @@ const TABLES: Record<Protocol, Map<string, Rule>> = {
   openai: table('openai'),
   anthropic: table('anthropic'),
   azure: table('azure'),
+  bedrock: table('bedrock'),
 };
 
 /** Every field with a rule for this protocol's models; any other is unknown (refused, unless the model's extra_params list it). */

@@ -2,6 +2,7 @@ import type { Config } from '../config.ts';
 import type { Protocol } from '../db/models.ts';
 import { createAnthropicAdapter } from './anthropic/index.ts';
 import { createAzureAdapter } from './azure/index.ts';
+import { createBedrockAdapter } from './bedrock/index.ts';
 import { createOpenAIAdapter } from './openai/index.ts';
 import { createSimAdapter } from './sim/index.ts';
 import type { Adapter } from './types.ts';
@@ -22,7 +23,8 @@ export function createRegistry(
   const openai = createOpenAIAdapter(http);
   const anthropic = createAnthropicAdapter(http);
   const azure = createAzureAdapter(http);
-  const byProtocol: Record<Protocol, Adapter> = { sim, openai, anthropic, azure };
+  const bedrock = createBedrockAdapter(http);
+  const byProtocol: Record<Protocol, Adapter> = { sim, openai, anthropic, azure, bedrock };
   return { forProtocol: (p) => byProtocol[p], all: () => Object.values(byProtocol) };
 }
 

@@ -25,6 +25,17 @@ export interface VendorProtocol {
   /** A whole (non-streamed) answer, for vendors that ignore `stream: true`. */
   completion(body: object, out: AdapterEvent[], apiKey: string | null): void;
   httpError(status: number, bodyText: string, headers: Record<string, string | string[] | undefined>, apiKey: string | null): UpstreamError;
+  /** Authenticates a request whose credentials depend on it (a SigV4 signature, a minted token): the headers to send. */
+  sign?(url: URL, headers: Record<string, string>, payload: Buffer, apiKey: string | null): Promise<Record<string, string>>;
+  /** A binary event stream (Bedrock's application/vnd.amazon.eventstream) instead of SSE: its per-request decoder. */
+  byteStreamDecoder?(apiKey: string | null): ByteStreamDecoder;
+}
+
+/** Decodes a binary event stream into adapter events as bytes arrive; throws the vendor's error event. */
+export interface ByteStreamDecoder {
+  push(chunk: Buffer, out: AdapterEvent[]): void;
+  /** The body ended (a partial frame left over is an interrupted stream). */
+  end(out: AdapterEvent[]): void;
 }
 
 /**
@@ -76,7 +87,12 @@ export function createHttpStreamAdapter(
       const { baseUrl, key } = upstreamOf(call, env);
       if (signal.aborted) throw abortError(signal);
       const protocol = typeof protocolOf === 'function' ? protocolOf(call) : protocolOf;
-      const request: VendorRequest = { protocol, key, url: protocol.url(baseUrl), payload: Buffer.from(JSON.stringify(protocol.body(call))) };
+      const url = protocol.url(baseUrl);
+      const payload = Buffer.from(JSON.stringify(protocol.body(call)));
+      let headers = protocol.headers(key, payload.length);
+      if (protocol.sign) headers = await protocol.sign(url, headers, payload, key);
+      if (signal.aborted) throw abortError(signal);
+      const request: VendorRequest = { protocol, key, url, payload, headers };
       const control = new CallControl(signal, opts);
       try {
         await send(agent, request, call, control, emit);
@@ -110,6 +126,7 @@ interface VendorRequest {
   key: string | null;
   url: URL;
   payload: Buffer;
+  headers: Record<string, string>;
 }
 
 /** Cancel (the caller's signal) and the overall timeout of one call, and the error either makes of a failure. */
@@ -203,10 +220,7 @@ function send(agent: Agent, req: VendorRequest, call: UpstreamCall, control: Cal
     };
     try {
       const { url, payload } = req;
-      agent.dispatch(
-        { origin: url.origin, path: url.pathname + url.search, method: 'POST', headers: req.protocol.headers(req.key, payload.length), body: payload },
-        handler,
-      );
+      agent.dispatch({ origin: url.origin, path: url.pathname + url.search, method: 'POST', headers: req.headers, body: payload }, handler);
     } catch (err) {
       settle(control.fail(err, 'connect'));
     }
@@ -223,14 +237,14 @@ class ResponseReader {
   private responseHeaders: Record<string, string> = {};
   private readonly body: Buffer[] = [];
   private bodySize = 0;
-  private readonly stream: EventStream;
+  private readonly stream: EventStream | ByteEventStream;
 
   constructor(
     private readonly protocol: VendorProtocol,
     private readonly key: string | null,
     private readonly emit: (ev: AdapterEvent) => void,
   ) {
-    this.stream = new EventStream(protocol.streamDecoder(key), emit);
+    this.stream = protocol.byteStreamDecoder ? new ByteEventStream(protocol.byteStreamDecoder(key), emit) : new EventStream(protocol.streamDecoder(key), emit);
   }
 
   /** Status and headers; true when the vendor accepted the request (2xx). */
@@ -333,6 +347,44 @@ class EventStream {
         vendorError = err;
         break;
       }
+    }
+    coalesceDeltas(this.events);
+    for (const ev of this.events) {
+      if (ev.type === 'finish') this.finished = true;
+      this.emit(ev);
+    }
+    this.events.length = 0;
+    return vendorError;
+  }
+}
+
+/** The binary event stream of a 2xx response: like EventStream, with the vendor's own framing. */
+class ByteEventStream {
+  private readonly events: AdapterEvent[] = [];
+  private finished = false;
+
+  constructor(
+    private readonly vendor: ByteStreamDecoder,
+    private readonly emit: (ev: AdapterEvent) => void,
+  ) {}
+
+  push(chunk: Buffer): unknown {
+    return this.deliver(() => this.vendor.push(chunk, this.events));
+  }
+
+  end(): unknown {
+    const vendorError = this.deliver(() => this.vendor.end(this.events));
+    if (vendorError !== undefined) return vendorError;
+    if (!this.finished) return new UpstreamError(502, 'upstream_stream_interrupted', 'The upstream stream ended before it finished.');
+    return undefined;
+  }
+
+  private deliver(decode: () => void): unknown {
+    let vendorError: unknown;
+    try {
+      decode();
+    } catch (err) {
+      vendorError = err;
     }
     coalesceDeltas(this.events);
     for (const ev of this.events) {
