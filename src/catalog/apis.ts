@@ -10,6 +10,7 @@ const NATIVE: Record<ModelRecord['protocol'], readonly JobApi[]> = {
   anthropic: ['chat', 'messages', 'count_tokens'],
   azure: ['chat'],
   bedrock: ['chat'],
+  gemini: ['chat'],
 };
 
 export function speaksNatively(model: Pick<ModelRecord, 'protocol' | 'legacy_completions'>, api: JobApi): boolean {

@@ -103,8 +103,8 @@ function table(protocol: Protocol): Map<string, Rule> {
     const tier = PRICED.service_tier;
     if (protocol === 'openai') t.set('service_tier', (v) => tier(v)); // checked, then forwarded by upstreamParams
   }
-  if (protocol === 'anthropic' || protocol === 'bedrock') {
-    // translated by the Anthropic adapter (src/providers/anthropic/request.ts) or Bedrock's (src/providers/bedrock/request.ts)
+  if (protocol === 'anthropic' || protocol === 'bedrock' || protocol === 'gemini') {
+    // translated by the Anthropic adapter (src/providers/anthropic/request.ts), Bedrock's or Gemini's (src/providers/*/request.ts)
     const fields =
       protocol === 'anthropic'
         ? ['temperature', 'top_p', 'top_k', 'stop', 'tools', 'tool_choice', 'user']
@@ -126,6 +126,7 @@ const TABLES: Record<Protocol, Map<string, Rule>> = {
   anthropic: table('anthropic'),
   azure: table('azure'),
   bedrock: table('bedrock'),
+  gemini: table('gemini'),
 };
 
 /** Every field with a rule for this protocol's models; any other is unknown (refused, unless the model's extra_params list it). */

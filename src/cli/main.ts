@@ -107,7 +107,8 @@ ${AMOUNTS}`,
   },
   'model set': {
     run: modelSet,
-    synopsis: `model set --id vendor/name --pool POOL [--protocol sim|openai|anthropic|azure|bedrock] [--kind chat|embedding]
+    synopsis: `model set --id vendor/name --pool POOL [--protocol sim|openai|anthropic|azure|bedrock|gemini] [--kind chat|embedding]
+          [--vertex-project P --region R  (Vertex AI, with --protocol gemini)]
           [--upstream-model M] [--base-url URL] [--api-key-env VAR]
           --input-price BRL_PER_1M_TOKENS --output-price BRL_PER_1M_TOKENS
           [--cached-input-price BRL|none] [--cache-write-price BRL|none] [--cache-write-1h-price BRL|none]
@@ -160,7 +161,7 @@ it names. An alias cannot be the id of a catalog model.`,
   'model deployment add': {
     run: deploymentAdd,
     synopsis: `model deployment add --model ID --base-url URL [--api-key-env VAR] [--upstream-model M]
-          [--protocol sim|openai|anthropic|azure|bedrock] [--weight N] [--name SLUG]
+          [--protocol sim|openai|anthropic|azure|bedrock|gemini] [--vertex-project P --region R] [--weight N] [--name SLUG]
           [--input-price BRL] [--output-price BRL] [--cached-input-price BRL] [--cache-write-price BRL] [--cache-write-1h-price BRL]  → {id, model, name, base_url, …}
           | [--usd-input-price USD --usd-output-price USD] [--markup 1.30] [--usd-cached-input-price USD] [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]`,
     help: `Adds a place the model is served from besides its own row (the "primary" deployment that

@@ -3,7 +3,7 @@ import type { DbClient } from './pool.ts';
 
 export const MODEL_ID_RE = /^[a-z0-9][a-z0-9._-]*\/[A-Za-z0-9][A-Za-z0-9._:-]*$/;
 
-export const PROTOCOLS = ['sim', 'openai', 'anthropic', 'azure', 'bedrock'] as const;
+export const PROTOCOLS = ['sim', 'openai', 'anthropic', 'azure', 'bedrock', 'gemini'] as const;
 export type Protocol = (typeof PROTOCOLS)[number];
 export const MODALITIES = ['text', 'image', 'audio', 'file'] as const;
 export const MODEL_KINDS = ['chat', 'embedding'] as const;

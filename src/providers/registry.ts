@@ -3,6 +3,7 @@ import type { Protocol } from '../db/models.ts';
 import { createAnthropicAdapter } from './anthropic/index.ts';
 import { createAzureAdapter } from './azure/index.ts';
 import { createBedrockAdapter } from './bedrock/index.ts';
+import { createGeminiAdapter } from './gemini/index.ts';
 import { createOpenAIAdapter } from './openai/index.ts';
 import { createSimAdapter } from './sim/index.ts';
 import type { Adapter } from './types.ts';
@@ -24,7 +25,8 @@ export function createRegistry(
   const anthropic = createAnthropicAdapter(http);
   const azure = createAzureAdapter(http);
   const bedrock = createBedrockAdapter(http);
-  const byProtocol: Record<Protocol, Adapter> = { sim, openai, anthropic, azure, bedrock };
+  const gemini = createGeminiAdapter(http);
+  const byProtocol: Record<Protocol, Adapter> = { sim, openai, anthropic, azure, bedrock, gemini };
   return { forProtocol: (p) => byProtocol[p], all: () => Object.values(byProtocol) };
 }
 

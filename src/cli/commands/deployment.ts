@@ -7,6 +7,7 @@ import { addDeployment, DEPLOYMENT_NAME_RE, type DeploymentRecord, getModel, lis
 import { brlFlag, brlString, intFlag, parseFlags, str } from '../args.ts';
 import { CliError, type CliContext, UsageError } from '../context.ts';
 import { saveUsdPrices, USD_FLAGS, usdFlags, usdToBrl } from './usd.ts';
+import { vertexBaseUrlFlag } from './vertex.ts';
 import { broadcast, plainTable, withDb } from './shared.ts';
 
 // `catraca model deployment add|list|remove`: the places a catalog model is served from besides its
@@ -29,6 +30,8 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         'upstream-model',
         'protocol',
         'weight',
+        'vertex-project',
+        'region',
         'input-price',
         'output-price',
         'cached-input-price',
@@ -36,7 +39,7 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         'cache-write-1h-price',
         ...USD_FLAGS,
       ],
-      required: ['model', 'base-url'],
+      required: ['model'],
     },
     cmd,
   );
@@ -44,8 +47,10 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
   const protocol = str(flags, 'protocol');
   if (protocol !== undefined && !(PROTOCOLS as readonly string[]).includes(protocol))
     throw new UsageError(`${cmd}: --protocol must be one of ${PROTOCOLS.join(', ')}`);
-  const baseUrl = str(flags, 'base-url')!;
-  if (!/^https?:\/\//.test(baseUrl)) throw new UsageError(`${cmd}: --base-url must be an http(s) URL`);
+  const given = str(flags, 'base-url');
+  if (given !== undefined && !/^https?:\/\//.test(given)) throw new UsageError(`${cmd}: --base-url must be an http(s) URL`);
+  const baseUrl = vertexBaseUrlFlag(flags, cmd, protocol) ?? given;
+  if (!baseUrl) throw new UsageError(`${cmd}: --base-url is required (or --vertex-project and --region with --protocol gemini)`);
   const apiKeyEnv = str(flags, 'api-key-env');
   if (apiKeyEnv !== undefined && !/^[A-Z_][A-Z0-9_]*$/.test(apiKeyEnv)) {
     throw new UsageError(`${cmd}: --api-key-env is the NAME of an environment variable holding the upstream key (like OPENAI_API_KEY), never the key itself`);

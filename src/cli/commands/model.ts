@@ -20,6 +20,7 @@ import { CliError, type CliContext, UsageError } from '../context.ts';
 import { checkUpstreamKey } from './deployment.ts';
 import { broadcast, plainTable, withDb } from './shared.ts';
 import { saveUsdPrices, USD_FLAGS, usdFlags, usdToBrl } from './usd.ts';
+import { vertexBaseUrlFlag } from './vertex.ts';
 
 const MODEL_SET_FLAGS = [
   'id',
@@ -42,6 +43,8 @@ const MODEL_SET_FLAGS = [
   'legacy-completions',
   'reasoning',
   'weight',
+  'vertex-project',
+  'region',
   'name',
   'description',
   ...USD_FLAGS,
@@ -106,8 +109,9 @@ function modelFlags(
   if (!MODEL_ID_RE.test(id)) throw new UsageError(`${cmd}: --id must look like vendor/name, got ${JSON.stringify(id)}`);
   const pool = str(flags, 'pool')!;
   if (!/^[a-z0-9_-]+$/.test(pool)) throw new UsageError(`${cmd}: --pool must be lower-case letters, digits, _ or -`);
-  const baseUrl = str(flags, 'base-url');
-  if (baseUrl && !/^https?:$/.test(safeUrl(baseUrl)?.protocol ?? '')) throw new UsageError(`${cmd}: --base-url must be an http(s) URL`);
+  const given = str(flags, 'base-url');
+  if (given && !/^https?:$/.test(safeUrl(given)?.protocol ?? '')) throw new UsageError(`${cmd}: --base-url must be an http(s) URL`);
+  const baseUrl = vertexBaseUrlFlag(flags, cmd, str(flags, 'protocol')) ?? given;
   const apiKeyEnv = str(flags, 'api-key-env');
   if (apiKeyEnv && !/^[A-Z_][A-Z0-9_]*$/.test(apiKeyEnv)) {
     throw new UsageError(`${cmd}: --api-key-env is the NAME of an environment variable holding the upstream key (like OPENAI_API_KEY), never the key itself`);
