@@ -53,6 +53,11 @@ export const JobSchema = z.object({
       sort: z.enum(['price', 'throughput', 'latency']).optional(),
     })
     .optional(),
+  /** The key's data country (ISO 3166-1 alpha-2): only deployments in it may serve the job. */
+  data_country: z
+    .string()
+    .regex(/^[A-Z]{2}$/)
+    .optional(),
   /**
    * The front door has more models to try (OpenRouter `models`): a failure before the first byte
    * that another model could serve publishes no usage; the error frame says `retryable` and carries

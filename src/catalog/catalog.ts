@@ -51,6 +51,8 @@ export function fingerprint(m: ModelRecord, deployments: DeploymentRecord[] = []
       String(d.cached_input_price),
       String(d.cache_write_price),
       String(d.cache_write_1h_price),
+      d.region,
+      d.country,
     ]),
   ]);
   return createHash('sha256').update(canonical).digest('base64url').slice(0, 16);
@@ -78,6 +80,9 @@ export interface Deployment {
   upstream_model: string;
   weight: number;
   prices: Prices;
+  /** where it runs (null or absent: not said; the primary deployment never says) */
+  region?: string | null;
+  country?: string | null;
 }
 
 export interface CatalogEntry extends ModelRecord {
@@ -97,6 +102,8 @@ function deploymentsOf(m: ModelRecord, extra: DeploymentRecord[]): Deployment[] 
     upstream_model: m.upstream_model,
     weight: m.weight ?? 1,
     prices: own,
+    region: null,
+    country: null,
   };
   return [
     primary,
@@ -108,6 +115,8 @@ function deploymentsOf(m: ModelRecord, extra: DeploymentRecord[]): Deployment[] 
       api_key_env: d.api_key_env,
       upstream_model: d.upstream_model,
       weight: d.weight,
+      region: d.region ?? null,
+      country: d.country ?? null,
       prices: pricesOf({
         input_price: d.input_price ?? m.input_price,
         output_price: d.output_price ?? m.output_price,

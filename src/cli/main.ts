@@ -69,8 +69,8 @@ are invited and removed in the portal (Members page); a tenant always keeps an o
            [--limit BRL] [--limit-reset daily|weekly|monthly]
            [--rate-limit N/INTERVAL  e.g. 60/60s, 100/1m]
            [--expires 30d|12h|2w|2026-12-31|2026-12-31T23:59:59Z]
-           [--max-concurrent N] [--tpm N] [--end-user-limit BRL]
-                                                           → {id, key, label, models, expires_at}`,
+           [--max-concurrent N] [--tpm N] [--end-user-limit BRL] [--data-country BR]
+                                                           → {id, key, label, models, expires_at, data_country}`,
     help: `Creates an API key for a tenant and prints it once; only its SHA-256 is stored. The same
 rules as the portal's form (src/billing/key-rules.ts):
   --label       1 to 100 characters, what the key is for
@@ -83,6 +83,9 @@ rules as the portal's form (src/billing/key-rules.ts):
   --tpm             tokens per minute, counted at admission as OpenAI does: the prompt estimate plus
                     max_tokens (429 with retry-after beyond)
   --end-user-limit  BRL each end user (the request's user field) may spend per UTC day (402 beyond)
+  --data-country    the key's requests go only to deployments in this country (ISO 3166-1 alpha-2,
+                    see model deployment add --country), fall back only among them, and are refused
+                    (403 data_residency_unavailable) when none is available: never sent abroad
 
 ${AMOUNTS}`,
   },
@@ -161,7 +164,8 @@ it names. An alias cannot be the id of a catalog model.`,
   'model deployment add': {
     run: deploymentAdd,
     synopsis: `model deployment add --model ID --base-url URL [--api-key-env VAR] [--upstream-model M]
-          [--protocol sim|openai|anthropic|azure|bedrock|gemini] [--vertex-project P --region R] [--weight N] [--name SLUG]
+          [--protocol sim|openai|anthropic|azure|bedrock|gemini] [--vertex-project P] [--region R] [--country CC]
+          [--weight N] [--name SLUG]
           [--input-price BRL] [--output-price BRL] [--cached-input-price BRL] [--cache-write-price BRL] [--cache-write-1h-price BRL]  → {id, model, name, base_url, …}
           | [--usd-input-price USD --usd-output-price USD] [--markup 1.30] [--usd-cached-input-price USD] [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]`,
     help: `Adds a place the model is served from besides its own row (the "primary" deployment that

@@ -27,6 +27,8 @@ export interface ApiKeyRecord {
   /** the portal user who created it; null: an operator's CLI */
   created_by: string | null;
   is_demo: boolean;
+  /** only deployments in this country (ISO 3166-1 alpha-2) may serve its requests; null: anywhere */
+  data_country?: string | null;
   created_at: Date;
   last_used_at: Date | null;
   expires_at: Date | null;
@@ -47,6 +49,7 @@ export interface CreateKeyInput {
   createdBy?: string | null;
   expiresAt?: Date | null;
   isDemo?: boolean;
+  dataCountry?: string | null;
 }
 
 /** Whether a key has limits counted per request under its row lock (it never admits from a lease). */
@@ -60,8 +63,8 @@ export async function createApiKey(db: DbClient, input: CreateKeyInput): Promise
   const { rows } = await db.query(
     `insert into api_keys (id, tenant_id, key_hash, key_hint, label, models, limit_micros, limit_reset,
                            rate_limit_requests, rate_limit_interval_s, expires_at, is_demo,
-                           max_concurrent, tpm, end_user_daily_limit, created_by)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) returning *`,
+                           max_concurrent, tpm, end_user_daily_limit, created_by, data_country)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) returning *`,
     [
       `key_${createId()}`,
       input.tenantId,
@@ -79,6 +82,7 @@ export async function createApiKey(db: DbClient, input: CreateKeyInput): Promise
       input.tpm ?? null,
       input.endUserDailyLimit ?? null,
       input.createdBy ?? null,
+      input.dataCountry ?? null,
     ],
   );
   return { record: stripHash(rows[0]), key };

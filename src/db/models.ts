@@ -198,6 +198,10 @@ export interface DeploymentRecord {
   cached_input_price: bigint | null;
   cache_write_price: bigint | null;
   cache_write_1h_price: bigint | null;
+  /** the vendor's region it runs in (sa-east-1, brazilsouth, southamerica-east1), as the operator said */
+  region: string | null;
+  /** the country it runs in (ISO 3166-1 alpha-2): keys with a data country go only to deployments there */
+  country: string | null;
   created_at: Date;
 }
 
@@ -223,6 +227,16 @@ export const DeploymentInputSchema = z.object({
   cached_input_price: z.bigint().nonnegative().nullable().default(null),
   cache_write_price: z.bigint().nonnegative().nullable().default(null),
   cache_write_1h_price: z.bigint().nonnegative().nullable().default(null),
+  region: z
+    .string()
+    .regex(/^[a-z0-9][a-z0-9-]{0,39}$/, 'a region is lower-case letters, digits and -')
+    .nullable()
+    .default(null),
+  country: z
+    .string()
+    .regex(/^[A-Z]{2}$/, 'a country is two capital letters (ISO 3166-1 alpha-2, like BR)')
+    .nullable()
+    .default(null),
 });
 export type DeploymentInput = z.input<typeof DeploymentInputSchema>;
 
@@ -230,8 +244,9 @@ export async function addDeployment(db: DbClient, id: string, input: DeploymentI
   const d = DeploymentInputSchema.parse(input);
   const { rows } = await db.query(
     `insert into model_deployments (id, model_id, name, protocol, base_url, api_key_env, upstream_model, weight,
-                                    input_price, output_price, cached_input_price, cache_write_price, cache_write_1h_price)
-     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) returning *`,
+                                    input_price, output_price, cached_input_price, cache_write_price, cache_write_1h_price,
+                                    region, country)
+     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) returning *`,
     [
       id,
       d.model_id,
@@ -246,6 +261,8 @@ export async function addDeployment(db: DbClient, id: string, input: DeploymentI
       d.cached_input_price,
       d.cache_write_price,
       d.cache_write_1h_price,
+      d.region,
+      d.country,
     ],
   );
   return rows[0];

@@ -242,6 +242,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       hold: this.held.id,
       max_tokens: maxTokens,
       ...(req.routing ? { routing: req.routing } : {}),
+      ...(key.data_country ? { data_country: key.data_country } : {}),
       ...(last ? {} : { fallback: true }),
       ...(this.carried > 0n ? { carry_cost: this.carried.toString() } : {}),
       ...(this.protocol.name === 'chat' ? {} : { route: this.protocol.name }),

@@ -187,7 +187,22 @@ class JobRun {
 
   /** Tries the deployments in order until one serves the job or fails after its first byte. */
   private async callDeployments(): Promise<void> {
-    const plan = this.ctx.health.plan(this.model, this.job.routing);
+    const country = this.job.data_country;
+    const plan = this.ctx.health.plan(this.model, this.job.routing).filter((d) => !country || d.country === country);
+    if (plan.length === 0 && country) {
+      // never sent abroad: a key kept in a country is refused rather than served elsewhere
+      this.deployment = this.model.deployments[0];
+      this.call = newCall(this.job, this.model);
+      const there = this.model.deployments.filter((d) => d.country === country).length;
+      this.failure = new UpstreamError(
+        403,
+        'data_residency_unavailable',
+        there === 0
+          ? `This key's requests must stay in ${country}, and ${this.model.id} has no deployment there.`
+          : `This key's requests must stay in ${country}, and every deployment of ${this.model.id} there is unavailable now; it is not sent elsewhere.`,
+      );
+      return;
+    }
     if (plan.length === 0) {
       this.deployment = this.model.deployments[0];
       this.call = newCall(this.job, this.model);

@@ -50,7 +50,7 @@ describe.concurrent('key create', () => {
     const tenant = await newTenant();
     const r = await cli(['key', 'create', '--tenant', tenant, '--label', 'agente-1', '--models', '*', '--json']);
     expect(r.code).toBe(0);
-    expect(Object.keys(r.json).sort()).toEqual(['expires_at', 'id', 'key', 'label', 'models']);
+    expect(Object.keys(r.json).sort()).toEqual(['data_country', 'expires_at', 'id', 'key', 'label', 'models']);
     expect(r.json.expires_at).toBeNull();
     expect(r.json.id).toMatch(/^key_[a-z0-9]+$/);
     expect(r.json.key).toMatch(/^sk-cat-v1-[0-9a-f]{64}$/);
@@ -96,6 +96,7 @@ describe.concurrent('key create', () => {
       label: 'allowlisted',
       models: ['sim/echo', 'sim/lorem'],
       expires_at: null,
+      data_country: null,
     });
     const { rows } = await db.query(
       'select models, limit_micros, limit_reset, rate_limit_requests, rate_limit_interval_s, is_demo from api_keys where id = $1',

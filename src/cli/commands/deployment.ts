@@ -32,6 +32,7 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         'weight',
         'vertex-project',
         'region',
+        'country',
         'input-price',
         'output-price',
         'cached-input-price',
@@ -49,7 +50,11 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
     throw new UsageError(`${cmd}: --protocol must be one of ${PROTOCOLS.join(', ')}`);
   const given = str(flags, 'base-url');
   if (given !== undefined && !/^https?:\/\//.test(given)) throw new UsageError(`${cmd}: --base-url must be an http(s) URL`);
-  const baseUrl = vertexBaseUrlFlag(flags, cmd, protocol) ?? given;
+  const baseUrl = (str(flags, 'vertex-project') !== undefined ? vertexBaseUrlFlag(flags, cmd, protocol) : undefined) ?? given;
+  const region = str(flags, 'region');
+  if (region !== undefined && !/^[a-z0-9][a-z0-9-]{0,39}$/.test(region)) throw new UsageError(`${cmd}: --region is the vendor's region name, like sa-east-1`);
+  const country = str(flags, 'country');
+  if (country !== undefined && !/^[A-Z]{2}$/.test(country)) throw new UsageError(`${cmd}: --country is two capital letters (ISO 3166-1 alpha-2, like BR)`);
   if (!baseUrl) throw new UsageError(`${cmd}: --base-url is required (or --vertex-project and --region with --protocol gemini)`);
   const apiKeyEnv = str(flags, 'api-key-env');
   if (apiKeyEnv !== undefined && !/^[A-Z_][A-Z0-9_]*$/.test(apiKeyEnv)) {
@@ -75,6 +80,8 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         api_key_env: apiKeyEnv ?? null,
         upstream_model: str(flags, 'upstream-model') ?? model.upstream_model,
         weight: weight ?? 1,
+        region: region ?? null,
+        country: country ?? null,
         input_price: fromUsd?.prices.input_price ?? brlFlag(flags, 'input-price', cmd) ?? null,
         output_price: fromUsd?.prices.output_price ?? brlFlag(flags, 'output-price', cmd) ?? null,
         // the cache prices of this deployment's vendor (null: the model's, as for the other prices)
@@ -105,6 +112,8 @@ export function deploymentView(d: DeploymentRecord) {
     api_key_env: d.api_key_env,
     upstream_model: d.upstream_model,
     weight: d.weight,
+    region: d.region ?? null,
+    country: d.country ?? null,
     input_price: d.input_price === null ? null : brlString(d.input_price),
     output_price: d.output_price === null ? null : brlString(d.output_price),
     cached_input_price: d.cached_input_price === null ? null : brlString(d.cached_input_price),

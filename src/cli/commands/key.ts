@@ -24,7 +24,10 @@ export async function keyCreate(ctx: CliContext, args: string[]): Promise<void> 
   const cmd = 'key create';
   const flags = parseFlags(
     args,
-    { values: ['tenant', 'label', 'models', 'limit', 'limit-reset', 'rate-limit', 'expires', 'max-concurrent', 'tpm', 'end-user-limit'], required: ['tenant'] },
+    {
+      values: ['tenant', 'label', 'models', 'limit', 'limit-reset', 'rate-limit', 'expires', 'max-concurrent', 'tpm', 'end-user-limit', 'data-country'],
+      required: ['tenant'],
+    },
     cmd,
   );
   const tenantId = str(flags, 'tenant')!;
@@ -48,19 +51,23 @@ export async function keyCreate(ctx: CliContext, args: string[]): Promise<void> 
     throw new UsageError(`${cmd}: --${KEY_FLAGS[field]} ${message}`);
   };
   check(null); // usage errors before any database access
+  const dataCountry = str(flags, 'data-country');
+  if (dataCountry !== undefined && !/^[A-Z]{2}$/.test(dataCountry))
+    throw new UsageError(`${cmd}: --data-country is a country code of two capital letters (ISO 3166-1 alpha-2, like BR)`);
   const result = await withDb(ctx, async (db) => {
     await requireTenant(db, tenantId);
     const known = new Set((await db.query<{ id: string }>('select id from models')).rows.map((r) => r.id));
-    return createApiKey(db, { tenantId, ...check(known) });
+    return createApiKey(db, { tenantId, ...check(known), dataCountry: dataCountry ?? null });
   });
   const { record, key } = result;
   const expires = record.expires_at ? new Date(record.expires_at).toISOString() : null;
   ctx.out(
-    { id: record.id, key, label: record.label, models: record.models ?? '*', expires_at: expires },
+    { id: record.id, key, label: record.label, models: record.models ?? '*', expires_at: expires, data_country: record.data_country ?? null },
     [
       `created key ${record.id}${record.label ? ` (${record.label})` : ''} for tenant ${tenantId}`,
       `  models:  ${record.models ? record.models.join(', ') : '*'}`,
       ...(expires ? [`  expires: ${expires}`] : []),
+      ...(record.data_country ? [`  data country: ${record.data_country} (served only by deployments there)`] : []),
       `  key:     ${key}`,
       '  This is the only time the key is shown; only its hash is stored.',
     ].join('\n'),
