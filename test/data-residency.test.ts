@@ -98,6 +98,22 @@ describe('a --data-country BR key', () => {
     }
     expect((azure.stats.byDeployment['gpt-brazilsouth'] ?? 0) - (before['gpt-brazilsouth'] ?? 0)).toBe(4);
     expect(azure.stats.byDeployment['gpt-eastus'] ?? 0).toBe(before['gpt-eastus'] ?? 0);
+    // /generation says where it ran
+    const last = await chat(key, 'residency/gpt');
+    const id = last.headers.get('x-request-id')!;
+    await last.text();
+    await stack.waitSettled([id]);
+    const gen = await (await fetch(`${stack.baseUrl}/generation?id=${id}`, { headers: { authorization: `Bearer ${key}` } })).json();
+    expect(gen.data).toMatchObject({ id, deployment: 'brazilsouth', region: 'brazilsouth', country: 'BR' });
+    // and a request served by the model's own row says so (it declares no place)
+    const anywhere = await stack.tenant('1.00');
+    const own = await chat(anywhere.key, 'residency/gpt');
+    const ownId = own.headers.get('x-request-id')!;
+    await own.text();
+    await stack.waitSettled([ownId]);
+    const ownGen = await (await fetch(`${stack.baseUrl}/generation?id=${ownId}`, { headers: { authorization: `Bearer ${anywhere.key}` } })).json();
+    expect(ownGen.data).toMatchObject({ id: ownId, region: null, country: null });
+    expect(['primary', 'brazilsouth']).toContain(ownGen.data.deployment);
   });
 
   it('when the Brazilian deployment is down: its own failure, then 403 while it cools down; never the healthy foreign one; nothing billed', async () => {

@@ -73,6 +73,10 @@ export interface Settlement {
     reasoningTokens?: number;
     route?: string;
     endUser?: string;
+    /** where it ran: the deployment's name, its region and country */
+    deployment?: string;
+    region?: string;
+    country?: string;
   };
 }
 
@@ -107,6 +111,9 @@ function detailJson(d: Settlement['detail']) {
     reasoning: d?.reasoningTokens ?? null,
     route: d?.route ?? null,
     end_user: d?.endUser ?? null,
+    deployment: d?.deployment ?? null,
+    region: d?.region ?? null,
+    country: d?.country ?? null,
   };
 }
 

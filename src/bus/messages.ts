@@ -141,6 +141,10 @@ export const UsageMessageSchema = PricesSchema.extend({
   end_user: z.string().max(256).optional(),
   /** the deployment that answered (its id; absent: the model's primary) */
   deployment: z.string().optional(),
+  /** where it ran: the deployment's name (absent: the primary), and the region and country it declared (absent: not said) */
+  ran_on: z.string().max(64).optional(),
+  region: z.string().max(40).optional(),
+  country: z.string().length(2).optional(),
   /** micro-BRL added to the cost at these prices: what failed attempts on other deployments or models may have cost */
   extra_cost: z.string().regex(/^\d+$/).optional(),
   /** true when the upstream gave no usage and the worker counted tokens itself */

@@ -169,7 +169,8 @@ export async function generationBody(db: Db, key: ApiKeyRecord, id: string) {
   if (!id) throw errors.badRequest("Missing query parameter 'id'.", 'id');
   const { rows } = await db.query(
     `select request_id, model, input_tokens, output_tokens, amount_micros, cost_micros, estimated, outcome, key_id, created_at,
-            cached_tokens, cache_write_tokens, cache_write_1h_tokens, reasoning_tokens, route, end_user
+            cached_tokens, cache_write_tokens, cache_write_1h_tokens, reasoning_tokens, route, end_user,
+            deployment, region, country
        from ledger where request_id = $1 and tenant_id = $2 and kind = 'debit'`,
     [id, key.tenant_id],
   );
@@ -198,6 +199,10 @@ export async function generationBody(db: Db, key: ApiKeyRecord, id: string) {
       native_tokens_reasoning: g.reasoning_tokens ?? 0,
       api_type: g.route ?? 'chat',
       user: g.end_user ?? null,
+      // where it ran (catraca's own): the deployment that answered, and the region and country it declared
+      deployment: g.deployment ?? null,
+      region: g.region ?? null,
+      country: g.country ?? null,
       estimated: g.estimated,
       cancelled: g.outcome === 'cancelled',
       outcome: g.outcome,

@@ -190,6 +190,9 @@ export class UsageSettler {
           reasoningTokens: usage.reasoning_tokens,
           route: usage.route ?? 'chat',
           endUser: usage.end_user,
+          deployment: usage.ran_on ?? 'primary',
+          region: usage.region,
+          country: usage.country,
         },
       },
     };

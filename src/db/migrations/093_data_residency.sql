@@ -6,3 +6,5 @@ alter table model_deployments
   add column region text check (region ~ '^[a-z0-9][a-z0-9-]{0,39}$'),
   add column country text check (country ~ '^[A-Z]{2}$');
 alter table api_keys add column data_country text check (data_country ~ '^[A-Z]{2}$');
+-- the roles that create keys (src/db/keys.ts createApiKey) write the new column too
+grant insert (data_country) on api_keys to catraca_portal, catraca_admin;
