@@ -28,7 +28,8 @@ beforeAll(async () => {
   await upsertModel(stack.db, { id: 'gemin/agent', pool: 'openai', upstream_model: 'mock-agent', ...vendor });
   await upsertModel(stack.db, { id: 'gemin/reasoning', pool: 'openai', upstream_model: 'mock-reasoning', reasoning: true, ...vendor });
   await upsertModel(stack.db, { id: 'gemin/claude', pool: 'anthropic', upstream_model: 'mock-claude', max_output_tokens: 8192, ...vendor });
-  await setAlias(stack.db, 'gemini-3.1-pro-preview', 'gemin/openai');
+  // aliases are global in the shared test database: a name of its own (test/gemini-cli.test.ts aliases Gemini CLI's)
+  await setAlias(stack.db, 'gemini-test-pro', 'gemin/openai');
 }, 90_000);
 
 afterAll(async () => {
@@ -236,7 +237,7 @@ describe('the Gemini API inbound with @google/genai', () => {
   it("an alias of Gemini CLI's built-in model name, the key as ?key= or Bearer, the catalog in Gemini's shape", async () => {
     const t = await stack.tenant('5.00');
     const body = { contents: [{ role: 'user', parts: [{ text: 'hi' }] }] };
-    const byQuery = await post(`/v1beta/models/gemini-3.1-pro-preview:generateContent?key=${t.key}`, body);
+    const byQuery = await post(`/v1beta/models/gemini-test-pro:generateContent?key=${t.key}`, body);
     expect(byQuery.status).toBe(200);
     expect(((await byQuery.json()) as { modelVersion: string }).modelVersion).toBe('gemin/openai');
     const byBearer = await post('/v1beta/models/gemin/openai:streamGenerateContent?alt=sse', body, { authorization: `Bearer ${t.key}` });
@@ -253,7 +254,7 @@ describe('the Gemini API inbound with @google/genai', () => {
     expect(noSse.status).toBe(400);
     expect(((await noSse.json()) as { error: { status: string } }).error.status).toBe('INVALID_ARGUMENT');
     const list = (await (await fetch(`${origin}/v1beta/models`)).json()) as { models: Array<{ name: string; baseModelId: string }> };
-    expect(list.models.find((m) => m.name === 'models/gemini-3.1-pro-preview')).toMatchObject({ baseModelId: 'gemin/openai' });
+    expect(list.models.find((m) => m.name === 'models/gemini-test-pro')).toMatchObject({ baseModelId: 'gemin/openai' });
     const one = await fetch(`${origin}/v1beta/models/gemin/claude`);
     expect(await one.json()).toMatchObject({
       name: 'models/gemin/claude',
