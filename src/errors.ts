@@ -46,6 +46,14 @@ export const errors = {
   keyLimit: (message: string) => new CatracaError(402, 'insufficient_quota', 'key_limit_exceeded', message),
   modelNotAllowed: (model: string) =>
     new CatracaError(403, 'permission_error', 'model_not_allowed', `This API key is not allowed to use model "${model}".`, 'model'),
+  dataResidencyUnavailable: (model: string, country: string) =>
+    new CatracaError(
+      403,
+      'permission_error',
+      'data_residency_unavailable',
+      `This key's requests must stay in ${country}, and ${model} has no deployment there.`,
+      'model',
+    ),
   tenantSuspended: () =>
     new CatracaError(
       403,

@@ -141,15 +141,30 @@ describe('a --data-country BR key', () => {
     expect(await balance(tenantId)).toBe(1_000_000n);
   });
 
-  it('a model with no deployment in the country: 403 naming why, nothing billed', async () => {
+  it('a model with no deployment in the country: refused at the front door, before the hold: 403 naming why, nothing held or billed', async () => {
     const { tenantId, key } = await brKey();
+    const sent = { ...azure.stats.byDeployment };
     const res = await chat(key, 'residency/abroad');
     expect(res.status).toBe(403);
-    expect(await res.json()).toMatchObject({
-      error: { code: 'data_residency_unavailable', message: "This key's requests must stay in BR, and residency/abroad has no deployment there." },
+    const id = res.headers.get('x-request-id')!;
+    // the door's own refusal (a worker's would be an upstream_error)
+    expect(await res.json()).toEqual({
+      error: {
+        type: 'permission_error',
+        code: 'data_residency_unavailable',
+        message: "This key's requests must stay in BR, and residency/abroad has no deployment there.",
+        param: 'model',
+      },
     });
-    await stack.waitNoHolds(tenantId);
-    expect(await balance(tenantId)).toBe(1_000_000n);
+    const held = await stack.db.query('select held_micros, balance_micros from tenants where id = $1', [tenantId]);
+    expect(held.rows[0]).toEqual({ held_micros: 0n, balance_micros: 1_000_000n });
+    expect((await stack.db.query('select count(*)::int as n from holds where request_id = $1', [id])).rows[0].n).toBe(0);
+    expect((await stack.db.query('select count(*)::int as n from ledger where tenant_id = $1 and source = $2', [tenantId, 'request'])).rows[0].n).toBe(0);
+    expect(azure.stats.byDeployment).toEqual(sent);
+    // the key may still use a model that has a deployment there
+    const ok = await chat(key, 'residency/gpt');
+    expect(ok.status).toBe(200);
+    await ok.text();
   });
 
   it('refuses a malformed --data-country and --country', async () => {

@@ -180,6 +180,9 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       const refused = this.protocol.check(req, model);
       if (refused) throw errors.badRequest(refused.message, refused.param, refused.code);
       if (!routable(model, req.routing)) throw errors.noDeploymentMatches(model.id);
+      // a key kept in a country is refused here, before anything is held, when the catalog has no
+      // deployment there at all; the worker still refuses when those it has are all unavailable now
+      if (key.data_country && !model.deployments.some((d) => d.country === key.data_country)) throw errors.dataResidencyUnavailable(model.id, key.data_country);
       if (seen.has(model.id)) continue;
       seen.add(model.id);
       const inputTokens = this.protocol.free ? 0 : this.protocol.inputBound(req, model);

@@ -4,7 +4,8 @@ import { type CsvQuery, count } from './csv.ts';
 import { type Period, periodFilter, saoPauloDay, TENANT_TIME_ZONE } from './period.ts';
 
 // The two CSV files of a period (São Paulo days): the statement, every ledger entry, and usage by
-// day × model × key × end user. Amounts are exact BRL decimals with 6 places, from the integer
+// day × model × deployment × key × end user; a request's row says where it ran (the deployment
+// that answered, and the region and country it declares, blank where it declares none). Amounts are exact BRL decimals with 6 places, from the integer
 // micro-reais (never a float); a text cell anyone could have typed goes through safeText.
 
 export type ExportName = 'statement' | 'usage';
@@ -18,6 +19,9 @@ export const STATEMENT_COLUMNS = [
   'request_id',
   'external_id',
   'model',
+  'deployment',
+  'region',
+  'country',
   'key_id',
   'key_label',
   'end_user',
@@ -44,6 +48,9 @@ interface StatementRow {
   request_id: string | null;
   external_id: string | null;
   model: string | null;
+  deployment: string | null;
+  region: string | null;
+  country: string | null;
   key_id: string | null;
   key_label: string | null;
   end_user: string | null;
@@ -69,7 +76,7 @@ export function statementQuery(tenantId: string, p: Period): CsvQuery<StatementR
     sql: `/* catraca export: statement */
       select l.id, to_char(l.created_at at time zone $2, 'YYYY-MM-DD HH24:MI:SS') as time_local,
              to_char(l.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as time_utc,
-             l.kind, l.source, l.request_id, l.external_id, l.model, l.key_id, k.label as key_label, l.end_user, l.route,
+             l.kind, l.source, l.request_id, l.external_id, l.model, l.deployment, l.region, l.country, l.key_id, k.label as key_label, l.end_user, l.route,
              l.input_tokens, l.output_tokens, l.cached_tokens, l.cache_write_tokens, l.cache_write_1h_tokens, l.reasoning_tokens,
              l.amount_micros, l.balance_after_micros, l.estimated, l.outcome, l.note
         from ledger l left join api_keys k on k.id = l.key_id and k.tenant_id = l.tenant_id
@@ -86,6 +93,9 @@ export function statementQuery(tenantId: string, p: Period): CsvQuery<StatementR
       safeText(r.request_id),
       safeText(r.external_id),
       safeText(r.model),
+      safeText(r.deployment),
+      safeText(r.region),
+      safeText(r.country),
       safeText(r.key_id),
       safeText(r.key_label),
       safeText(r.end_user),
@@ -108,6 +118,9 @@ export function statementQuery(tenantId: string, p: Period): CsvQuery<StatementR
 export const USAGE_COLUMNS = [
   'date',
   'model',
+  'deployment',
+  'region',
+  'country',
   'key_id',
   'key_label',
   'end_user',
@@ -124,6 +137,9 @@ export const USAGE_COLUMNS = [
 interface UsageRow {
   day: string;
   model: string | null;
+  deployment: string | null;
+  region: string | null;
+  country: string | null;
   key_id: string | null;
   key_label: string | null;
   end_user: string | null;
@@ -137,27 +153,31 @@ interface UsageRow {
   micros: bigint;
 }
 
-/** What requests cost (debits of source 'request'), summed by São Paulo day, model, key and end user. */
+/** What requests cost (debits of source 'request'), summed by São Paulo day, model, deployment (and its place), key and end user. */
 export function usageQuery(tenantId: string, p: Period): CsvQuery<UsageRow> {
   return {
     sql: `/* catraca export: usage */
-      select to_char(u.day, 'YYYY-MM-DD') as day, u.model, u.key_id, k.label as key_label, u.end_user, u.requests,
+      select to_char(u.day, 'YYYY-MM-DD') as day, u.model, u.deployment, u.region, u.country, u.key_id, k.label as key_label, u.end_user, u.requests,
              u.input_tokens, u.output_tokens, u.cached_tokens, u.cache_write_tokens, u.cache_write_1h_tokens, u.reasoning_tokens, u.micros
-        from (select ${saoPauloDay('l', 2)} as day, l.model, l.key_id, l.end_user, count(*)::bigint as requests,
+        from (select ${saoPauloDay('l', 2)} as day, l.model, l.deployment, l.region, l.country, l.key_id, l.end_user, count(*)::bigint as requests,
                      coalesce(sum(l.input_tokens), 0)::bigint as input_tokens, coalesce(sum(l.output_tokens), 0)::bigint as output_tokens,
                      coalesce(sum(l.cached_tokens), 0)::bigint as cached_tokens, coalesce(sum(l.cache_write_tokens), 0)::bigint as cache_write_tokens,
                      coalesce(sum(l.cache_write_1h_tokens), 0)::bigint as cache_write_1h_tokens,
                      coalesce(sum(l.reasoning_tokens), 0)::bigint as reasoning_tokens, sum(l.amount_micros)::bigint as micros
                 from ledger l
                where l.tenant_id = $1 and l.kind = 'debit' and l.source = 'request' and ${periodFilter('l', 2, 3, 4)}
-               group by 1, 2, 3, 4) u
+               group by 1, 2, 3, 4, 5, 6, 7) u
         left join api_keys k on k.id = u.key_id and k.tenant_id = $1
-       order by u.day, u.model, u.key_id nulls first, u.end_user nulls first`,
+       order by u.day, u.model, u.deployment nulls first, u.region nulls first, u.country nulls first, u.key_id nulls first,
+                u.end_user nulls first`,
     params: ARGS(tenantId, p),
     header: USAGE_COLUMNS,
     record: (r) => [
       r.day,
       safeText(r.model),
+      safeText(r.deployment),
+      safeText(r.region),
+      safeText(r.country),
       safeText(r.key_id),
       safeText(r.key_label),
       safeText(r.end_user),

@@ -11,8 +11,21 @@ describe('the permission table', () => {
   it('is the roles table of issue 20', () => {
     const actionsOf = (role: Role) => Object.keys(PERMISSIONS).filter((a) => may(role, a as keyof typeof PERMISSIONS));
     expect(Object.fromEntries(ROLES.map((r) => [r, actionsOf(r)]))).toEqual({
-      owner: ['usage', 'account', 'keys', 'keys.all', 'topup', 'statement', 'exports', 'notifications', 'invoices', 'members', 'members.owners'],
-      admin: ['usage', 'account', 'keys', 'keys.all', 'members'],
+      owner: [
+        'usage',
+        'account',
+        'keys',
+        'keys.all',
+        'keys.data_country',
+        'topup',
+        'statement',
+        'exports',
+        'notifications',
+        'invoices',
+        'members',
+        'members.owners',
+      ],
+      admin: ['usage', 'account', 'keys', 'keys.all', 'keys.data_country', 'members'],
       billing: ['usage', 'account', 'topup', 'statement', 'exports', 'notifications', 'invoices'],
       developer: ['usage', 'account', 'keys'],
     });

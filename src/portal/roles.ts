@@ -11,7 +11,7 @@ const EVERYONE = ROLES;
 /**
  * The one table of permissions: action → the roles that may perform it.
  *   owner      everything, members and roles included
- *   admin      keys (all), members (not owners)
+ *   admin      keys (all, and their data country), members (not owners)
  *   billing    top-ups, statement, exports, notifications, notas fiscais
  *   developer  their own keys, usage
  */
@@ -24,6 +24,8 @@ export const PERMISSIONS = {
   keys: ['owner', 'admin', 'developer'],
   /** seeing and revoking every key of the tenant (without it: only the keys one created) */
   'keys.all': ['owner', 'admin'],
+  /** setting a key's data country (its requests served only by deployments there) when creating it */
+  'keys.data_country': ['owner', 'admin'],
   /** Pix top-ups */
   topup: ['owner', 'billing'],
   /** the statement (ledger) */

@@ -19,6 +19,8 @@ export interface LedgerEntry {
   externalId?: string;
   keyId?: string;
   model?: string;
+  /** Where it ran: the deployment that answered, its region and country. */
+  ran?: { deployment: string; region?: string; country?: string };
   endUser?: string;
   route?: string;
   tokens?: { input: number; output: number; cached?: number; cacheWrite?: number; cacheWrite1h?: number; reasoning?: number };
@@ -32,8 +34,8 @@ async function insertEntry(db: DbClient, tenantId: string, e: LedgerEntry): Prom
   const { rows } = await db.query(
     `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, request_id, external_id, key_id, model,
                          input_tokens, output_tokens, cached_tokens, cache_write_tokens, cache_write_1h_tokens, reasoning_tokens,
-                         route, end_user, estimated, outcome, note, created_at)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) returning id`,
+                         route, end_user, estimated, outcome, note, created_at, deployment, region, country)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) returning id`,
     [
       tenantId,
       e.kind,
@@ -56,6 +58,9 @@ async function insertEntry(db: DbClient, tenantId: string, e: LedgerEntry): Prom
       e.outcome ?? null,
       e.note ?? null,
       e.at,
+      e.ran?.deployment ?? null,
+      e.ran?.region ?? null,
+      e.ran?.country ?? null,
     ],
   );
   return rows[0].id;
@@ -140,6 +145,7 @@ export async function knownLedger(db: pg.Pool, tenantId: string) {
       requestId: `req-1-${u}`,
       keyId: k1,
       model: 'sim/echo',
+      ran: { deployment: 'brazilsouth', region: 'brazilsouth', country: 'BR' },
       endUser: FORMULA_END_USER,
       route: 'chat',
       tokens: { input: 10, output: 20 },
@@ -154,6 +160,7 @@ export async function knownLedger(db: pg.Pool, tenantId: string) {
       requestId: `req-2-${u}`,
       keyId: k1,
       model: 'sim/echo',
+      ran: { deployment: 'brazilsouth', region: 'brazilsouth', country: 'BR' },
       endUser: FORMULA_END_USER,
       route: 'chat',
       tokens: { input: 1000, output: 200, cached: 100, cacheWrite: 50, cacheWrite1h: 0, reasoning: 20 },
@@ -168,6 +175,7 @@ export async function knownLedger(db: pg.Pool, tenantId: string) {
       requestId: `req-3-${u}`,
       keyId: k2,
       model: 'sim/lorem',
+      ran: { deployment: 'primary' }, // the model's own row declares no place
       endUser: QUOTED_END_USER,
       route: 'messages',
       tokens: { input: 10, output: 5 },

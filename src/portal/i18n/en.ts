@@ -221,6 +221,13 @@ export const en: Messages = {
   'keys.interval_d': 'day',
   'keys.expires': 'Expires',
   'keys.expires_never': 'never',
+  'keys.data_country': 'Data country',
+  'keys.data_country_any': 'Any country',
+  'keys.data_country_BR': 'Brazil',
+  'keys.data_country_hint':
+    'With Brazil, this key’s requests go only to deployments in Brazil; when none is available they are refused (403 data_residency_unavailable), never sent abroad.',
+  'keys.bad_data_country': 'Choose the data country: any country or Brazil.',
+  'keys.data_country_forbidden': 'Only owners and admins set a key’s data country.',
   'keys.expires_1d': 'in 1 day',
   'keys.expires_7d': 'in 7 days',
   'keys.expires_30d': 'in 30 days',

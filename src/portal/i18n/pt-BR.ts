@@ -221,6 +221,13 @@ export const ptBR = {
   'keys.interval_d': 'dia',
   'keys.expires': 'Expira',
   'keys.expires_never': 'nunca',
+  'keys.data_country': 'País dos dados',
+  'keys.data_country_any': 'Qualquer país',
+  'keys.data_country_BR': 'Brasil',
+  'keys.data_country_hint':
+    'Com Brasil, as requisições desta chave só vão a implantações no Brasil; sem uma disponível, são recusadas (403 data_residency_unavailable), nunca enviadas ao exterior.',
+  'keys.bad_data_country': 'Escolha o país dos dados: qualquer país ou Brasil.',
+  'keys.data_country_forbidden': 'Somente proprietários e administradores definem o país dos dados de uma chave.',
   'keys.expires_1d': 'em 1 dia',
   'keys.expires_7d': 'em 7 dias',
   'keys.expires_30d': 'em 30 dias',

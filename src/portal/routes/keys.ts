@@ -15,7 +15,7 @@ import type { Renderer } from '../render.ts';
 import { afterRevocation } from '../revocation.ts';
 import { may } from '../roles.ts';
 import { can } from '../authorize.ts';
-import { EXPIRY_CHOICES, keysPage, RATE_INTERVALS, revokeConfirmPage } from '../views/keys.ts';
+import { DATA_COUNTRIES, EXPIRY_CHOICES, keysPage, RATE_INTERVALS, revokeConfirmPage } from '../views/keys.ts';
 
 // API keys: list, create (Post/Redirect/Get, the key shown once), revoke (broadcast on NATS so the
 // front doors drop it at once). Owners and admins see every key of the tenant and who created it;
@@ -73,10 +73,24 @@ async function keysView(c: Ctx, db: pg.Pool, r: Renderer, status: number, extra:
   );
   const models = await listModels(db);
   const creators = scope === undefined ? await memberEmails(db, tenantOf(c)) : null;
-  return r.page(c, status, c.var.t('keys.title'), (vc) => keysPage(vc, { keys: withUsage, models, created: extra.created, form: extra.form, creators }), {
-    error: extra.error,
-    flash: extra.flash,
-  });
+  return r.page(
+    c,
+    status,
+    c.var.t('keys.title'),
+    (vc) =>
+      keysPage(vc, {
+        keys: withUsage,
+        models,
+        created: extra.created,
+        form: extra.form,
+        creators,
+        setsDataCountry: may(c.var.session!.user.role, 'keys.data_country'),
+      }),
+    {
+      error: extra.error,
+      flash: extra.flash,
+    },
+  );
 }
 
 /** The tenant's members: id → e-mail (a key's creator who is not there any more was removed or left). */
@@ -94,6 +108,10 @@ async function createKey(c: Ctx, db: pg.Pool, view: (c: Ctx, status: number, ext
   const unit = one(f, 'rate_interval') || 'm';
   if (rateText && !(/^\d{1,7}$/.test(rateText) && (RATE_INTERVALS as readonly string[]).includes(unit)))
     return view(c, 400, { form: f, error: t('keys.bad_rate_limit') });
+  // a key's data country: any, or one of the offered; only owners and admins set one
+  const dataCountry = one(f, 'data_country');
+  if (!(DATA_COUNTRIES as readonly string[]).includes(dataCountry)) return view(c, 400, { form: f, error: t('keys.bad_data_country') });
+  if (dataCountry && !may(c.var.session!.user.role, 'keys.data_country')) return view(c, 403, { form: f, error: t('keys.data_country_forbidden') });
   const expiresText = one(f, 'expires');
   if (expiresText && !(EXPIRY_CHOICES as readonly string[]).includes(expiresText)) return view(c, 400, { form: f, error: t('keys.bad_expiry') });
   const checked = checkNewKey(
@@ -109,7 +127,7 @@ async function createKey(c: Ctx, db: pg.Pool, view: (c: Ctx, status: number, ext
   );
   if (!checked.ok) return view(c, 400, { form: f, error: keyRuleMessage(c, checked.error, one(f, 'limit')) });
   const { models, expiresAt, rateLimitRequests, rateLimitIntervalS } = checked.key;
-  const created = await createApiKey(db, { tenantId, ...checked.key, createdBy: c.var.session!.user.id });
+  const created = await createApiKey(db, { tenantId, ...checked.key, createdBy: c.var.session!.user.id, dataCountry: dataCountry || null });
   log.info('api key created', {
     tenant: tenantId,
     key_id: created.record.id,
@@ -117,6 +135,7 @@ async function createKey(c: Ctx, db: pg.Pool, view: (c: Ctx, status: number, ext
     models: models ?? '*',
     expires_at: expiresAt,
     rate_limit: rateLimitRequests !== null ? `${rateLimitRequests}/${rateLimitIntervalS}s` : null,
+    data_country: dataCountry || null,
   });
   // Post/Redirect/Get: the key goes into a one-time flash of this session (encrypted under the
   // session's cookie token) and the GET it redirects to shows it once and deletes it. A refresh

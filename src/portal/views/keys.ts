@@ -10,6 +10,11 @@ function allowlist(c: ViewCtx, k: ApiKeyRecord) {
 
 /** The expiries offered when creating a key (durations from now; see src/auth/key-options.ts). */
 export const EXPIRY_CHOICES = ['1d', '7d', '30d', '90d', '365d'] as const;
+/** Data countries offered: any, or Brazil (a key's requests served only by deployments there). */
+export const DATA_COUNTRIES = ['', 'BR'] as const;
+const dataCountryText = (c: ViewCtx, country: string | null | undefined) =>
+  country === 'BR' ? c.t('keys.data_country_BR') : country ? country : c.t('keys.data_country_any');
+
 /** Rate-limit intervals offered: per second, minute, hour, day. */
 export const RATE_INTERVALS = ['s', 'm', 'h', 'd'] as const;
 
@@ -40,6 +45,8 @@ export function keysPage(
     form?: Record<string, string | string[]>;
     /** owner and admin see who created each key: portal user id → e-mail of the tenant's members */
     creators?: Map<string, string> | null;
+    /** whether the member may set a key's data country (owner and admin) */
+    setsDataCountry?: boolean;
   },
 ): SafeHtml {
   const f = d.form ?? {};
@@ -59,12 +66,13 @@ ${
     : ''
 }
 <section class="card">
-<table data-testid="keys-table"><thead><tr><th>${c.t('keys.label')}</th><th>${c.t('keys.prefix')}</th><th>${c.t('keys.allowlist')}</th><th>${c.t('keys.limit_col')}</th><th>${c.t('keys.rate_col')}</th><th>${c.t('keys.expires_col')}</th><th class="num">${c.t('keys.usage')}</th><th>${c.t('keys.last_used')}</th><th>${c.t('keys.status')}</th>${creators ? html`<th>${c.t('keys.created_by')}</th>` : ''}<th></th></tr></thead><tbody>
-${d.keys.length === 0 ? html`<tr><td colspan="${creators ? 11 : 10}" class="muted">${c.t('common.none')}</td></tr>` : ''}
+<table data-testid="keys-table"><thead><tr><th>${c.t('keys.label')}</th><th>${c.t('keys.prefix')}</th><th>${c.t('keys.allowlist')}</th><th>${c.t('keys.limit_col')}</th><th>${c.t('keys.rate_col')}</th><th>${c.t('keys.expires_col')}</th><th>${c.t('keys.data_country')}</th><th class="num">${c.t('keys.usage')}</th><th>${c.t('keys.last_used')}</th><th>${c.t('keys.status')}</th>${creators ? html`<th>${c.t('keys.created_by')}</th>` : ''}<th></th></tr></thead><tbody>
+${d.keys.length === 0 ? html`<tr><td colspan="${creators ? 12 : 11}" class="muted">${c.t('common.none')}</td></tr>` : ''}
 ${d.keys.map(
   (k) => html`<tr data-key-id="${k.id}" data-testid="key-row">
 <td>${k.label}</td><td><code>${k.key_hint}</code></td><td>${allowlist(c, k)}</td><td>${limitText(c, k)}</td>
 <td data-testid="key-rate">${rateText(c, k)}</td><td data-testid="key-expires">${k.expires_at ? dateTime(c.lang, new Date(k.expires_at)) : c.t('common.never')}</td>
+<td data-testid="key-data-country">${dataCountryText(c, k.data_country)}</td>
 <td class="num">${amount(c.lang, k.usage_micros)}${k.limit_reset ? html`<br><small>${amount(c.lang, k.windowUsage)} ${c.t(`keys.window_${k.limit_reset}` as never)}</small>` : ''}</td>
 <td>${k.last_used_at ? dateTime(c.lang, k.last_used_at) : c.t('common.never')}</td>
 <td>${k.revoked_at ? html`<span class="badge s-EXPIRADA">${c.t('keys.revoked')}</span>` : expired(k) ? html`<span class="badge s-EXPIRADA">${c.t('keys.expired')}</span>` : html`<span class="badge s-CONCLUIDA">${c.t('keys.active')}</span>`}</td>
@@ -99,6 +107,13 @@ ${RATE_INTERVALS.map((u) => html`<option value="${u}" ${(f.rate_interval ?? 'm')
 ${(['', ...EXPIRY_CHOICES] as const).map((e) => html`<option value="${e}" ${(f.expires ?? '') === e ? raw('selected') : ''}>${c.t(e ? (`keys.expires_${e}` as never) : 'keys.expires_never')}</option>`)}
 </select></label>
 </div>
+${
+  d.setsDataCountry
+    ? html`<label>${c.t('keys.data_country')}<select name="data_country" data-testid="key-data-country-select">
+${DATA_COUNTRIES.map((dc) => html`<option value="${dc}" ${(f.data_country ?? '') === dc ? raw('selected') : ''}>${dataCountryText(c, dc)}</option>`)}
+</select><small>${c.t('keys.data_country_hint')}</small></label>`
+    : ''
+}
 <button type="submit" data-testid="create-key">${c.t('keys.create')}</button>
 </form>
 </section>`;
