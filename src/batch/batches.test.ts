@@ -14,6 +14,7 @@ it("a batch row as OpenAI's Batch object", () => {
     completion_window: '24h',
     metadata: { a: 'b' },
     status: 'completed',
+    api: 'openai',
     total: 3,
     completed: 2,
     failed: 1,

@@ -21,6 +21,8 @@ export interface BatchRow {
   completion_window: string;
   metadata: Record<string, string> | null;
   status: BatchStatus;
+  /** whose API made it: OpenAI's Batch API or Anthropic's Message Batches */
+  api: 'openai' | 'anthropic';
   total: number;
   completed: number;
   failed: number;
@@ -124,8 +126,8 @@ export async function insertBatch(db: DbClient, key: ApiKeyRecord, rawBody: Buff
   return { row: rows[0], lines };
 }
 
-export async function loadBatch(db: DbClient, tenantId: string, id: string): Promise<BatchRow | null> {
-  const { rows } = await db.query<BatchRow>('select * from batches where id = $1 and tenant_id = $2', [id, tenantId]);
+export async function loadBatch(db: DbClient, tenantId: string, id: string, api: BatchRow['api'] = 'openai'): Promise<BatchRow | null> {
+  const { rows } = await db.query<BatchRow>('select * from batches where id = $1 and tenant_id = $2 and api = $3', [id, tenantId, api]);
   return rows[0] ?? null;
 }
 
@@ -139,14 +141,14 @@ export async function getBatchBody(db: DbClient, key: ApiKeyRecord, id: string) 
  * POST /v1/batches/{id}/cancel: an unfinished batch becomes `cancelling` (lines running end, lines
  * not started are not run); the runner ends it `cancelled`. Cancelling a batch already ended is a 400.
  */
-export async function cancelBatch(db: DbClient, key: ApiKeyRecord, id: string): Promise<BatchRow> {
+export async function cancelBatch(db: DbClient, key: ApiKeyRecord, id: string, api: BatchRow['api'] = 'openai'): Promise<BatchRow> {
   const { rows } = await db.query<BatchRow>(
     `update batches set status = 'cancelling', cancelling_at = now()
-      where id = $1 and tenant_id = $2 and status in ('validating', 'in_progress') returning *`,
-    [id, key.tenant_id],
+      where id = $1 and tenant_id = $2 and api = $3 and status in ('validating', 'in_progress') returning *`,
+    [id, key.tenant_id, api],
   );
   if (rows[0]) return rows[0];
-  const b = await loadBatch(db, key.tenant_id, id);
+  const b = await loadBatch(db, key.tenant_id, id, api);
   if (!b) throw batchNotFound(id);
   if (b.status === 'cancelling') return b;
   throw errors.badRequest(`Cannot cancel a batch with status '${b.status}'.`, 'id', 'batch_not_cancellable');
@@ -165,11 +167,10 @@ export async function listBatchesBody(db: DbClient, key: ApiKeyRecord, query: UR
     throw errors.badRequest(message, param);
   }
   const { limit, after } = parsed.data;
-  const { rows } = await db.query<BatchRow>('select * from batches where tenant_id = $1 and ($2::text is null or id < $2) order by id desc limit $3', [
-    key.tenant_id,
-    after ?? null,
-    limit + 1,
-  ]);
+  const { rows } = await db.query<BatchRow>(
+    "select * from batches where tenant_id = $1 and api = 'openai' and ($2::text is null or id < $2) order by id desc limit $3",
+    [key.tenant_id, after ?? null, limit + 1],
+  );
   const data = rows.slice(0, limit).map(batchObject);
   return { object: 'list' as const, data, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null, has_more: rows.length > limit };
 }

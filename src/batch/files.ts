@@ -55,16 +55,23 @@ export function fileObject(f: StoredFile) {
   };
 }
 
-const LineSchema = z
-  .object({
-    custom_id: z.string().min(1).max(512),
-    method: z.literal('POST'),
-    url: z.enum(BATCH_ENDPOINTS),
-    body: z.record(z.string(), z.unknown()),
-  })
-  .strict();
+const lineSchema = (urls: readonly [string, ...string[]]) =>
+  z
+    .object({
+      custom_id: z.string().min(1).max(512),
+      method: z.literal('POST'),
+      url: z.enum(urls),
+      body: z.record(z.string(), z.unknown()),
+    })
+    .strict();
+const LineSchema = lineSchema(BATCH_ENDPOINTS);
 
-export type BatchLine = z.infer<typeof LineSchema>;
+export interface BatchLine {
+  custom_id: string;
+  method: 'POST';
+  url: string;
+  body: Record<string, unknown>;
+}
 
 const badFile = (message: string, code = 'invalid_file') => errors.badRequest(message, 'file', code);
 
@@ -73,7 +80,10 @@ const badFile = (message: string, code = 'invalid_file') => errors.badRequest(me
  * not a JSON object, a field missing or wrong, a custom_id seen before, more than `maxLines` lines.
  * Blank lines (a trailing newline, CRLF) are skipped.
  */
-export function parseBatchFile(content: Buffer, maxLines: number): BatchLine[] {
+/** The lines the runner reads: a batch file's, or the inline requests of an Anthropic message batch (url /v1/messages). */
+export const RunnableLineSchema = lineSchema([...BATCH_ENDPOINTS, '/v1/messages']);
+
+export function parseBatchFile(content: Buffer, maxLines: number, schema: z.ZodType<BatchLine> = LineSchema): BatchLine[] {
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(content);
@@ -94,7 +104,7 @@ export function parseBatchFile(content: Buffer, maxLines: number): BatchLine[] {
     } catch {
       throw badFile(`Line ${n} is not valid JSON.`);
     }
-    const parsed = LineSchema.safeParse(value);
+    const parsed = schema.safeParse(value);
     if (!parsed.success) {
       const { message } = describeIssue(parsed.error);
       throw badFile(`Line ${n}: ${message}`);
@@ -194,6 +204,7 @@ export async function listFilesBody(db: DbClient, key: ApiKeyRecord, query: URLS
   const { rows } = await db.query<StoredFile>(
     `select ${COLUMNS} from batch_files
       where tenant_id = $1 and expires_at > now() and ($2::text is null or id ${cmp} $2) and ($3::text is null or purpose = $3)
+        and purpose <> 'message_batch'
       order by id ${order} limit $4`,
     [key.tenant_id, after ?? null, purpose ?? null, limit + 1],
   );

@@ -23,10 +23,11 @@ import { createLogger } from '../log.ts';
 import { chat } from '../protocols/chat/index.ts';
 import { completions } from '../protocols/completions/index.ts';
 import { embeddings } from '../protocols/embeddings/index.ts';
+import { messages } from '../protocols/messages/index.ts';
 import { responses } from '../protocols/responses/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { type BatchRow, batchObject, cancelBatch, insertBatch } from './batches.ts';
-import { type BatchLine, newFileId, parseBatchFile } from './files.ts';
+import { type BatchLine, newFileId, parseBatchFile, RunnableLineSchema } from './files.ts';
 
 const log = createLogger('gateway');
 
@@ -47,6 +48,7 @@ const PROTOCOLS: Record<string, Protocol<ParsedRequest>> = {
   '/v1/embeddings': embeddings as Protocol<ParsedRequest>,
   '/v1/completions': completions as Protocol<ParsedRequest>,
   '/v1/responses': responses as Protocol<ParsedRequest>,
+  '/v1/messages': messages as Protocol<ParsedRequest>,
 };
 
 const LineMessageSchema = z.object({ batch_id: z.string(), line: z.number().int().nonnegative() });
@@ -157,6 +159,13 @@ export class BatchRunner {
     if (!this.consumer) await this.connecting;
     if (!this.consumer) throw queueUnavailable();
     const { row, lines } = await insertBatch(this.door.db, key, rawBody, this.door.config.BATCH_MAX_LINES);
+    return batchObject(await this.enqueue(row, lines.length));
+  }
+
+  /** A stored batch (`validating`) made `in_progress` and its `count` lines queued; a queue that refuses them fails it. */
+  async enqueue(row: BatchRow, count: number): Promise<BatchRow> {
+    if (!this.consumer) await this.connecting;
+    if (!this.consumer) throw queueUnavailable();
     // in_progress before the first line is queued: a runner skips the lines of a batch in any other state
     const { rows } = await this.door.db.query<BatchRow>(
       "update batches set status = 'in_progress', in_progress_at = now() where id = $1 and status = 'validating' returning *",
@@ -164,8 +173,8 @@ export class BatchRunner {
     );
     const js = this.nc.jetstream();
     try {
-      for (let at = 0; at < lines.length; at += 256) {
-        const chunk = lines.slice(at, at + 256).map((_, i) => {
+      for (let at = 0; at < count; at += 256) {
+        const chunk = Array.from({ length: Math.min(256, count - at) }, (_, i) => {
           const line = at + i;
           return js.publish(subjects.batchLines, JSON.stringify({ batch_id: row.id, line }), { msgID: `${row.id}.${line}`, timeout: 5000 });
         });
@@ -176,7 +185,7 @@ export class BatchRunner {
       await this.door.db.query("update batches set status = 'failed' where id = $1", [row.id]);
       throw queueUnavailable();
     }
-    return batchObject(rows[0] ?? row);
+    return rows[0] ?? row;
   }
 
   /** POST /v1/batches/{id}/cancel: `cancelling`, and ended at once when no line is left to run. */
@@ -332,7 +341,7 @@ export class BatchRunner {
         },
       } as unknown as HttpResponse;
       const s: ResponseState = { res, requestId, aborted: false, done: false };
-      const exchange = new Exchange({ ...this.door.deps, onFinish: undefined }, protocol, s);
+      const exchange = new Exchange({ ...this.door.deps, onFinish: undefined }, protocol, s, undefined, true);
       void exchange.run(Buffer.from(JSON.stringify(l.body)), Promise.resolve(key));
     });
   }
@@ -350,7 +359,7 @@ export class BatchRunner {
     if (cached) return cached;
     const { rows } = await this.door.db.query<{ content: Buffer }>('select content from batch_files where id = $1', [fileId]);
     if (!rows[0]) return null;
-    const lines = parseBatchFile(rows[0].content, Number.MAX_SAFE_INTEGER);
+    const lines = parseBatchFile(rows[0].content, Number.MAX_SAFE_INTEGER, RunnableLineSchema);
     if (this.files.size >= 8) this.files.delete(this.files.keys().next().value as string);
     this.files.set(fileId, lines);
     return lines;
@@ -380,8 +389,9 @@ export class BatchRunner {
         return null;
       }
       const { rows: results } = await client.query<ResultRow>('select * from batch_results where batch_id = $1 order by line', [batchId]);
-      const output = results.filter((r) => r.ok).map(resultLine);
-      const failed = results.filter((r) => !r.ok).map(resultLine);
+      // an Anthropic message batch has no files: its results are read from batch_results
+      const output = batch.api === 'anthropic' ? [] : results.filter((r) => r.ok).map(resultLine);
+      const failed = batch.api === 'anthropic' ? [] : results.filter((r) => !r.ok).map(resultLine);
       const retention = this.door.config.BATCH_RETENTION_DAYS;
       const outputId = output.length ? await writeFile(client, batch, `${batch.id}_output.jsonl`, output, retention) : null;
       const errorId = failed.length ? await writeFile(client, batch, `${batch.id}_error.jsonl`, failed, retention) : null;

@@ -66,6 +66,8 @@ export const JobSchema = z.object({
   fallback: z.boolean().optional(),
   /** micro-BRL that earlier attempts of this request may have cost (a cut first-byte timeout): added to its debit */
   carry_cost: z.string().regex(/^\d+$/).optional(),
+  /** A line of a batch (docs/batch.md): priced, and billed by the worker, at the deployments' batch prices. */
+  batch: z.boolean().optional(),
   /** The public API the request came in by (chat, messages, responses, …), for the ledger; absent: chat. */
   route: z.string().max(32).optional(),
   /** The client's end user (OpenAI's `user`, Anthropic's metadata.user_id), for the ledger. */

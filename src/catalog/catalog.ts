@@ -38,6 +38,7 @@ export function fingerprint(m: ModelRecord, deployments: DeploymentRecord[] = []
     m.weight,
     m.reasoning,
     m.context_length_set,
+    ...batchPriceStrings(m),
     deployments.map((d) => [
       d.id,
       d.name,
@@ -53,10 +54,23 @@ export function fingerprint(m: ModelRecord, deployments: DeploymentRecord[] = []
       String(d.cache_write_1h_price),
       d.region,
       d.country,
+      ...batchPriceStrings(d),
     ]),
   ]);
   return createHash('sha256').update(canonical).digest('base64url').slice(0, 16);
 }
+
+type BatchPriceFields = Pick<
+  ModelRecord,
+  'batch_input_price' | 'batch_output_price' | 'batch_cached_input_price' | 'batch_cache_write_price' | 'batch_cache_write_1h_price'
+>;
+
+// batch prices join a fingerprint only when set: an entry without them keeps the fingerprint it had
+// before they existed (a worker not yet upgraded still serves it)
+const batchPriceStrings = (r: Partial<BatchPriceFields>): string[][] => {
+  const p = [r.batch_input_price, r.batch_output_price, r.batch_cached_input_price, r.batch_cache_write_price, r.batch_cache_write_1h_price];
+  return p.every((x) => x === null || x === undefined) ? [] : [p.map((x) => (x === null || x === undefined ? '' : String(x)))];
+};
 
 /** A model's prices in the billing rule's terms (src/billing/money.ts). */
 export function pricesOf(m: Pick<ModelRecord, 'input_price' | 'output_price' | 'cached_input_price' | 'cache_write_price' | 'cache_write_1h_price'>): Prices {
@@ -64,6 +78,22 @@ export function pricesOf(m: Pick<ModelRecord, 'input_price' | 'output_price' | '
   if (m.cached_input_price !== null) p.cachedInput = m.cached_input_price;
   if (m.cache_write_price !== null) p.cacheWrite = m.cache_write_price;
   if (m.cache_write_1h_price !== null) p.cacheWrite1h = m.cache_write_1h_price;
+  return p;
+}
+
+/**
+ * The prices a batch line is billed at: each batch price set (`own`, then `fallback` — a
+ * deployment's, then its model's), else the online price.
+ */
+export function batchPricesOf(online: Prices, own: Partial<BatchPriceFields>, fallback: Partial<BatchPriceFields> = {}): Prices {
+  const pick = (k: keyof BatchPriceFields) => own[k] ?? fallback[k] ?? null;
+  const p: Prices = { input: pick('batch_input_price') ?? online.input, output: pick('batch_output_price') ?? online.output };
+  const cachedInput = pick('batch_cached_input_price') ?? online.cachedInput;
+  const cacheWrite = pick('batch_cache_write_price') ?? online.cacheWrite;
+  const cacheWrite1h = pick('batch_cache_write_1h_price') ?? online.cacheWrite1h;
+  if (cachedInput !== undefined) p.cachedInput = cachedInput;
+  if (cacheWrite !== undefined) p.cacheWrite = cacheWrite;
+  if (cacheWrite1h !== undefined) p.cacheWrite1h = cacheWrite1h;
   return p;
 }
 
@@ -80,6 +110,8 @@ export interface Deployment {
   upstream_model: string;
   weight: number;
   prices: Prices;
+  /** what a batch line it serves is billed at (batchPricesOf) */
+  batchPrices: Prices;
   /** where it runs (null or absent: not said; the primary deployment never says) */
   region?: string | null;
   country?: string | null;
@@ -102,29 +134,34 @@ function deploymentsOf(m: ModelRecord, extra: DeploymentRecord[]): Deployment[] 
     upstream_model: m.upstream_model,
     weight: m.weight ?? 1,
     prices: own,
+    batchPrices: batchPricesOf(own, m),
     region: null,
     country: null,
   };
   return [
     primary,
-    ...extra.map((d) => ({
-      id: d.id,
-      name: d.name,
-      protocol: d.protocol,
-      base_url: d.base_url,
-      api_key_env: d.api_key_env,
-      upstream_model: d.upstream_model,
-      weight: d.weight,
-      region: d.region ?? null,
-      country: d.country ?? null,
-      prices: pricesOf({
+    ...extra.map((d) => {
+      const prices = pricesOf({
         input_price: d.input_price ?? m.input_price,
         output_price: d.output_price ?? m.output_price,
         cached_input_price: d.cached_input_price ?? m.cached_input_price,
         cache_write_price: d.cache_write_price ?? m.cache_write_price,
         cache_write_1h_price: d.cache_write_1h_price ?? m.cache_write_1h_price,
-      }),
-    })),
+      });
+      return {
+        id: d.id,
+        name: d.name,
+        protocol: d.protocol,
+        base_url: d.base_url,
+        api_key_env: d.api_key_env,
+        upstream_model: d.upstream_model,
+        weight: d.weight,
+        region: d.region ?? null,
+        country: d.country ?? null,
+        prices,
+        batchPrices: batchPricesOf(prices, d, m),
+      };
+    }),
   ];
 }
 
@@ -138,12 +175,12 @@ export function asDeployment(entry: CatalogEntry, d: Deployment): CatalogEntry {
   return d.id === 'primary' ? entry : { ...entry, protocol: d.protocol, base_url: d.base_url, api_key_env: d.api_key_env, upstream_model: d.upstream_model };
 }
 
-/** Prices to hold a request for: the dearest of every deployment's (the one that answers is not known yet). */
-export function holdPricesOf(entry: Pick<CatalogEntry, 'deployments'>): Prices {
+/** Prices to hold a request (a batch line: at batch prices) for: the dearest of every deployment's (the one that answers is not known yet). */
+export function holdPricesOf(entry: Pick<CatalogEntry, 'deployments'>, batch = false): Prices {
   let input = 0n;
   let output = 0n;
   for (const d of entry.deployments) {
-    const p = holdPrices(d.prices);
+    const p = holdPrices(batch ? d.batchPrices : d.prices);
     if (p.input > input) input = p.input;
     if (p.output > output) output = p.output;
   }

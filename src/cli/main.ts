@@ -117,6 +117,8 @@ ${AMOUNTS}`,
           [--cached-input-price BRL|none] [--cache-write-price BRL|none] [--cache-write-1h-price BRL|none]
           | --usd-input-price USD --usd-output-price USD [--markup 1.30] [--usd-cached-input-price USD]
             [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]  (BRL = USD × PTAX × markup)
+          [--batch-input-price BRL|none] [--batch-output-price BRL|none] [--batch-cached-input-price BRL|none]
+          [--batch-cache-write-price BRL|none] [--batch-cache-write-1h-price BRL|none]
           [--max-output-tokens N] --context-length N (required for a new model)
           [--modalities text,image,audio,file] [--image-tokens N|none]
           [--extra-params top_k,min_p] [--legacy-completions true|false] [--reasoning true|false] [--weight N]
@@ -130,6 +132,10 @@ and workers to reload the catalog.
 --cache-write-price    BRL per 1M input tokens written to the prompt cache (Anthropic's 5-minute writes)
 --cache-write-1h-price BRL per 1M input tokens written to the prompt cache for one hour (Anthropic)
                        A request is held at the dearest of the input prices: a cache write costs more.
+--batch-input-price, --batch-output-price, --batch-cached-input-price, --batch-cache-write-price,
+--batch-cache-write-1h-price
+                       BRL per 1M tokens a line of a batch (/v1/batches) is held and billed at; none: the
+                       online price applies (docs/batch.md)
 --reasoning            true for a model that reasons: OpenRouter's \`reasoning\` maps to its reasoning effort
                        (OpenAI-compatible) or thinking budget (Anthropic)
 --weight               1 to 1000: this (primary) deployment's share among the model's deployments
@@ -167,14 +173,16 @@ it names. An alias cannot be the id of a catalog model.`,
           [--protocol sim|openai|anthropic|azure|bedrock|gemini] [--vertex-project P] [--region R] [--country CC]
           [--weight N] [--name SLUG]
           [--input-price BRL] [--output-price BRL] [--cached-input-price BRL] [--cache-write-price BRL] [--cache-write-1h-price BRL]  → {id, model, name, base_url, …}
-          | [--usd-input-price USD --usd-output-price USD] [--markup 1.30] [--usd-cached-input-price USD] [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]`,
+          | [--usd-input-price USD --usd-output-price USD] [--markup 1.30] [--usd-cached-input-price USD] [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]
+          [--batch-input-price BRL] [--batch-output-price BRL] [--batch-cached-input-price BRL] [--batch-cache-write-price BRL] [--batch-cache-write-1h-price BRL]`,
     help: `Adds a place the model is served from besides its own row (the "primary" deployment that
 \`model set\` defines): another organisation's key, or another host of the same weights. Workers
 choose among healthy deployments by weight; one that answers 429 or 5xx, times out or cannot be
 reached cools down (honouring retry-after) and the request moves to the next before its first
 byte; after 5 failures in a row its circuit opens for 30 s. Requests may prefer deployments by
 name (OpenRouter's provider.order, only, ignore, sort). Prices default to the model's; a request
-is held at the dearest deployment's prices and debited at the one that answered.
+is held at the dearest deployment's prices and debited at the one that answered. Batch prices
+default to the model's batch prices, then to this deployment's online prices.
   --name        slug for provider preferences (default: the base URL's host)
   --weight      1 to 1000 (default 1)
 Warns when the workers of the model's pool cannot read --api-key-env.

@@ -30,6 +30,12 @@ export interface ModelRecord {
   cache_write_price: bigint | null;
   /** input written to the vendor's prompt cache for one hour; null: the input price */
   cache_write_1h_price: bigint | null;
+  /** what a batch line is billed at (docs/batch.md); null: the online price */
+  batch_input_price: bigint | null;
+  batch_output_price: bigint | null;
+  batch_cached_input_price: bigint | null;
+  batch_cache_write_price: bigint | null;
+  batch_cache_write_1h_price: bigint | null;
   context_length: number;
   max_output_tokens: number;
   /** content-part kinds accepted; always includes 'text' */
@@ -70,6 +76,11 @@ export const ModelInputSchema = z.object({
   cached_input_price: z.bigint().nonnegative().nullable().default(null),
   cache_write_price: z.bigint().nonnegative().nullable().default(null),
   cache_write_1h_price: z.bigint().nonnegative().nullable().default(null),
+  batch_input_price: z.bigint().nonnegative().nullable().default(null),
+  batch_output_price: z.bigint().nonnegative().nullable().default(null),
+  batch_cached_input_price: z.bigint().nonnegative().nullable().default(null),
+  batch_cache_write_price: z.bigint().nonnegative().nullable().default(null),
+  batch_cache_write_1h_price: z.bigint().nonnegative().nullable().default(null),
   context_length: z.number().int().positive().default(128000),
   max_output_tokens: z.number().int().positive().default(4096),
   input_modalities: z
@@ -96,8 +107,10 @@ export async function upsertModel(db: DbClient, input: ModelInput): Promise<Mode
     `insert into models (id, pool, upstream_model, base_url, api_key_env, input_price, output_price,
                          context_length, max_output_tokens, name, description,
                          protocol, input_modalities, image_input_tokens, extra_params, kind, legacy_completions,
-                         cached_input_price, cache_write_price, cache_write_1h_price, weight, reasoning, context_length_set)
-     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23)
+                         cached_input_price, cache_write_price, cache_write_1h_price, weight, reasoning, context_length_set,
+                         batch_input_price, batch_output_price, batch_cached_input_price, batch_cache_write_price,
+                         batch_cache_write_1h_price)
+     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)
      on conflict (id) do update set pool = excluded.pool, upstream_model = excluded.upstream_model,
        protocol = excluded.protocol, input_modalities = excluded.input_modalities,
        image_input_tokens = excluded.image_input_tokens, extra_params = excluded.extra_params,
@@ -107,7 +120,10 @@ export async function upsertModel(db: DbClient, input: ModelInput): Promise<Mode
        kind = excluded.kind, legacy_completions = excluded.legacy_completions,
        cached_input_price = excluded.cached_input_price, cache_write_price = excluded.cache_write_price,
        cache_write_1h_price = excluded.cache_write_1h_price, weight = excluded.weight, reasoning = excluded.reasoning,
-       context_length_set = excluded.context_length_set, updated_at = now()
+       context_length_set = excluded.context_length_set, batch_input_price = excluded.batch_input_price,
+       batch_output_price = excluded.batch_output_price, batch_cached_input_price = excluded.batch_cached_input_price,
+       batch_cache_write_price = excluded.batch_cache_write_price, batch_cache_write_1h_price = excluded.batch_cache_write_1h_price,
+       updated_at = now()
      returning *`,
     [
       m.id,
@@ -133,6 +149,11 @@ export async function upsertModel(db: DbClient, input: ModelInput): Promise<Mode
       m.weight,
       m.reasoning,
       contextLengthSet,
+      m.batch_input_price,
+      m.batch_output_price,
+      m.batch_cached_input_price,
+      m.batch_cache_write_price,
+      m.batch_cache_write_1h_price,
     ],
   );
   return rows[0];
@@ -198,6 +219,12 @@ export interface DeploymentRecord {
   cached_input_price: bigint | null;
   cache_write_price: bigint | null;
   cache_write_1h_price: bigint | null;
+  /** batch prices; null: the model's batch price, else the online price */
+  batch_input_price: bigint | null;
+  batch_output_price: bigint | null;
+  batch_cached_input_price: bigint | null;
+  batch_cache_write_price: bigint | null;
+  batch_cache_write_1h_price: bigint | null;
   /** the vendor's region it runs in (sa-east-1, brazilsouth, southamerica-east1), as the operator said */
   region: string | null;
   /** the country it runs in (ISO 3166-1 alpha-2): keys with a data country go only to deployments there */
@@ -227,6 +254,11 @@ export const DeploymentInputSchema = z.object({
   cached_input_price: z.bigint().nonnegative().nullable().default(null),
   cache_write_price: z.bigint().nonnegative().nullable().default(null),
   cache_write_1h_price: z.bigint().nonnegative().nullable().default(null),
+  batch_input_price: z.bigint().nonnegative().nullable().default(null),
+  batch_output_price: z.bigint().nonnegative().nullable().default(null),
+  batch_cached_input_price: z.bigint().nonnegative().nullable().default(null),
+  batch_cache_write_price: z.bigint().nonnegative().nullable().default(null),
+  batch_cache_write_1h_price: z.bigint().nonnegative().nullable().default(null),
   region: z
     .string()
     .regex(/^[a-z0-9][a-z0-9-]{0,39}$/, 'a region is lower-case letters, digits and -')
@@ -245,8 +277,9 @@ export async function addDeployment(db: DbClient, id: string, input: DeploymentI
   const { rows } = await db.query(
     `insert into model_deployments (id, model_id, name, protocol, base_url, api_key_env, upstream_model, weight,
                                     input_price, output_price, cached_input_price, cache_write_price, cache_write_1h_price,
-                                    region, country)
-     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) returning *`,
+                                    region, country, batch_input_price, batch_output_price, batch_cached_input_price,
+                                    batch_cache_write_price, batch_cache_write_1h_price)
+     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) returning *`,
     [
       id,
       d.model_id,
@@ -263,6 +296,11 @@ export async function addDeployment(db: DbClient, id: string, input: DeploymentI
       d.cache_write_1h_price,
       d.region,
       d.country,
+      d.batch_input_price,
+      d.batch_output_price,
+      d.batch_cached_input_price,
+      d.batch_cache_write_price,
+      d.batch_cache_write_1h_price,
     ],
   );
   return rows[0];

@@ -8,9 +8,9 @@ import { type OutputCap, outputTokens } from './hold.ts';
 
 export interface Candidate {
   model: CatalogEntry;
-  /** the model's own prices (the job carries them, a free request's too: the worker checks them against its catalog; a deployment's override is reported by the worker) */
+  /** the model's own prices — a batch line's, its batch prices (the job carries them, a free request's too: the worker checks them against its catalog; a deployment's override is reported by the worker) */
   prices: Prices;
-  /** every input token at the dearest input price of any deployment, output at the dearest output price */
+  /** every input token at the dearest input price of any deployment, output at the dearest output price (batch prices for a batch line) */
   holdPrices: Prices;
   /** most prompt tokens the vendor can bill */
   inputTokens: number;
@@ -22,14 +22,22 @@ export interface Candidate {
   attempts: number;
 }
 
-export function candidateOf(model: CatalogEntry, cap: OutputCap, inputTokens: number, free: boolean, primary: boolean, routing?: Routing): Candidate {
+export function candidateOf(
+  model: CatalogEntry,
+  cap: OutputCap,
+  inputTokens: number,
+  free: boolean,
+  primary: boolean,
+  routing?: Routing,
+  batch = false,
+): Candidate {
   // a fallback model whose maximum is below the asked cap answers with its maximum: the primary decides what is refused
   const { requested, wanted } = outputTokens(primary ? cap : { ...cap, clamp: true }, model);
   const zero = { input: 0n, output: 0n };
   return {
     model,
-    prices: pricesOf(model),
-    holdPrices: free ? zero : holdPricesOf(model),
+    prices: batch ? model.deployments[0].batchPrices : pricesOf(model),
+    holdPrices: free ? zero : holdPricesOf(model, batch),
     inputTokens: free ? 0 : inputTokens,
     requested,
     wanted,

@@ -1,4 +1,12 @@
 import { getBatchBody, listBatchesBody } from '../batch/batches.ts';
+import {
+  cancelMessageBatch,
+  createMessageBatch,
+  deleteMessageBatch,
+  getMessageBatchBody,
+  listMessageBatchesBody,
+  messageBatchResults,
+} from '../batch/message-batches.ts';
 import { createFile, deleteFileBody, fileContent, getFileBody, listFilesBody } from '../batch/files.ts';
 import type { Config } from '../config.ts';
 import type { ApiKeyRecord } from '../db/keys.ts';
@@ -16,7 +24,7 @@ import { activityBody, creditsBody, generationBody, keyBody, modelsBody } from '
 import { readBody } from './body.ts';
 import type { Door } from './door.ts';
 import { Exchange } from './exchange.ts';
-import { bearerKey, presentedKey } from './key-cache.ts';
+import { presentedKey } from './key-cache.ts';
 import { storableText } from '../protocols/stored-text.ts';
 import { publicError, type ResponseState, sendBytes, sendJson } from './respond.ts';
 import type { HttpRequest, HttpResponse, TemplatedApp } from './uws.ts';
@@ -83,6 +91,22 @@ export const ROUTES: Route[] = [
   { method: 'get', path: '/v1/batches', read: (door, key, p) => listBatchesBody(door.db, key, p.query) },
   { method: 'get', path: '/v1/batches/:id', read: (door, key, p) => getBatchBody(door.db, key, p.path[0]) },
   { method: 'post', path: '/v1/batches/:id/cancel', read: (door, key, p) => door.batches().cancel(key, p.path[0]) },
+  {
+    method: 'post',
+    path: '/v1/messages/batches',
+    upload: (door, key, body) => createMessageBatch(door.db, door.batches(), key, body, fileLimits(door.config)),
+    maxBytes: (door) => door.config.FILES_MAX_BYTES,
+  },
+  { method: 'get', path: '/v1/messages/batches', read: (door, key, p) => listMessageBatchesBody(door.db, key, p.query) },
+  { method: 'get', path: '/v1/messages/batches/:id', read: (door, key, p) => getMessageBatchBody(door.db, key, p.path[0]) },
+  { method: 'del', path: '/v1/messages/batches/:id', read: (door, key, p) => deleteMessageBatch(door.db, key, p.path[0]) },
+  { method: 'post', path: '/v1/messages/batches/:id/cancel', read: (door, key, p) => cancelMessageBatch(door.db, door.batches(), key, p.path[0]) },
+  {
+    method: 'get',
+    path: '/v1/messages/batches/:id/results',
+    download: (door, key, p) => messageBatchResults(door.db, key, p.path[0]),
+    contentType: 'application/x-jsonl',
+  },
   { method: 'get', path: '/v1/models', open: (door) => ({ status: 200, body: modelsBody(door.catalog.all(), door.catalog.aliases()) }) },
   {
     method: 'get',
@@ -215,6 +239,7 @@ function readRoute(door: Door, path: string, read: (door: Door, key: ApiKeyRecor
   return (res: HttpResponse, req: HttpRequest) => {
     const s = door.begin(res);
     const authorization = req.getHeader('authorization');
+    const xApiKey = req.getHeader('x-api-key');
     const rawQuery = req.getQuery() ?? '';
     const rawPath = names.map((_, i) => req.getParameter(i) ?? '');
     res.onAborted(() => (s.aborted = true));
@@ -231,7 +256,7 @@ function readRoute(door: Door, path: string, read: (door: Door, key: ApiKeyRecor
     };
     let record: ApiKeyRecord | Promise<ApiKeyRecord>;
     try {
-      record = door.keys.resolve(bearerKey(authorization), door.clientOf(res, req));
+      record = door.keys.resolve(presentedKey(authorization, xApiKey), door.clientOf(res, req));
     } catch (err) {
       return refuse(err);
     }
@@ -268,6 +293,7 @@ function uploadRoute(door: Door, upload: (door: Door, key: ApiKeyRecord, body: B
   return (res: HttpResponse, req: HttpRequest) => {
     const s = door.begin(res);
     const authorization = req.getHeader('authorization');
+    const xApiKey = req.getHeader('x-api-key');
     const contentType = req.getHeader('content-type');
     const contentLength = Number(req.getHeader('content-length') || 0);
     res.onAborted(() => (s.aborted = true));
@@ -280,7 +306,7 @@ function uploadRoute(door: Door, upload: (door: Door, key: ApiKeyRecord, body: B
     };
     let record: ApiKeyRecord | Promise<ApiKeyRecord>;
     try {
-      record = door.keys.resolve(bearerKey(authorization), door.clientOf(res, req));
+      record = door.keys.resolve(presentedKey(authorization, xApiKey), door.clientOf(res, req));
     } catch (err) {
       s.closeConnection = true;
       return fail(err);

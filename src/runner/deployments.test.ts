@@ -12,6 +12,7 @@ const dep = (name: string, weight = 1, input = 1n): Deployment => ({
   upstream_model: 'm',
   weight,
   prices: { input, output: 1n },
+  batchPrices: { input, output: 1n },
 });
 const entry = (...deployments: Deployment[]) => ({ id: 'v/m', deployments }) as unknown as CatalogEntry;
 const names = (ds: Deployment[]) => ds.map((d) => d.name);

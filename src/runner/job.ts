@@ -1,4 +1,4 @@
-import { type PriceStrings, priceStrings, usageCostMicros } from '../billing/money.ts';
+import { type Prices, type PriceStrings, priceStrings, usageCostMicros } from '../billing/money.ts';
 import { encodeFrame, type FrameError, type OutFrame } from '../bus/frames.ts';
 import type { Job, UsageMessage } from '../bus/messages.ts';
 import { asDeployment, type CatalogEntry, type Deployment } from '../catalog/catalog.ts';
@@ -276,7 +276,7 @@ class JobRun {
     const timedOut = isUpstreamError(this.failure) && this.failure.code === 'upstream_timeout';
     if (!this.call.accepted && !(this.call.sent && timedOut)) return;
     const counted = await this.count(this.call, '');
-    this.extraCost += usageCostMicros(counted.usage, d.prices);
+    this.extraCost += usageCostMicros(counted.usage, this.pricesOf(d));
   }
 
   /** Whether the failure is one the front door will retry on another model (it has more, and nothing reached the client). */
@@ -353,10 +353,15 @@ class JobRun {
     return 'error';
   }
 
+  /** What a deployment bills this job at: its batch prices for a line of a batch, else its prices. */
+  private pricesOf(d: Deployment): Prices {
+    return this.job.batch ? d.batchPrices : d.prices;
+  }
+
   /** The prices the usage is billed at (the deployment's, when not the job's) and the carried cost. */
   private billing(): { prices?: PriceStrings; extra_cost?: string } {
     const out: { prices?: PriceStrings; extra_cost?: string } = {};
-    if (this.deployment.id !== 'primary') out.prices = priceStrings(this.deployment.prices);
+    if (this.deployment.id !== 'primary') out.prices = priceStrings(this.pricesOf(this.deployment));
     if (this.extraCost > 0n) out.extra_cost = this.extraCost.toString();
     return out;
   }
@@ -373,7 +378,7 @@ class JobRun {
         key_id: job.key_id,
         model: job.model.id,
         pool: this.pool,
-        ...(this.deployment.id === 'primary' ? jobPrices : { ...priceStrings(this.deployment.prices), deployment: this.deployment.id }),
+        ...(this.deployment.id === 'primary' ? jobPrices : { ...priceStrings(this.pricesOf(this.deployment)), deployment: this.deployment.id }),
         ...this.usage!,
         ...(job.api && job.api !== 'chat' ? { api: job.api } : {}),
         ...(job.route ? { route: job.route } : {}),

@@ -162,7 +162,8 @@ export class JobRunner {
     if (!model) return `Model ${job.model.id} is not in this worker's catalog.`;
     if (model.pool !== pool) return `Model ${job.model.id} belongs to pool ${model.pool}, not ${pool}.`;
     if (model.fingerprint !== job.model.fingerprint) return `The job's catalog entry for ${job.model.id} differs from this worker's.`;
-    if (!samePrices(priceStrings(pricesOf(model)), job.model)) {
+    // a batch line is priced at the batch prices (the primary deployment's), every other job at the online ones
+    if (!samePrices(priceStrings(job.batch ? model.deployments[0].batchPrices : pricesOf(model)), job.model)) {
       return `The job's prices for ${job.model.id} differ from this worker's catalog.`;
     }
     return model;

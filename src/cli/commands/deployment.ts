@@ -6,6 +6,7 @@ import { checkUpstreamKeyOn, type WorkerKeys, workerUpstreamKeys } from '../../c
 import { addDeployment, DEPLOYMENT_NAME_RE, type DeploymentRecord, getModel, listDeployments, PROTOCOLS, removeDeployment } from '../../db/models.ts';
 import { brlFlag, brlString, intFlag, parseFlags, str } from '../args.ts';
 import { CliError, type CliContext, UsageError } from '../context.ts';
+import { BATCH_PRICE_FLAGS, batchPriceFlags, batchPriceView } from './model.ts';
 import { saveUsdPrices, USD_FLAGS, usdFlags, usdToBrl } from './usd.ts';
 import { vertexBaseUrlFlag } from './vertex.ts';
 import { broadcast, plainTable, withDb } from './shared.ts';
@@ -38,6 +39,7 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         'cached-input-price',
         'cache-write-price',
         'cache-write-1h-price',
+        ...BATCH_PRICE_FLAGS,
         ...USD_FLAGS,
       ],
       required: ['model'],
@@ -66,6 +68,14 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
   if (weight !== undefined && weight > 1000) throw new UsageError(`${cmd}: --weight is 1 to 1000`);
   const brlGiven = ['input-price', 'output-price', 'cached-input-price', 'cache-write-price', 'cache-write-1h-price'].some((f) => str(flags, f) !== undefined);
   const usd = usdFlags(flags, cmd, brlGiven);
+  const batchGiven = batchPriceFlags(flags, cmd);
+  const batchPrices = {
+    batch_input_price: batchGiven.batch_input_price ?? null,
+    batch_output_price: batchGiven.batch_output_price ?? null,
+    batch_cached_input_price: batchGiven.batch_cached_input_price ?? null,
+    batch_cache_write_price: batchGiven.batch_cache_write_price ?? null,
+    batch_cache_write_1h_price: batchGiven.batch_cache_write_1h_price ?? null,
+  };
   const d = await withDb(ctx, async (db) => {
     const fromUsd = usd ? await usdToBrl(db, usd, cmd) : null;
     const model = await getModel(db, modelId);
@@ -88,6 +98,8 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         cached_input_price: fromUsd ? fromUsd.prices.cached_input_price : (brlFlag(flags, 'cached-input-price', cmd) ?? null),
         cache_write_price: fromUsd ? fromUsd.prices.cache_write_price : (brlFlag(flags, 'cache-write-price', cmd) ?? null),
         cache_write_1h_price: fromUsd ? fromUsd.prices.cache_write_1h_price : (brlFlag(flags, 'cache-write-1h-price', cmd) ?? null),
+        // its batch prices (null: the model's batch price, else this deployment's online price)
+        ...batchPrices,
       }),
       pool: model.pool,
       fromUsd,
@@ -119,6 +131,7 @@ export function deploymentView(d: DeploymentRecord) {
     cached_input_price: d.cached_input_price === null ? null : brlString(d.cached_input_price),
     cache_write_price: d.cache_write_price === null ? null : brlString(d.cache_write_price),
     cache_write_1h_price: d.cache_write_1h_price === null ? null : brlString(d.cache_write_1h_price),
+    ...batchPriceView(d),
   };
 }
 
@@ -142,6 +155,7 @@ export async function deploymentList(ctx: CliContext, args: string[]): Promise<v
       cached_input_price: model.cached_input_price === null ? null : brlString(model.cached_input_price),
       cache_write_price: model.cache_write_price === null ? null : brlString(model.cache_write_price),
       cache_write_1h_price: model.cache_write_1h_price === null ? null : brlString(model.cache_write_1h_price),
+      ...batchPriceView(model),
     };
     return [primary, ...(await listDeployments(db, modelId)).map(deploymentView)];
   });

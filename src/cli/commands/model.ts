@@ -22,6 +22,15 @@ import { broadcast, plainTable, withDb } from './shared.ts';
 import { saveUsdPrices, USD_FLAGS, usdFlags, usdToBrl } from './usd.ts';
 import { vertexBaseUrlFlag } from './vertex.ts';
 
+/** The batch price flags of `model set` and `model deployment add` (BRL per 1M tokens; '' or 'none': not set, the online price applies). */
+export const BATCH_PRICE_FLAGS = [
+  'batch-input-price',
+  'batch-output-price',
+  'batch-cached-input-price',
+  'batch-cache-write-price',
+  'batch-cache-write-1h-price',
+];
+
 const MODEL_SET_FLAGS = [
   'id',
   'pool',
@@ -35,6 +44,7 @@ const MODEL_SET_FLAGS = [
   'cached-input-price',
   'cache-write-price',
   'cache-write-1h-price',
+  ...BATCH_PRICE_FLAGS,
   'max-output-tokens',
   'context-length',
   'modalities',
@@ -137,6 +147,7 @@ function modelFlags(
     cached_input_price: fromUsd ? fromUsd.cached_input_price : optionalPrice(flags, 'cached-input-price', cmd),
     cache_write_price: fromUsd ? fromUsd.cache_write_price : optionalPrice(flags, 'cache-write-price', cmd),
     cache_write_1h_price: fromUsd ? fromUsd.cache_write_1h_price : optionalPrice(flags, 'cache-write-1h-price', cmd),
+    ...batchPriceFlags(flags, cmd),
     protocol,
     kind,
     upstream_model: str(flags, 'upstream-model') || undefined,
@@ -157,8 +168,19 @@ function modelFlags(
   };
 }
 
+/** The batch prices given: undefined where a flag is absent (`model set` keeps the current value), null where cleared. */
+export function batchPriceFlags(flags: Flags, cmd: string) {
+  return {
+    batch_input_price: optionalPrice(flags, 'batch-input-price', cmd),
+    batch_output_price: optionalPrice(flags, 'batch-output-price', cmd),
+    batch_cached_input_price: optionalPrice(flags, 'batch-cached-input-price', cmd),
+    batch_cache_write_price: optionalPrice(flags, 'batch-cache-write-price', cmd),
+    batch_cache_write_1h_price: optionalPrice(flags, 'batch-cache-write-1h-price', cmd),
+  };
+}
+
 /** A price flag that may be cleared: '' or 'none' → null (the input price applies). */
-function optionalPrice(flags: Flags, name: string, cmd: string): bigint | null | undefined {
+export function optionalPrice(flags: Flags, name: string, cmd: string): bigint | null | undefined {
   const v = str(flags, name);
   if (v === undefined) return undefined;
   if (v === '' || v === 'none') return null;
@@ -189,6 +211,20 @@ function list(flags: Flags, name: string): string[] | undefined {
         .filter(Boolean);
 }
 
+/** Batch prices as the CLI shows them (null: not set, the online price applies). */
+export function batchPriceView(
+  p: Pick<ModelRecord, 'batch_input_price' | 'batch_output_price' | 'batch_cached_input_price' | 'batch_cache_write_price' | 'batch_cache_write_1h_price'>,
+) {
+  const brl = (v: bigint | null | undefined) => (v === null || v === undefined ? null : brlString(v));
+  return {
+    batch_input_price: brl(p.batch_input_price),
+    batch_output_price: brl(p.batch_output_price),
+    batch_cached_input_price: brl(p.batch_cached_input_price),
+    batch_cache_write_price: brl(p.batch_cache_write_price),
+    batch_cache_write_1h_price: brl(p.batch_cache_write_1h_price),
+  };
+}
+
 export function modelView(m: ModelRecord) {
   return {
     id: m.id,
@@ -203,6 +239,7 @@ export function modelView(m: ModelRecord) {
     cached_input_price: m.cached_input_price === null ? null : brlString(m.cached_input_price),
     cache_write_price: m.cache_write_price === null ? null : brlString(m.cache_write_price),
     cache_write_1h_price: m.cache_write_1h_price === null ? null : brlString(m.cache_write_1h_price),
+    ...batchPriceView(m),
     max_output_tokens: m.max_output_tokens,
     context_length: m.context_length,
     context_length_set: m.context_length_set,
