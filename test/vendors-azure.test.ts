@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type MockAzure, startMockAzure } from '../bench/mock-upstream/azure.ts';
 import { MOCK_TOOL_CALL } from '../bench/mock-upstream/content.ts';
 import { addDeployment, upsertModel } from '../src/db/models.ts';
+import { debitOf, expectBalanceEqualsLedger } from './helpers/ledger.ts';
 import { startStack, type TestStack } from './helpers/stack.ts';
 
 // Azure OpenAI as a vendor protocol (src/providers/azure) through the whole stack (front door,
@@ -70,22 +71,9 @@ const chat = (key: string, body: Record<string, unknown>) =>
 const micros = (input: number, cached: number, output: number) =>
   (BigInt(input - cached) * IN + BigInt(cached) * READ + BigInt(output) * OUT + 999_999n) / 1_000_000n;
 
-async function debit(requestId: string) {
-  await stack.waitSettled([requestId]);
-  const { rows } = await stack.db.query("select * from ledger where request_id = $1 and kind = 'debit'", [requestId]);
-  expect(rows).toHaveLength(1);
-  return rows[0];
-}
+const debit = (requestId: string) => debitOf(stack, requestId);
 
-async function balanceEqualsLedger(tenantId: string) {
-  const { rows } = await stack.db.query(
-    `select t.balance_micros,
-            (select coalesce(sum(case l.kind when 'debit' then -l.amount_micros else l.amount_micros end), 0) from ledger l where l.tenant_id = t.id) as sum
-       from tenants t where t.id = $1`,
-    [tenantId],
-  );
-  expect(BigInt(rows[0].balance_micros)).toBe(BigInt(rows[0].sum));
-}
+const balanceEqualsLedger = (tenantId: string) => expectBalanceEqualsLedger(stack, tenantId);
 
 const lastUsage = () =>
   azure.openai.stats.usages.filter((u) => u.api === 'chat').at(-1) as { usage: { prompt_tokens: number; completion_tokens: number; cached_tokens: number } };

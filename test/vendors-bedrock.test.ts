@@ -3,6 +3,7 @@ import { type MockBedrock, startMockBedrock } from '../bench/mock-upstream/bedro
 import { MOCK_TOOL_CALL } from '../bench/mock-upstream/content.ts';
 import { addDeployment, upsertModel } from '../src/db/models.ts';
 import { estimateTokens } from '../src/providers/shared/estimate.ts';
+import { debitOf, expectBalanceEqualsLedger, sseChunks } from './helpers/ledger.ts';
 import { startStack, type TestStack } from './helpers/stack.ts';
 
 // Amazon Bedrock's Converse API as a vendor protocol (src/providers/bedrock) through the whole
@@ -94,29 +95,9 @@ const micros = (u: { inputTokens: number; outputTokens: number; cacheReadInputTo
   (BigInt(u.inputTokens) * IN + BigInt(u.cacheReadInputTokens) * READ + BigInt(u.cacheWriteInputTokens) * WRITE + BigInt(u.outputTokens) * OUT + 999_999n) /
   1_000_000n;
 
-async function debit(requestId: string) {
-  await stack.waitSettled([requestId]);
-  const { rows } = await stack.db.query("select * from ledger where request_id = $1 and kind = 'debit'", [requestId]);
-  expect(rows).toHaveLength(1);
-  return rows[0];
-}
+const debit = (requestId: string) => debitOf(stack, requestId);
 
-async function balanceEqualsLedger(tenantId: string) {
-  const { rows } = await stack.db.query(
-    `select t.balance_micros,
-            (select coalesce(sum(case l.kind when 'debit' then -l.amount_micros else l.amount_micros end), 0) from ledger l where l.tenant_id = t.id) as sum
-       from tenants t where t.id = $1`,
-    [tenantId],
-  );
-  expect(BigInt(rows[0].balance_micros)).toBe(BigInt(rows[0].sum));
-}
-
-const sseChunks = (text: string) =>
-  text
-    .split('\n\n')
-    .map((e) => e.replace(/^data: /, ''))
-    .filter((d) => d.startsWith('{'))
-    .map((d) => JSON.parse(d));
+const balanceEqualsLedger = (tenantId: string) => expectBalanceEqualsLedger(stack, tenantId);
 
 describe('Amazon Bedrock (Converse) deployments', () => {
   it('not streamed, SigV4-signed: the Converse body, cache reads and writes billed at their prices', async () => {
