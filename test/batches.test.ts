@@ -137,6 +137,11 @@ describe('Batch API, queue mode', () => {
     }
     expect(output[0].id).toBe(`batch_req_${batch.id.slice(6)}_1`);
     await expectBilledExactly(t.tenantId, 100_000_000n, output);
+    // each line's ledger row records its batch (ledger.batch_id, migration 084)
+    const { rows: lineBatches } = await stack.db.query("select distinct batch_id from ledger where kind = 'debit' and request_id = any($1)", [
+      output.map((l) => l.response?.request_id as string),
+    ]);
+    expect(lineBatches).toEqual([{ batch_id: batch.id }]);
     // the output file is a file of the tenant's, purpose batch_output
     const outFile = await client.files.retrieve(ended.output_file_id as string);
     expect(outFile).toMatchObject({ purpose: 'batch_output', filename: `${batch.id}_output.jsonl` });

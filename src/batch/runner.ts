@@ -341,7 +341,7 @@ export class BatchRunner {
         },
       } as unknown as HttpResponse;
       const s: ResponseState = { res, requestId, aborted: false, done: false };
-      const exchange = new Exchange({ ...this.door.deps, onFinish: undefined }, protocol, s, undefined, true);
+      const exchange = new Exchange({ ...this.door.deps, onFinish: undefined }, protocol, s, undefined, batch.id);
       void exchange.run(Buffer.from(JSON.stringify(l.body)), Promise.resolve(key));
     });
   }

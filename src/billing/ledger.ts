@@ -77,6 +77,8 @@ export interface Settlement {
     deployment?: string;
     region?: string;
     country?: string;
+    /** the batch the request was a line of (src/batch/), recorded as ledger.batch_id */
+    batchId?: string;
   };
 }
 
@@ -114,6 +116,7 @@ function detailJson(d: Settlement['detail']) {
     deployment: d?.deployment ?? null,
     region: d?.region ?? null,
     country: d?.country ?? null,
+    batch_id: d?.batchId ?? null,
   };
 }
 

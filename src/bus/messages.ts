@@ -68,6 +68,8 @@ export const JobSchema = z.object({
   carry_cost: z.string().regex(/^\d+$/).optional(),
   /** A line of a batch (docs/batch.md): priced, and billed by the worker, at the deployments' batch prices. */
   batch: z.boolean().optional(),
+  /** that batch's id (batch_…), recorded on the line's ledger row */
+  batch_id: z.string().max(64).optional(),
   /** The public API the request came in by (chat, messages, responses, …), for the ledger; absent: chat. */
   route: z.string().max(32).optional(),
   /** The client's end user (OpenAI's `user`, Anthropic's metadata.user_id), for the ledger. */
@@ -147,6 +149,8 @@ export const UsageMessageSchema = PricesSchema.extend({
   ran_on: z.string().max(64).optional(),
   region: z.string().max(40).optional(),
   country: z.string().length(2).optional(),
+  /** the batch the request was a line of (JobSchema.batch_id), recorded as ledger.batch_id */
+  batch_id: z.string().max(64).optional(),
   /** micro-BRL added to the cost at these prices: what failed attempts on other deployments or models may have cost */
   extra_cost: z.string().regex(/^\d+$/).optional(),
   /** true when the upstream gave no usage and the worker counted tokens itself */

@@ -96,15 +96,15 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
   /**
    * `traceparent`: the client's header (W3C). Its context is a link of this request's span, which
    * starts a new trace of ours: a client can neither keep its request out of our traces (flags 00)
-   * nor splice it into another trace. `batchLine`: a line of a batch (src/batch/runner.ts), held,
-   * dispatched and billed at the batch prices.
+   * nor splice it into another trace. `batchId`: set for a line of that batch (src/batch/runner.ts), held,
+   * dispatched and billed at the batch prices, its ledger row recording the batch.
    */
   constructor(
     private readonly deps: ExchangeDeps,
     private readonly protocol: Protocol<R>,
     private readonly s: ResponseState,
     traceparent?: string,
-    private readonly batchLine = false,
+    private readonly batchId?: string,
   ) {
     this.held = new HeldRequest(deps.admission, s.requestId, protocol.free === true);
     this.reply = new Reply(
@@ -188,7 +188,9 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       if (seen.has(model.id)) continue;
       seen.add(model.id);
       const inputTokens = this.protocol.free ? 0 : this.protocol.inputBound(req, model);
-      out.push(candidateOf(model, this.protocol.outputCap(req), inputTokens, this.protocol.free === true, out.length === 0, req.routing, this.batchLine));
+      out.push(
+        candidateOf(model, this.protocol.outputCap(req), inputTokens, this.protocol.free === true, out.length === 0, req.routing, this.batchId !== undefined),
+      );
     }
     return out;
   }
@@ -252,7 +254,7 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
       ...(this.carried > 0n ? { carry_cost: this.carried.toString() } : {}),
       ...(this.protocol.name === 'chat' ? {} : { route: this.protocol.name }),
       ...(req.endUser ? { end_user: req.endUser } : {}),
-      ...(this.batchLine ? { batch: true } : {}),
+      ...(this.batchId !== undefined ? { batch: true, batch_id: this.batchId } : {}),
       reply_to: this.deps.router.replySubject(this.s.requestId),
       deadline: Date.now() + this.deps.config.REQUEST_TIMEOUT_MS,
     };

@@ -193,6 +193,7 @@ export class UsageSettler {
           deployment: usage.ran_on ?? 'primary',
           region: usage.region,
           country: usage.country,
+          batchId: usage.batch_id,
         },
       },
     };

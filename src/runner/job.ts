@@ -386,6 +386,7 @@ class JobRun {
         ...(this.deployment.id === 'primary' ? {} : { ran_on: this.deployment.name }),
         ...(this.deployment.region ? { region: this.deployment.region } : {}),
         ...(this.deployment.country ? { country: this.deployment.country } : {}),
+        ...(job.batch_id ? { batch_id: job.batch_id } : {}),
         ...(this.extraCost > 0n ? { extra_cost: this.extraCost.toString() } : {}),
         estimated: this.estimated,
         outcome,

@@ -2,7 +2,7 @@
 -- own hold (deleted) or its door's lease (reduced by the cost; a closing lease with nothing left is
 -- deleted). A hold of another tenant or key is never touched. Debits the cost, never below zero: a
 -- cost above what the balance can pay is recorded as a shortfall. Locks the key, then the tenant.
--- p_detail: {cached, cw, cw1h, reasoning, route, end_user, deployment, region, country}, recorded on the ledger row.
+-- p_detail: {cached, cw, cw1h, reasoning, route, end_user, deployment, region, country, batch_id}, recorded on the ledger row.
 create or replace function catraca_settle(
   p_request_id text, p_tenant text, p_key text, p_cost bigint, p_model text,
   p_input integer, p_output integer, p_estimated boolean, p_outcome text, p_at timestamptz, p_hold text,
@@ -56,13 +56,13 @@ begin
   insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, request_id, key_id, model,
                       input_tokens, output_tokens, cost_micros, estimated, outcome, note, created_at,
                       cached_tokens, cache_write_tokens, cache_write_1h_tokens, reasoning_tokens, route, end_user,
-                      deployment, region, country)
+                      deployment, region, country, batch_id)
     values (p_tenant, 'debit', v_debit, v_balance, 'request', p_request_id, p_key, p_model,
             p_input, p_output, p_cost, p_estimated, p_outcome,
             case when v_debit < p_cost then 'shortfall: cost exceeded the available balance' end, p_at,
             (p_detail->>'cached')::integer, (p_detail->>'cw')::integer, (p_detail->>'cw1h')::integer,
             (p_detail->>'reasoning')::integer, p_detail->>'route', p_detail->>'end_user',
-            p_detail->>'deployment', p_detail->>'region', p_detail->>'country');
+            p_detail->>'deployment', p_detail->>'region', p_detail->>'country', p_detail->>'batch_id');
   return query select 'settled'::text, v_debit, v_balance;
 end $$;
 revoke all on function catraca_settle(text, text, text, bigint, text, integer, integer, boolean, text, timestamptz, text, jsonb) from public;

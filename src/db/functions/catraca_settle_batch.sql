@@ -27,7 +27,7 @@ declare
   r_req text[]; r_tenant text[]; r_key text[]; r_cost text[]; r_model text[]; r_in integer[]; r_out integer[];
   r_est boolean[]; r_outcome text[]; r_at timestamptz[]; r_hold text[];
   r_cached integer[]; r_cw integer[]; r_cw1h integer[]; r_reasoning integer[]; r_route text[]; r_user text[];
-  r_dep text[]; r_region text[]; r_country text[];
+  r_dep text[]; r_region text[]; r_country text[]; r_batch text[];
   t_ids text[]; t_bal bigint[]; t_held bigint[];
   k_ids text[]; k_held bigint[]; k_usage bigint[]; k_win timestamptz[]; k_winuse bigint[]; k_reset text[];
   h_ids text[]; h_amount bigint[]; h_spent bigint[]; h_kind text[]; h_closing boolean[]; h_tenant text[]; h_key text[]; h_gone boolean[];
@@ -40,16 +40,16 @@ begin
   select count(*)::integer, array_agg(x.request_id), array_agg(x.tenant_id), array_agg(x.key_id), array_agg(x.cost), array_agg(x.model),
          array_agg(x.input), array_agg(x.output), array_agg(x.estimated), array_agg(x.outcome), array_agg(x.at), array_agg(coalesce(x.hold, x.request_id)),
          array_agg(x.cached), array_agg(x.cw), array_agg(x.cw1h), array_agg(x.reasoning), array_agg(x.route), array_agg(x.end_user),
-         array_agg(x.deployment), array_agg(x.region), array_agg(x.country)
+         array_agg(x.deployment), array_agg(x.region), array_agg(x.country), array_agg(x.batch_id)
     into n, r_req, r_tenant, r_key, r_cost, r_model, r_in, r_out, r_est, r_outcome, r_at, r_hold,
-         r_cached, r_cw, r_cw1h, r_reasoning, r_route, r_user, r_dep, r_region, r_country
+         r_cached, r_cw, r_cw1h, r_reasoning, r_route, r_user, r_dep, r_region, r_country, r_batch
     from (select *
             from rows from (jsonb_to_recordset(p_items) as (request_id text, tenant_id text, key_id text, cost text, model text,
                             input integer, output integer, estimated boolean, outcome text, at timestamptz, hold text,
                             cached integer, cw integer, cw1h integer, reasoning integer, route text, end_user text,
-                            deployment text, region text, country text))
+                            deployment text, region text, country text, batch_id text))
                  with ordinality as j(request_id, tenant_id, key_id, cost, model, input, output, estimated, outcome, at, hold,
-                                      cached, cw, cw1h, reasoning, route, end_user, deployment, region, country, ord)
+                                      cached, cw, cw1h, reasoning, route, end_user, deployment, region, country, batch_id, ord)
            order by j.ord) x;
   if n = 0 then return; end if;
 
@@ -128,14 +128,14 @@ begin
   insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, request_id, key_id, model,
                       input_tokens, output_tokens, cost_micros, estimated, outcome, note, created_at,
                       cached_tokens, cache_write_tokens, cache_write_1h_tokens, reasoning_tokens, route, end_user,
-                      deployment, region, country)
+                      deployment, region, country, batch_id)
     select v.tenant, 'debit', v.debit, v.bal, 'request', v.req, v.key, v.model, v.inp, v.outp, v.cost::bigint, v.est, v.outcome,
            case when v.debit < v.cost::bigint then 'shortfall: cost exceeded the available balance' end, v.at,
-           v.cached, v.cw, v.cw1h, v.reasoning, v.route, v.end_user, v.dep, v.region, v.country
+           v.cached, v.cw, v.cw1h, v.reasoning, v.route, v.end_user, v.dep, v.region, v.country, v.batch
       from unnest(r_tenant, o_debit, o_bal, r_req, r_key, r_model, r_in, r_out, r_cost, r_est, r_outcome, r_at, o_status,
-                  r_cached, r_cw, r_cw1h, r_reasoning, r_route, r_user, r_dep, r_region, r_country)
+                  r_cached, r_cw, r_cw1h, r_reasoning, r_route, r_user, r_dep, r_region, r_country, r_batch)
         as v(tenant, debit, bal, req, key, model, inp, outp, cost, est, outcome, at, status, cached, cw, cw1h, reasoning, route, end_user,
-             dep, region, country)
+             dep, region, country, batch)
      where v.status = 'settled';
   return query select v.req, v.status, v.debit, v.bal
     from unnest(r_req, o_status, o_debit, o_bal) with ordinality as v(req, status, debit, bal, ord) order by v.ord;
