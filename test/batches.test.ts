@@ -1,7 +1,7 @@
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ledgerCheck } from '../src/billing/ledger-check.ts';
-import { costMicros } from '../src/billing/money.ts';
+import { brlNumber, costMicros } from '../src/billing/money.ts';
 import { SIM_PRICES, startStack, type TestStack } from './helpers/stack.ts';
 
 // OpenAI's Batch API in `queue` mode through the whole stack with the real `openai` SDK:
@@ -142,6 +142,23 @@ describe('Batch API, queue mode', () => {
       output.map((l) => l.response?.request_id as string),
     ]);
     expect(lineBatches).toEqual([{ batch_id: batch.id }]);
+    // /generation of a line's request id says it was a batch line, and which
+    const first = output[0].response as NonNullable<ResultLine['response']>;
+    const firstUsage = first.body.usage as { prompt_tokens: number; completion_tokens: number };
+    const gen = await (await fetch(`${stack.baseUrl}/generation?id=${first.request_id}`, { headers: { authorization: `Bearer ${t.key}` } })).json();
+    expect(gen.data).toMatchObject({
+      id: first.request_id,
+      batch: true,
+      batch_id: batch.id,
+      total_cost: brlNumber(costMicros(firstUsage.prompt_tokens, firstUsage.completion_tokens, SIM_PRICES.echo)),
+    });
+    // /activity shows the batch part of each day's usage: here all of it, 300 requests
+    const activity = await (await fetch(`${stack.baseUrl}/activity`, { headers: { authorization: `Bearer ${t.key}` } })).json();
+    for (const row of activity.data) {
+      expect(row.batch_usage).toBe(row.usage);
+      expect(row.batch_requests).toBe(row.requests);
+    }
+    expect(activity.data.reduce((n: number, r: { batch_requests: number }) => n + r.batch_requests, 0)).toBe(300);
     // the output file is a file of the tenant's, purpose batch_output
     const outFile = await client.files.retrieve(ended.output_file_id as string);
     expect(outFile).toMatchObject({ purpose: 'batch_output', filename: `${batch.id}_output.jsonl` });

@@ -237,6 +237,8 @@ describe('chat completions through the whole path', () => {
         prompt_tokens: r.prompt,
         completion_tokens: r.completion,
         reasoning_tokens: 0,
+        batch_usage: 0,
+        batch_requests: 0,
       })),
     );
     const other = await (await fetch(`${stack.baseUrl}/activity?date=2000-01-01`, { headers: { authorization: `Bearer ${t.key}` } })).json();

@@ -170,7 +170,7 @@ export async function generationBody(db: Db, key: ApiKeyRecord, id: string) {
   const { rows } = await db.query(
     `select request_id, model, input_tokens, output_tokens, amount_micros, cost_micros, estimated, outcome, key_id, created_at,
             cached_tokens, cache_write_tokens, cache_write_1h_tokens, reasoning_tokens, route, end_user,
-            deployment, region, country
+            deployment, region, country, batch_id
        from ledger where request_id = $1 and tenant_id = $2 and kind = 'debit'`,
     [id, key.tenant_id],
   );
@@ -203,6 +203,9 @@ export async function generationBody(db: Db, key: ApiKeyRecord, id: string) {
       deployment: g.deployment ?? null,
       region: g.region ?? null,
       country: g.country ?? null,
+      // a line of a batch (docs/batch.md): billed at the batch prices
+      batch: g.batch_id !== null,
+      batch_id: g.batch_id ?? null,
       estimated: g.estimated,
       cancelled: g.outcome === 'cancelled',
       outcome: g.outcome,
@@ -220,7 +223,8 @@ const DAY = /^\d{4}-\d{2}-\d{2}$/;
  * GET /v1/activity (OpenRouter's activity shape): the tenant's usage by day and model over the
  * last 30 days, days in São Paulo time (the tenant's), amounts in BRL. `date=YYYY-MM-DD` keeps one
  * day. Any key of the tenant may read it. Usage is what requests were debited (source 'request'):
- * a Pix refund or an operator's adjustment, debits too, is no usage.
+ * a Pix refund or an operator's adjustment, debits too, is no usage. `batch_usage`/`batch_requests`:
+ * the part of each row that were batch lines.
  */
 export async function activityBody(db: Db, key: ApiKeyRecord, date: string | null) {
   if (date !== null && (!DAY.test(date) || Number.isNaN(Date.parse(`${date}T00:00:00Z`)))) {
@@ -230,7 +234,8 @@ export async function activityBody(db: Db, key: ApiKeyRecord, date: string | nul
     `select to_char((created_at at time zone $2)::date, 'YYYY-MM-DD') as day, model,
             count(*)::int as requests, sum(amount_micros)::bigint as amount,
             sum(input_tokens)::bigint as prompt, sum(output_tokens)::bigint as completion,
-            coalesce(sum(reasoning_tokens), 0)::bigint as reasoning
+            coalesce(sum(reasoning_tokens), 0)::bigint as reasoning,
+            count(batch_id)::int as batch_requests, coalesce(sum(amount_micros) filter (where batch_id is not null), 0)::bigint as batch_amount
        from ledger
       where tenant_id = $1 and kind = 'debit' and source = 'request'
         and created_at >= ((now() at time zone $2)::date - 29) at time zone $2
@@ -251,6 +256,9 @@ export async function activityBody(db: Db, key: ApiKeyRecord, date: string | nul
       prompt_tokens: Number(r.prompt),
       completion_tokens: Number(r.completion),
       reasoning_tokens: Number(r.reasoning),
+      // catraca's own: the part of `usage` and `requests` that were lines of batches (docs/batch.md)
+      batch_usage: brlNumber(BigInt(r.batch_amount)),
+      batch_requests: r.batch_requests as number,
     })),
     currency: 'BRL',
     time_zone: TENANT_TIME_ZONE,
