@@ -26,6 +26,7 @@ export const STATEMENT_COLUMNS = [
   'key_label',
   'end_user',
   'api',
+  'batch_id',
   'input_tokens',
   'output_tokens',
   'cached_tokens',
@@ -55,6 +56,7 @@ interface StatementRow {
   key_label: string | null;
   end_user: string | null;
   route: string | null;
+  batch_id: string | null;
   input_tokens: number | null;
   output_tokens: number | null;
   cached_tokens: number | null;
@@ -76,7 +78,7 @@ export function statementQuery(tenantId: string, p: Period): CsvQuery<StatementR
     sql: `/* catraca export: statement */
       select l.id, to_char(l.created_at at time zone $2, 'YYYY-MM-DD HH24:MI:SS') as time_local,
              to_char(l.created_at at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') as time_utc,
-             l.kind, l.source, l.request_id, l.external_id, l.model, l.deployment, l.region, l.country, l.key_id, k.label as key_label, l.end_user, l.route,
+             l.kind, l.source, l.request_id, l.external_id, l.model, l.deployment, l.region, l.country, l.key_id, k.label as key_label, l.end_user, l.route, l.batch_id,
              l.input_tokens, l.output_tokens, l.cached_tokens, l.cache_write_tokens, l.cache_write_1h_tokens, l.reasoning_tokens,
              l.amount_micros, l.balance_after_micros, l.estimated, l.outcome, l.note
         from ledger l left join api_keys k on k.id = l.key_id and k.tenant_id = l.tenant_id
@@ -100,6 +102,7 @@ export function statementQuery(tenantId: string, p: Period): CsvQuery<StatementR
       safeText(r.key_label),
       safeText(r.end_user),
       safeText(r.route),
+      safeText(r.batch_id),
       count(r.input_tokens),
       count(r.output_tokens),
       count(r.cached_tokens),
@@ -131,6 +134,8 @@ export const USAGE_COLUMNS = [
   'cache_write_tokens',
   'cache_write_1h_tokens',
   'reasoning_tokens',
+  'batch_requests',
+  'batch_amount_brl',
   'amount_brl',
 ] as const;
 
@@ -150,6 +155,8 @@ interface UsageRow {
   cache_write_tokens: bigint;
   cache_write_1h_tokens: bigint;
   reasoning_tokens: bigint;
+  batch_requests: bigint;
+  batch_micros: bigint;
   micros: bigint;
 }
 
@@ -158,12 +165,13 @@ export function usageQuery(tenantId: string, p: Period): CsvQuery<UsageRow> {
   return {
     sql: `/* catraca export: usage */
       select to_char(u.day, 'YYYY-MM-DD') as day, u.model, u.deployment, u.region, u.country, u.key_id, k.label as key_label, u.end_user, u.requests,
-             u.input_tokens, u.output_tokens, u.cached_tokens, u.cache_write_tokens, u.cache_write_1h_tokens, u.reasoning_tokens, u.micros
+             u.input_tokens, u.output_tokens, u.cached_tokens, u.cache_write_tokens, u.cache_write_1h_tokens, u.reasoning_tokens, u.batch_requests, u.batch_micros, u.micros
         from (select ${saoPauloDay('l', 2)} as day, l.model, l.deployment, l.region, l.country, l.key_id, l.end_user, count(*)::bigint as requests,
                      coalesce(sum(l.input_tokens), 0)::bigint as input_tokens, coalesce(sum(l.output_tokens), 0)::bigint as output_tokens,
                      coalesce(sum(l.cached_tokens), 0)::bigint as cached_tokens, coalesce(sum(l.cache_write_tokens), 0)::bigint as cache_write_tokens,
                      coalesce(sum(l.cache_write_1h_tokens), 0)::bigint as cache_write_1h_tokens,
-                     coalesce(sum(l.reasoning_tokens), 0)::bigint as reasoning_tokens, sum(l.amount_micros)::bigint as micros
+                     coalesce(sum(l.reasoning_tokens), 0)::bigint as reasoning_tokens, count(l.batch_id)::bigint as batch_requests,
+                     coalesce(sum(l.amount_micros) filter (where l.batch_id is not null), 0)::bigint as batch_micros, sum(l.amount_micros)::bigint as micros
                 from ledger l
                where l.tenant_id = $1 and l.kind = 'debit' and l.source = 'request' and ${periodFilter('l', 2, 3, 4)}
                group by 1, 2, 3, 4, 5, 6, 7) u
@@ -188,6 +196,8 @@ export function usageQuery(tenantId: string, p: Period): CsvQuery<UsageRow> {
       count(r.cache_write_tokens),
       count(r.cache_write_1h_tokens),
       count(r.reasoning_tokens),
+      count(r.batch_requests),
+      formatBrl(r.batch_micros),
       formatBrl(r.micros),
     ],
   };

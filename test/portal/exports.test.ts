@@ -79,13 +79,13 @@ describe('the statement and usage of a known ledger', () => {
     const { ids, k1, k2, u } = f;
     expect(r.text).toBe(
       [
-        'entry_id,time_sao_paulo,time_utc,kind,source,request_id,external_id,model,deployment,region,country,key_id,key_label,end_user,api,input_tokens,output_tokens,cached_tokens,cache_write_tokens,cache_write_1h_tokens,reasoning_tokens,amount_brl,balance_after_brl,estimated,outcome,note',
-        `${ids.pix},2025-03-01 09:00:00,2025-03-01T12:00:00.000000Z,credit,pix,,E2E-${u},,,,,,,,,,,,,,,50.000000,50.000000,,,`,
-        `${ids.echo1},2025-03-01 17:00:00,2025-03-01T20:00:00.000000Z,debit,request,req-1-${u},,sim/echo,brazilsouth,brazilsouth,BR,${k1},"'=HYPERLINK(""http://evil.example"")",'=cmd|calc,chat,10,20,,,,,-0.000005,49.999995,false,completed,`,
-        `${ids.echo2},2025-03-01 23:30:00,2025-03-02T02:30:00.000000Z,debit,request,req-2-${u},,sim/echo,brazilsouth,brazilsouth,BR,${k1},"'=HYPERLINK(""http://evil.example"")",'=cmd|calc,chat,1000,200,100,50,0,20,-1.234567,48.765428,false,completed,`,
-        `${ids.lorem},2025-03-02 00:00:00,2025-03-02T03:00:00.000000Z,debit,request,req-3-${u},,sim/lorem,primary,,,${k2},"Padaria, ""Zé""","cliente ""A"", filial\nnorte",messages,10,5,,,,,-0.000001,48.765427,true,cancelled,`,
-        `${ids.refund},2025-03-02 12:00:00,2025-03-02T15:00:00.000000Z,debit,pix_refund,,D-${u},,,,,,,,,,,,,,,-10.000000,38.765427,,,`,
-        `${ids.grant},2025-03-02 17:00:00,2025-03-02T20:00:00.000000Z,credit,grant,,,,,,,,,,,,,,,,,0.000001,38.765428,,,'+55 11 99999-0000`,
+        'entry_id,time_sao_paulo,time_utc,kind,source,request_id,external_id,model,deployment,region,country,key_id,key_label,end_user,api,batch_id,input_tokens,output_tokens,cached_tokens,cache_write_tokens,cache_write_1h_tokens,reasoning_tokens,amount_brl,balance_after_brl,estimated,outcome,note',
+        `${ids.pix},2025-03-01 09:00:00,2025-03-01T12:00:00.000000Z,credit,pix,,E2E-${u},,,,,,,,,,,,,,,,50.000000,50.000000,,,`,
+        `${ids.echo1},2025-03-01 17:00:00,2025-03-01T20:00:00.000000Z,debit,request,req-1-${u},,sim/echo,brazilsouth,brazilsouth,BR,${k1},"'=HYPERLINK(""http://evil.example"")",'=cmd|calc,chat,,10,20,,,,,-0.000005,49.999995,false,completed,`,
+        `${ids.echo2},2025-03-01 23:30:00,2025-03-02T02:30:00.000000Z,debit,request,req-2-${u},,sim/echo,brazilsouth,brazilsouth,BR,${k1},"'=HYPERLINK(""http://evil.example"")",'=cmd|calc,chat,,1000,200,100,50,0,20,-1.234567,48.765428,false,completed,`,
+        `${ids.lorem},2025-03-02 00:00:00,2025-03-02T03:00:00.000000Z,debit,request,req-3-${u},,sim/lorem,primary,,,${k2},"Padaria, ""Zé""","cliente ""A"", filial\nnorte",messages,batch_${u},10,5,,,,,-0.000001,48.765427,true,cancelled,`,
+        `${ids.refund},2025-03-02 12:00:00,2025-03-02T15:00:00.000000Z,debit,pix_refund,,D-${u},,,,,,,,,,,,,,,,-10.000000,38.765427,,,`,
+        `${ids.grant},2025-03-02 17:00:00,2025-03-02T20:00:00.000000Z,credit,grant,,,,,,,,,,,,,,,,,,0.000001,38.765428,,,'+55 11 99999-0000`,
         '',
       ].join('\r\n'),
     );
@@ -97,9 +97,9 @@ describe('the statement and usage of a known ledger', () => {
     expect(r.headers.get('content-disposition')).toBe('attachment; filename="catraca-usage_2025-03-01_2025-03-02.csv"');
     expect(r.text).toBe(
       [
-        'date,model,deployment,region,country,key_id,key_label,end_user,requests,input_tokens,output_tokens,cached_tokens,cache_write_tokens,cache_write_1h_tokens,reasoning_tokens,amount_brl',
-        `2025-03-01,sim/echo,brazilsouth,brazilsouth,BR,${f.k1},"'=HYPERLINK(""http://evil.example"")",'=cmd|calc,2,1010,220,100,50,0,20,1.234572`,
-        `2025-03-02,sim/lorem,primary,,,${f.k2},"Padaria, ""Zé""","cliente ""A"", filial\nnorte",1,10,5,0,0,0,0,0.000001`,
+        'date,model,deployment,region,country,key_id,key_label,end_user,requests,input_tokens,output_tokens,cached_tokens,cache_write_tokens,cache_write_1h_tokens,reasoning_tokens,batch_requests,batch_amount_brl,amount_brl',
+        `2025-03-01,sim/echo,brazilsouth,brazilsouth,BR,${f.k1},"'=HYPERLINK(""http://evil.example"")",'=cmd|calc,2,1010,220,100,50,0,20,0,0.000000,1.234572`,
+        `2025-03-02,sim/lorem,primary,,,${f.k2},"Padaria, ""Zé""","cliente ""A"", filial\nnorte",1,10,5,0,0,0,0,1,0.000001,0.000001`,
         '',
       ].join('\r\n'),
     );
@@ -160,7 +160,7 @@ describe('the statement and usage of a known ledger', () => {
     const r = await c.get('/exports/usage.csv?from=2024-01-01&to=2024-01-31');
     expect(r.status).toBe(200);
     expect(r.text).toBe(
-      'date,model,deployment,region,country,key_id,key_label,end_user,requests,input_tokens,output_tokens,cached_tokens,cache_write_tokens,cache_write_1h_tokens,reasoning_tokens,amount_brl\r\n',
+      'date,model,deployment,region,country,key_id,key_label,end_user,requests,input_tokens,output_tokens,cached_tokens,cache_write_tokens,cache_write_1h_tokens,reasoning_tokens,batch_requests,batch_amount_brl,amount_brl\r\n',
     );
   });
 });

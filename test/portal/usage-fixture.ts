@@ -21,6 +21,8 @@ export interface LedgerEntry {
   model?: string;
   /** Where it ran: the deployment that answered, its region and country. */
   ran?: { deployment: string; region?: string; country?: string };
+  /** The batch the request was a line of (ledger.batch_id). */
+  batchId?: string;
   endUser?: string;
   route?: string;
   tokens?: { input: number; output: number; cached?: number; cacheWrite?: number; cacheWrite1h?: number; reasoning?: number };
@@ -34,8 +36,8 @@ async function insertEntry(db: DbClient, tenantId: string, e: LedgerEntry): Prom
   const { rows } = await db.query(
     `insert into ledger (tenant_id, kind, amount_micros, balance_after_micros, source, request_id, external_id, key_id, model,
                          input_tokens, output_tokens, cached_tokens, cache_write_tokens, cache_write_1h_tokens, reasoning_tokens,
-                         route, end_user, estimated, outcome, note, created_at, deployment, region, country)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) returning id`,
+                         route, end_user, estimated, outcome, note, created_at, deployment, region, country, batch_id)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25) returning id`,
     [
       tenantId,
       e.kind,
@@ -61,6 +63,7 @@ async function insertEntry(db: DbClient, tenantId: string, e: LedgerEntry): Prom
       e.ran?.deployment ?? null,
       e.ran?.region ?? null,
       e.ran?.country ?? null,
+      e.batchId ?? null,
     ],
   );
   return rows[0].id;
@@ -176,6 +179,7 @@ export async function knownLedger(db: pg.Pool, tenantId: string) {
       keyId: k2,
       model: 'sim/lorem',
       ran: { deployment: 'primary' }, // the model's own row declares no place
+      batchId: `batch_${u}`, // a line of a batch
       endUser: QUOTED_END_USER,
       route: 'messages',
       tokens: { input: 10, output: 5 },
