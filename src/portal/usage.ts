@@ -33,13 +33,16 @@ export interface ModelSpend {
   requests: number;
   input_tokens: bigint;
   output_tokens: bigint;
+  /** the part of micros that batch lines cost (docs/batch.md) */
+  batch_micros: bigint;
   micros: bigint;
 }
 
 export async function spendByModel(db: DbClient, tenantId: string, period: Period = lastDays(DEFAULT_PERIOD_DAYS)): Promise<ModelSpend[]> {
   const { rows } = await db.query(
     `select l.model, count(*)::int as requests, coalesce(sum(l.input_tokens), 0)::bigint as input_tokens,
-            coalesce(sum(l.output_tokens), 0)::bigint as output_tokens, sum(l.amount_micros)::bigint as micros
+            coalesce(sum(l.output_tokens), 0)::bigint as output_tokens,
+            coalesce(sum(l.amount_micros) filter (where l.batch_id is not null), 0)::bigint as batch_micros, sum(l.amount_micros)::bigint as micros
        from ledger l where ${SPEND}
       group by l.model order by micros desc, l.model`,
     periodArgs(tenantId, period),

@@ -100,9 +100,9 @@ describe('a known ledger on the dashboard', () => {
 
   it('spend by model, by key and by end user for the period; nothing of another tenant', () => {
     expect(tableRows(page, 'by-model')).toEqual([
-      ['Modelo', 'Requisições', 'Tokens de entrada', 'Tokens de saída', 'Gasto'],
-      ['sim/echo', '2', '1.010', '220', 'R$ 1,234572'],
-      ['sim/lorem', '1', '10', '5', 'R$ 0,000001'],
+      ['Modelo', 'Requisições', 'Tokens de entrada', 'Tokens de saída', 'Gasto em lote', 'Gasto'],
+      ['sim/echo', '2', '1.010', '220', 'R$ 0,00', 'R$ 1,234572'],
+      ['sim/lorem', '1', '10', '5', 'R$ 0,000001', 'R$ 0,000001'],
     ]);
     expect(tableRows(page, 'by-key')).toEqual([
       ['Chave', 'Requisições', 'Gasto'],

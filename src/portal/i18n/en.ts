@@ -78,6 +78,7 @@ export const en: Messages = {
   'dash.tokens_in': 'Input tokens',
   'dash.tokens_out': 'Output tokens',
   'dash.spend': 'Spend',
+  'dash.batch_spend': 'Batch spend',
   'dash.model': 'Model',
   'dash.key': 'Key',
   'dash.recent': 'Recent requests',

@@ -77,6 +77,7 @@ export const ptBR = {
   'dash.tokens_in': 'Tokens de entrada',
   'dash.tokens_out': 'Tokens de saída',
   'dash.spend': 'Gasto',
+  'dash.batch_spend': 'Gasto em lote',
   'dash.model': 'Modelo',
   'dash.key': 'Chave',
   'dash.recent': 'Requisições recentes',

@@ -109,8 +109,8 @@ const none = (c: ViewCtx) => html`<p class="muted">${c.t('common.none')}</p>`;
 
 function modelTable(c: ViewCtx, rows: ModelSpend[]): SafeHtml {
   if (rows.length === 0) return none(c);
-  return html`<table data-testid="by-model"><thead><tr><th>${c.t('dash.model')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.tokens_in')}</th><th class="num">${c.t('dash.tokens_out')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
-${rows.map((m) => html`<tr><td><code>${m.model}</code></td><td class="num">${int(c.lang, m.requests)}</td><td class="num">${int(c.lang, m.input_tokens)}</td><td class="num">${int(c.lang, m.output_tokens)}</td><td class="num">${amount(c.lang, m.micros)}</td></tr>`)}
+  return html`<table data-testid="by-model"><thead><tr><th>${c.t('dash.model')}</th><th class="num">${c.t('dash.requests')}</th><th class="num">${c.t('dash.tokens_in')}</th><th class="num">${c.t('dash.tokens_out')}</th><th class="num">${c.t('dash.batch_spend')}</th><th class="num">${c.t('dash.spend')}</th></tr></thead><tbody>
+${rows.map((m) => html`<tr><td><code>${m.model}</code></td><td class="num">${int(c.lang, m.requests)}</td><td class="num">${int(c.lang, m.input_tokens)}</td><td class="num">${int(c.lang, m.output_tokens)}</td><td class="num">${amount(c.lang, m.batch_micros)}</td><td class="num">${amount(c.lang, m.micros)}</td></tr>`)}
 </tbody></table>`;
 }
 
