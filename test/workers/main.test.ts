@@ -77,7 +77,8 @@ describe('workers/main.ts', () => {
       await waitFor(() => stderr.includes('worker draining'));
       // New work is refused: either the UNSUB already reached the server (no responders), or the
       // job lands in the drain window and is answered `draining` (the front door tries elsewhere).
-      const refusal = await nc.request(subjects.job(pool), encode(makeJob(pool)), { timeout: 1000 }).then(
+      // (the same model as the first job: an unknown one would be refused as invalid_job before the drain is asked)
+      const refusal = await nc.request(subjects.job(pool), encode(makeJob(pool, { upstream: row })), { timeout: 1000 }).then(
         (m) => JSON.parse(new TextDecoder().decode(m.data)),
         (err) => String(err.message ?? err),
       );
