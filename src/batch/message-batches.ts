@@ -6,6 +6,7 @@ import { errors } from '../errors.ts';
 import { describeIssue, parseJsonObject } from '../protocols/request-body.ts';
 import { type BatchRow, batchNotFound, cancelBatch } from './batches.ts';
 import { newFileId } from './files.ts';
+import { messageResultsFile } from './message-results.ts';
 import type { BatchRunner, ResultRow } from './runner.ts';
 
 // Anthropic's Message Batches API (POST /v1/messages/batches with the requests inline, GET …/{id},
@@ -179,29 +180,10 @@ export async function listMessageBatchesBody(db: DbClient, key: ApiKeyRecord, qu
   return { data, has_more: rows.length > limit, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null };
 }
 
-/** An answer or error of a request as Anthropic's error object. */
-function anthropicError(r: ResultRow): { type: 'error'; error: { type: string; message: string } } {
-  const body = r.body as { type?: string; error?: { type?: string; message?: string } } | null;
-  if (body?.type === 'error' && body.error) return { type: 'error', error: { type: body.error.type ?? 'api_error', message: body.error.message ?? '' } };
-  if (body?.error) return { type: 'error', error: { type: body.error.type ?? 'api_error', message: body.error.message ?? '' } };
-  return { type: 'error', error: { type: 'api_error', message: r.error?.message ?? 'The request failed.' } };
-}
-
 /** GET …/results: one JSONL line a request, in the order given; 400 while the batch is processing. */
 export async function messageBatchResults(db: DbClient, key: ApiKeyRecord, id: string): Promise<Buffer> {
   const b = await loadMessageBatch(db, key, id);
   if (!ENDED.includes(b.status)) throw errors.badRequest(`Batch ${id} is still processing; its results are not ready.`, 'id', 'batch_not_ended');
   const { rows } = await db.query<ResultRow>('select * from batch_results where batch_id = $1 order by line', [id]);
-  const lines = rows.map((r) => {
-    const code = r.error?.code;
-    const result = r.ok
-      ? { type: 'succeeded', message: r.body }
-      : code === 'batch_cancelled'
-        ? { type: 'canceled' }
-        : code === 'batch_expired'
-          ? { type: 'expired' }
-          : { type: 'errored', error: anthropicError(r) };
-    return JSON.stringify({ custom_id: r.custom_id, result });
-  });
-  return Buffer.from(lines.length ? `${lines.join('\n')}\n` : '');
+  return messageResultsFile(rows);
 }

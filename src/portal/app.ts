@@ -26,6 +26,7 @@ import { usageRoutes } from './routes/usage.ts';
 import { webhookRoutes } from './routes/webhooks.ts';
 import { recurringRoutes } from './routes/recurring.ts';
 import { invoiceRoutes } from './routes/invoices.ts';
+import { batchesRoutes } from './routes/batches.ts';
 import type { RecurringService } from '../pix/recurring/service.ts';
 
 export interface PortalDeps {
@@ -85,6 +86,7 @@ export function createPortalApp(d: PortalDeps): Hono<AppEnv> {
   app.route('/', recurringRoutes(d.recurring ?? null, r, { db: d.db, invoicing: d.invoicing ?? false }));
   app.route('/', topUpRoutes({ ...d, invoicing: d.invoicing ?? false }, r));
   app.route('/', invoiceRoutes({ db: d.db, invoicing: d.invoicing ?? false }, r));
+  app.route('/', batchesRoutes(d, r));
   app.route('/', keysRoutes(d, r));
   app.route('/', memberRoutes(d, r));
   app.route('/', accountRoutes(d, r));

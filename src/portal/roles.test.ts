@@ -22,12 +22,14 @@ describe('the permission table', () => {
         'exports',
         'notifications',
         'invoices',
+        'batches',
+        'batches.results',
         'members',
         'members.owners',
       ],
-      admin: ['usage', 'account', 'keys', 'keys.all', 'keys.data_country', 'members'],
-      billing: ['usage', 'account', 'topup', 'statement', 'exports', 'notifications', 'invoices'],
-      developer: ['usage', 'account', 'keys'],
+      admin: ['usage', 'account', 'keys', 'keys.all', 'keys.data_country', 'batches', 'batches.results', 'members'],
+      billing: ['usage', 'account', 'topup', 'statement', 'exports', 'notifications', 'invoices', 'batches'],
+      developer: ['usage', 'account', 'keys', 'batches', 'batches.results'],
     });
   });
 });

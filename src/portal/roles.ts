@@ -11,9 +11,10 @@ const EVERYONE = ROLES;
 /**
  * The one table of permissions: action → the roles that may perform it.
  *   owner      everything, members and roles included
- *   admin      keys (all, and their data country), members (not owners)
+ *   admin      keys (all, and their data country), members (not owners), batch results
  *   billing    top-ups, statement, exports, notifications, notas fiscais
- *   developer  their own keys, usage
+ *   developer  their own keys, usage, batch results
+ * Every role sees usage and the batches page.
  */
 export const PERMISSIONS = {
   /** the dashboard and the model price list */
@@ -36,6 +37,10 @@ export const PERMISSIONS = {
   notifications: ['owner', 'billing'],
   /** notas fiscais: the billing profile ("Dados fiscais") and the notes with their XML and PDF ("Notas fiscais") */
   invoices: ['owner', 'billing'],
+  /** the batches page ("Lotes"): the tenant's batches, their counts, status and spend */
+  batches: EVERYONE,
+  /** downloading a batch's output, error and results files: they hold the prompts and answers, so not billing */
+  'batches.results': ['owner', 'admin', 'developer'],
   /** the members page: invite, change roles, remove — members who are not owners */
   members: ['owner', 'admin'],
   /** the same for owners: invite or promote an owner, demote or remove one */

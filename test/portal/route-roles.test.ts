@@ -200,6 +200,13 @@ const CASES: Case[] = [
   // usage: every role
   { route: 'GET /dashboard', ask: get(() => '/dashboard'), expect: [303, 200, 200, 200, 200] },
   { route: 'GET /models', ask: get(() => '/models'), expect: [303, 200, 200, 200, 200] },
+  // batches: every role sees the page; the result files (prompts and answers) not billing — no such batch: 404
+  { route: 'GET /batches', ask: get(() => '/batches'), expect: [303, 200, 200, 200, 200] },
+  {
+    route: 'GET /batches/:id{(?:msg)?batch_[0-9a-f]{24}}/:file{output|errors|results}',
+    ask: get(() => `/batches/batch_${'0'.repeat(24)}/output`),
+    expect: [303, 404, 404, 403, 404],
+  },
   // the statement and top-ups: owner and billing
   { route: 'GET /ledger', ask: get(() => '/ledger'), expect: [303, 200, 403, 200, 403] },
   { route: 'GET /exports/statement.csv', ask: get(() => '/exports/statement.csv'), expect: [303, 200, 403, 200, 403] },

@@ -29,6 +29,7 @@ export function layout(c: ViewCtx, title: string, body: SafeHtml, opts: { flash?
         ${allows(c, 'keys') ? html`<a href="/keys">${c.t('nav.keys')}</a>` : ''}
         ${allows(c, 'statement') ? html`<a href="/ledger">${c.t('nav.ledger')}</a>` : ''}
         <a href="/models">${c.t('nav.models')}</a>
+        <a href="/batches">${c.t('nav.batches')}</a>
         ${allows(c, 'members') ? html`<a href="/members">${c.t('nav.members')}</a>` : ''}
         <a href="/account">${c.t('nav.account')}</a>
         ${allows(c, 'notifications') ? html`<a href="/notifications">${c.t('nav.notifications')}</a>` : ''}

@@ -1,0 +1,187 @@
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { createApiKey } from '../../src/db/keys.ts';
+import { ROLES, type Role } from '../../src/db/members.ts';
+import { createTenant } from '../../src/db/tenants.ts';
+import { createSession } from '../../src/portal/auth.ts';
+import { insertEntries, uniq } from './usage-fixture.ts';
+
+// Batches of known content for the "Lotes" tests (route and Chromium), written as the superuser:
+// the rows the batch API and its runner would have left (batches, batch_files, batch_results) and
+// the lines' ledger debits naming their batch, through insertEntries (reconciled for ledger check).
+
+export const PASSWORD = 'correct horse battery';
+
+export const batchId = (at: string, prefix = 'batch') => `${prefix}_${Date.parse(at).toString(16).padStart(12, '0')}${randomBytes(6).toString('hex')}`;
+const fileId = () => `file-${Date.now().toString(16).padStart(12, '0')}${randomBytes(6).toString('hex')}`;
+
+export interface BatchWorld {
+  tenantId: string;
+  emails: Record<Role, string>;
+  sessions: Record<Role, string>;
+  /** OpenAI chat batch, completed: 2 lines answered, 1 error, an output and an error file */
+  chat: string;
+  /** Anthropic message batch, ended: one succeeded, one errored */
+  messages: string;
+  /** OpenAI embeddings batch still running: no files */
+  running: string;
+  output: string;
+  errors: string;
+}
+
+export const OUTPUT_JSONL = '{"id":"batch_req_1","custom_id":"a","response":{"status_code":200,"request_id":"gen-a","body":{"ok":1}},"error":null}\n';
+export const ERRORS_JSONL =
+  '{"id":"batch_req_3","custom_id":"c","response":{"status_code":404,"request_id":"gen-c","body":{"error":{"message":"no model"}}},"error":null}\n';
+
+async function insertBatch(
+  db: pg.Pool,
+  b: {
+    id: string;
+    tenantId: string;
+    keyId: string;
+    api: 'openai' | 'anthropic';
+    endpoint: string;
+    status: string;
+    at: string;
+    ended?: string;
+    total: number;
+    completed: number;
+    failed: number;
+    output?: string;
+    errors?: string;
+  },
+) {
+  await db.query(
+    `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, status, total, completed, failed, output_file_id, error_file_id,
+                          created_at, in_progress_at, completed_at, expires_at, api)
+     values ($1, $2, $3, 'file-input', $4, '24h', $5, $6, $7, $8, $9, $10, $11, $11, $12, $11::timestamptz + interval '24 hours', $13)`,
+    [b.id, b.tenantId, b.keyId, b.endpoint, b.status, b.total, b.completed, b.failed, b.output ?? null, b.errors ?? null, b.at, b.ended ?? null, b.api],
+  );
+}
+
+async function insertFile(db: pg.Pool, id: string, tenantId: string, keyId: string, content: string, expired = false) {
+  await db.query(
+    `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
+     values ($1, $2, $3, 'batch_output', 'x.jsonl', $4, 1, $5, now() + ($6::int * interval '1 day'))`,
+    [id, tenantId, keyId, Buffer.byteLength(content), Buffer.from(content), expired ? -1 : 30],
+  );
+}
+
+export async function batchWorld(db: pg.Pool, passwordHash: string): Promise<BatchWorld> {
+  const tenantId = (await createTenant(db, `lotes-${uniq()}`)).id;
+  const emails = {} as Record<Role, string>;
+  const sessions = {} as Record<Role, string>;
+  for (const role of ROLES) {
+    const id = `usr_${uniq()}`;
+    emails[role] = `${role}.${uniq()}@example.com`;
+    await db.query(`insert into portal_users (id, tenant_id, email, password_hash, role, email_verified_at) values ($1, $2, $3, $4, $5, now())`, [
+      id,
+      tenantId,
+      emails[role],
+      passwordHash,
+      role,
+    ]);
+    sessions[role] = (await createSession(db, id)).token;
+  }
+  const keyId = (await createApiKey(db, { tenantId, label: 'batch-key' })).record.id;
+  const chat = batchId('2025-06-02T13:00:00Z');
+  const messages = batchId('2025-06-03T14:30:00Z', 'msgbatch');
+  const running = batchId('2025-06-04T12:00:00Z');
+  const output = fileId();
+  const errors = fileId();
+  await insertFile(db, output, tenantId, keyId, OUTPUT_JSONL);
+  await insertFile(db, errors, tenantId, keyId, ERRORS_JSONL);
+  await insertBatch(db, {
+    id: chat,
+    tenantId,
+    keyId,
+    api: 'openai',
+    endpoint: '/v1/chat/completions',
+    status: 'completed',
+    at: '2025-06-02T13:00:00Z',
+    ended: '2025-06-02T13:07:00Z',
+    total: 3,
+    completed: 2,
+    failed: 1,
+    output,
+    errors,
+  });
+  await insertBatch(db, {
+    id: messages,
+    tenantId,
+    keyId,
+    api: 'anthropic',
+    endpoint: '/v1/messages',
+    status: 'completed',
+    at: '2025-06-03T14:30:00Z',
+    ended: '2025-06-03T14:31:00Z',
+    total: 2,
+    completed: 1,
+    failed: 1,
+  });
+  await db.query(
+    `insert into batch_results (batch_id, line, custom_id, request_id, status_code, body, error, ok) values
+       ($1, 0, 'm-1', 'gen-m1', 200, '{"type":"message","content":[{"type":"text","text":"oi"}]}', null, true),
+       ($1, 1, 'm-2', 'gen-m2', 404, '{"type":"error","error":{"type":"not_found_error","message":"no such model"}}', null, false)`,
+    [messages],
+  );
+  await insertBatch(db, {
+    id: running,
+    tenantId,
+    keyId,
+    api: 'openai',
+    endpoint: '/v1/embeddings',
+    status: 'in_progress',
+    at: '2025-06-04T12:00:00Z',
+    total: 1000,
+    completed: 10,
+    failed: 0,
+  });
+  const line = (at: string, micros: bigint, batch: string | undefined) => ({
+    at,
+    kind: 'debit' as const,
+    source: 'request',
+    micros,
+    balanceAfter: 0n,
+    requestId: `req-${uniq()}`,
+    keyId,
+    model: 'sim/echo',
+    batchId: batch,
+    tokens: { input: 10, output: 5 },
+  });
+  await insertEntries(db, tenantId, [
+    { at: '2025-06-01T10:00:00Z', kind: 'credit', source: 'grant', micros: 100_000_000n, balanceAfter: 100_000_000n },
+    line('2025-06-02T13:01:00Z', 1_234_567n, chat),
+    line('2025-06-02T13:02:00Z', 2_345_678n, chat),
+    line('2025-06-03T14:30:30Z', 15_005n, messages),
+    line('2025-06-04T12:01:00Z', 4_999n, running),
+    // an online request: no batch's spend
+    { ...line('2025-06-04T12:02:00Z', 7_000_000n, undefined), balanceAfter: 100_000_000n - 1_234_567n - 2_345_678n - 15_005n - 4_999n - 7_000_000n },
+  ]);
+  return { tenantId, emails, sessions, chat, messages, running, output, errors };
+}
+
+/** A tenant of 25 batches (25 minutes apart), for the paging: their ids oldest first. */
+export async function manyBatches(db: pg.Pool, tenantId: string, n = 25): Promise<string[]> {
+  const keyId = (await createApiKey(db, { tenantId, label: 'many' })).record.id;
+  const ids: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const at = new Date(Date.parse('2025-07-01T12:00:00Z') + i * 25 * 60000).toISOString();
+    const id = batchId(at);
+    await insertBatch(db, {
+      id,
+      tenantId,
+      keyId,
+      api: 'openai',
+      endpoint: '/v1/chat/completions',
+      status: 'completed',
+      at,
+      ended: at,
+      total: 1,
+      completed: 1,
+      failed: 0,
+    });
+    ids.push(id);
+  }
+  return ids;
+}
