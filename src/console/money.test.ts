@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { type MarginRow, dayTotals, defaultRange, parseRange, totals } from './money.ts';
 
-const row = (day: string, revenue: bigint, cost: bigint, uncosted = 0): MarginRow => ({
+const row = (day: string, revenue: bigint, cost: bigint, uncosted = 0, batch = { requests: 0, revenue: 0n, cost: 0n }): MarginRow => ({
   day,
   model: 'm/x',
   tenant_id: 't',
@@ -15,6 +15,9 @@ const row = (day: string, revenue: bigint, cost: bigint, uncosted = 0): MarginRo
   revenue_micros: revenue,
   vendor_cost_micros: cost,
   uncosted,
+  batch_requests: batch.requests,
+  batch_revenue_micros: batch.revenue,
+  batch_vendor_cost_micros: batch.cost,
 });
 
 describe('margin helpers', () => {
@@ -35,12 +38,20 @@ describe('margin helpers', () => {
       expect(parseRange(f, t), `${f}..${t}`).toBeNull();
   });
   it('every day of the range in the chart, sums per day, totals', () => {
-    const rows = [row('2026-01-02', 10n, 4n), row('2026-01-02', 5n, 0n, 1), row('2026-01-03', 7n, 9n)];
+    const rows = [row('2026-01-02', 10n, 4n), row('2026-01-02', 5n, 0n, 1), row('2026-01-03', 7n, 9n, 0, { requests: 1, revenue: 3n, cost: 2n })];
     expect(dayTotals(rows, '2026-01-01', '2026-01-03')).toEqual([
       { day: '2026-01-01', revenue_micros: 0n, vendor_cost_micros: 0n },
       { day: '2026-01-02', revenue_micros: 15n, vendor_cost_micros: 4n },
       { day: '2026-01-03', revenue_micros: 7n, vendor_cost_micros: 9n },
     ]);
-    expect(totals(rows)).toEqual({ requests: 3, revenue_micros: 22n, vendor_cost_micros: 13n, uncosted: 1 });
+    expect(totals(rows)).toEqual({
+      requests: 3,
+      revenue_micros: 22n,
+      vendor_cost_micros: 13n,
+      uncosted: 1,
+      batch_requests: 1,
+      batch_revenue_micros: 3n,
+      batch_vendor_cost_micros: 2n,
+    });
   });
 });

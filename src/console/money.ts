@@ -14,6 +14,11 @@ import { TZ } from './tenants.ts';
 //                (each at the input price where none is set), output (reasoning included) at the
 //                output price; in USD × the exchange rate recorded with the prices, or in BRL.
 //   margin       revenue − vendor cost
+//   batch        the same three for the group's batch lines (debits naming a batch, ledger.batch_id):
+//                revenue at what they were billed (the batch prices), vendor cost at the model's
+//                vendor cost — no batch vendor cost (a vendor's batch discount) is configured
+//                anywhere yet, so a batch line costs what the same tokens online cost
+//                (docs/batch.md). Online = the totals less these.
 // Exact: per request Σ tokens × price (micro-units per 1M tokens) × F, where F is the rate in
 // micro-BRL per USD (or 1 000 000 for BRL), summed over the group as an integer, then rounded
 // half up once to the micro-real: cost = ⌊(Σ + 5·10¹¹) / 10¹²⌋. Requests of a model without a
@@ -33,6 +38,10 @@ export interface MarginRow {
   revenue_micros: bigint;
   vendor_cost_micros: bigint;
   uncosted: number;
+  /** of the above, the batch lines' (ledger.batch_id set) */
+  batch_requests: number;
+  batch_revenue_micros: bigint;
+  batch_vendor_cost_micros: bigint;
 }
 
 export interface MarginFilter {
@@ -56,7 +65,7 @@ const PICO_TERM = `(greatest(coalesce(l.input_tokens, 0) - coalesce(l.cached_tok
 export async function marginRows(db: DbClient, f: MarginFilter): Promise<MarginRow[]> {
   const { rows } = await db.query(
     `with r as (
-       select to_char((l.created_at at time zone '${TZ}')::date, 'YYYY-MM-DD') as day, l.model, l.tenant_id,
+       select to_char((l.created_at at time zone '${TZ}')::date, 'YYYY-MM-DD') as day, l.model, l.tenant_id, l.batch_id is not null as batch,
               l.amount_micros + coalesce((select sum(case when a.kind = 'debit' then a.amount_micros else -a.amount_micros end) from ledger a
                                            where a.ref_request_id = l.request_id and a.tenant_id = l.tenant_id and a.source = 'adjustment'), 0)
                 as amount_micros,
@@ -74,7 +83,10 @@ export async function marginRows(db: DbClient, f: MarginFilter): Promise<MarginR
             coalesce(sum(r.output_tokens), 0)::bigint as output_tokens, coalesce(sum(r.reasoning_tokens), 0)::bigint as reasoning_tokens,
             sum(r.amount_micros)::bigint as revenue_micros,
             div(sum(r.cost_units) + 500000000000, 1000000000000)::bigint as vendor_cost_micros,
-            count(*) filter (where r.currency is null)::int as uncosted
+            count(*) filter (where r.currency is null)::int as uncosted,
+            count(*) filter (where r.batch)::int as batch_requests,
+            coalesce(sum(r.amount_micros) filter (where r.batch), 0)::bigint as batch_revenue_micros,
+            div(coalesce(sum(r.cost_units) filter (where r.batch), 0) + 500000000000, 1000000000000)::bigint as batch_vendor_cost_micros
        from r join tenants t on t.id = r.tenant_id
       group by r.day, r.model, r.tenant_id, t.name
       order by r.day desc, revenue_micros desc, r.model, r.tenant_id`,
@@ -105,15 +117,28 @@ export function dayTotals(rows: MarginRow[], from: string, to: string): DayTotal
   return [...byDay.values()];
 }
 
-export function totals(rows: MarginRow[]): { requests: number; revenue_micros: bigint; vendor_cost_micros: bigint; uncosted: number } {
+export interface MarginTotals {
+  requests: number;
+  revenue_micros: bigint;
+  vendor_cost_micros: bigint;
+  uncosted: number;
+  batch_requests: number;
+  batch_revenue_micros: bigint;
+  batch_vendor_cost_micros: bigint;
+}
+
+export function totals(rows: MarginRow[]): MarginTotals {
   return rows.reduce(
     (a, r) => ({
       requests: a.requests + r.requests,
       revenue_micros: a.revenue_micros + r.revenue_micros,
       vendor_cost_micros: a.vendor_cost_micros + r.vendor_cost_micros,
       uncosted: a.uncosted + r.uncosted,
+      batch_requests: a.batch_requests + r.batch_requests,
+      batch_revenue_micros: a.batch_revenue_micros + r.batch_revenue_micros,
+      batch_vendor_cost_micros: a.batch_vendor_cost_micros + r.batch_vendor_cost_micros,
     }),
-    { requests: 0, revenue_micros: 0n, vendor_cost_micros: 0n, uncosted: 0 },
+    { requests: 0, revenue_micros: 0n, vendor_cost_micros: 0n, uncosted: 0, batch_requests: 0, batch_revenue_micros: 0n, batch_vendor_cost_micros: 0n },
   );
 }
 

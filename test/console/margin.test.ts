@@ -142,7 +142,7 @@ describe('margin per São Paulo day × model × tenant', () => {
     expect(res.headers.get('content-disposition')).toBe('attachment; filename="catraca-margin-2025-02-10-2025-02-12.csv"');
     const [head, ...lines] = res.text.trimEnd().split('\r\n');
     expect(head).toBe(
-      'day,tenant_id,tenant,model,requests,input_tokens,cached_tokens,cache_write_tokens,output_tokens,reasoning_tokens,revenue_brl,vendor_cost_brl,margin_brl,uncosted_requests',
+      'day,tenant_id,tenant,model,requests,input_tokens,cached_tokens,cache_write_tokens,output_tokens,reasoning_tokens,revenue_brl,vendor_cost_brl,margin_brl,uncosted_requests,batch_requests,batch_revenue_brl,batch_vendor_cost_brl,batch_margin_brl',
     );
     const got = lines
       .map((l) => l.split(','))
@@ -273,7 +273,16 @@ describe('a vendor cost set in the console', () => {
     });
     const today = defaultRange().to;
     const csv = await client.get(`/money.csv?from=${today}&to=${today}&model=${encodeURIComponent(M.form)}`);
-    expect(csv.text.trimEnd().split('\r\n')[1].split(',').slice(10)).toEqual(['0.000650', '0.001901', '-0.001251', '0']);
+    expect(csv.text.trimEnd().split('\r\n')[1].split(',').slice(10)).toEqual([
+      '0.000650',
+      '0.001901',
+      '-0.001251',
+      '0',
+      '0',
+      '0.000000',
+      '0.000000',
+      '0.000000',
+    ]);
     // the tenants list: spend today and over 30 days is this request's
     const list = await client.get(`/tenants?q=${encodeURIComponent(T.two.name)}`);
     const row = new RegExp(`data-tenant-id="${T.two.id}">([\\s\\S]*?)</tr>`).exec(list.text)![1];
@@ -340,5 +349,75 @@ describe('adjustments count against the request they name', () => {
     expect(lines.map((l) => [l.split(',')[3], ...l.split(',').slice(4, 5), ...l.split(',').slice(10, 13)])).toEqual([
       [model, '2', '0.013500', '0.003000', '0.010500'],
     ]);
+  });
+});
+
+describe('batch lines beside the online requests', () => {
+  /**
+   * Batch lines are debits naming their batch (ledger.batch_id); billed at the batch prices, costed at
+   * the model's vendor cost (no batch vendor cost is configured anywhere). By hand (São Paulo
+   * 2025-03-07, BRL vendor cost 1.00 in / 2.00 out per 1M tokens):
+   *   o1  online, debited 10 000; vendor (1000×1 000 000 + 500×2 000 000) × 10⁶ / 10¹² = 2 000
+   *   b1  batch line, debited 5 000; same tokens: 2 000
+   *   b2  batch line, debited 2 500; (333×1 000 000 + 111×2 000 000) × 10⁶ / 10¹² = 555
+   *   batch: 2 lines, revenue 7 500, cost 2 555, margin 4 945
+   *   all:   3 requests, revenue 17 500, cost 4 555, margin 12 945 (online = all − batch: 10 000 / 2 000)
+   */
+  it('the CSV, the page’s row and its batch totals', async () => {
+    const model = `margin/batch-${u}`;
+    const tenant = await createTenant(admin, `Margem Lote ${u}`);
+    await credit(admin, { tenantId: tenant.id, amountMicros: 10_000_000n, source: 'grant', note: 'margin test' });
+    const key = (await createApiKey(admin, { tenantId: tenant.id, label: 'margin' })).record.id;
+    await admin.query(
+      `insert into model_vendor_costs (model_id, valid_from, currency, input_price, output_price) values ($1, '2025-01-01', 'BRL', 1000000, 2000000)`,
+      [model],
+    );
+    const batch = `batch_${'0'.repeat(12)}${u}abcd`;
+    const reqs = [
+      { id: `m_o1_${u}`, cost: 10_000n, input: 1000, output: 500, batchId: undefined },
+      { id: `m_b1_${u}`, cost: 5_000n, input: 1000, output: 500, batchId: batch },
+      { id: `m_b2_${u}`, cost: 2_500n, input: 333, output: 111, batchId: batch },
+    ];
+    for (const r of reqs)
+      await settle(admin, {
+        requestId: r.id,
+        tenantId: tenant.id,
+        keyId: key,
+        costMicros: r.cost,
+        model,
+        inputTokens: r.input,
+        outputTokens: r.output,
+        estimated: false,
+        outcome: 'completed',
+        at: new Date('2025-03-07T15:00:00Z'),
+        detail: { batchId: r.batchId },
+      });
+    const range = `from=2025-03-07&to=2025-03-07&tenant=${tenant.id}`;
+    const lines = (await client.get(`/money.csv?${range}`)).text.trimEnd().split('\r\n').slice(1);
+    expect(lines.map((l) => [l.split(',')[4], ...l.split(',').slice(10)])).toEqual([
+      ['3', '0.017500', '0.004555', '0.012945', '0', '2', '0.007500', '0.002555', '0.004945'],
+    ]);
+    const page = (await client.get(`/money?${range}`)).text;
+    const text = (id: string) => new RegExp(`data-testid="${id}">([^<]*)<`).exec(page)?.[1];
+    expect(
+      [
+        'total-revenue',
+        'total-cost',
+        'total-margin',
+        'batch-revenue',
+        'batch-cost',
+        'batch-margin',
+        'row-batch-revenue',
+        'row-batch-cost',
+        'row-batch-margin',
+      ].map(text),
+    ).toEqual(['R$ 0,0175', 'R$ 0,004555', 'R$ 0,012945', 'R$ 0,0075', 'R$ 0,002555', 'R$ 0,004945', 'R$ 0,0075', 'R$ 0,002555', 'R$ 0,004945']);
+    expect(page).toContain('65,9 % · 2 linhas de lotes');
+  });
+
+  it('a group without batch lines shows no batch figures', async () => {
+    const page = (await client.get(`/money?${RANGE}&tenant=${T.two.id}`)).text;
+    expect([...page.matchAll(/data-testid="row-batch-revenue">([^<]*)</g)].map((m) => m[1])).toEqual(['—', '—']);
+    expect(/data-testid="batch-revenue">([^<]*)</.exec(page)?.[1]).toBe('R$ 0,00');
   });
 });

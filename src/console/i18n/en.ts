@@ -234,6 +234,12 @@ export const en: ConsoleMessages = {
   'money.tokens_in': 'Input tokens',
   'money.tokens_cached': 'cached',
   'money.tokens_out': 'Output tokens',
+  'money.batch_revenue': 'Batch revenue',
+  'money.batch_vendor_cost': 'Batch vendor cost',
+  'money.batch_margin': 'Batch margin',
+  'money.batch_lines': '{n} batch lines',
+  'money.batch_note':
+    'Batches: the batch lines (already in the totals above), billed at the batch prices; their vendor cost is the online one (no vendor batch cost is configured).',
   'money.bad_range': 'Invalid period: YYYY-MM-DD dates, the start before the end, at most 366 days.',
   'shortfalls.title': 'Shortfalls',
   'shortfalls.text':

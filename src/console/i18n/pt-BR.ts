@@ -233,6 +233,12 @@ export const ptBR = {
   'money.tokens_in': 'Tokens de entrada',
   'money.tokens_cached': 'em cache',
   'money.tokens_out': 'Tokens de saída',
+  'money.batch_revenue': 'Receita de lotes',
+  'money.batch_vendor_cost': 'Custo de lotes no fornecedor',
+  'money.batch_margin': 'Margem de lotes',
+  'money.batch_lines': '{n} linhas de lotes',
+  'money.batch_note':
+    'Lotes: as linhas de lotes (já incluídas nos totais acima), cobradas aos preços de lote; o custo no fornecedor é o mesmo das requisições online (não há custo de lote do fornecedor configurado).',
   'money.bad_range': 'Período inválido: datas AAAA-MM-DD, início antes do fim, no máximo 366 dias.',
   'shortfalls.title': 'Débitos incompletos',
   'shortfalls.text':

@@ -63,6 +63,10 @@ export function moneyRoutes(db: pg.Pool, r: ConsoleRenderer): Hono<ConsoleEnv> {
         'vendor_cost_brl',
         'margin_brl',
         'uncosted_requests',
+        'batch_requests',
+        'batch_revenue_brl',
+        'batch_vendor_cost_brl',
+        'batch_margin_brl',
       ],
       rows.map((x) => [
         x.day,
@@ -79,6 +83,10 @@ export function moneyRoutes(db: pg.Pool, r: ConsoleRenderer): Hono<ConsoleEnv> {
         formatBrl(x.vendor_cost_micros),
         formatBrl(x.revenue_micros - x.vendor_cost_micros),
         x.uncosted,
+        x.batch_requests,
+        formatBrl(x.batch_revenue_micros),
+        formatBrl(x.batch_vendor_cost_micros),
+        formatBrl(x.batch_revenue_micros - x.batch_vendor_cost_micros),
       ]),
     );
     return send(c, 200, 'text/csv; charset=utf-8', body, { 'content-disposition': `attachment; filename="catraca-margin-${f.from}-${f.to}.csv"` });

@@ -1,6 +1,6 @@
 import { amount, dateTime, int } from '../../web/format.ts';
 import { html, type SafeHtml } from '../../web/html.ts';
-import type { DayTotal, MarginRow, ShortfallRow } from '../money.ts';
+import type { DayTotal, MarginRow, MarginTotals, ShortfallRow } from '../money.ts';
 import { table, type ViewCtx } from './layout.ts';
 
 /** Margin as a percentage of revenue, one decimal ("—" without revenue). */
@@ -43,7 +43,7 @@ export interface MoneyPageData {
   model: string;
   rows: MarginRow[];
   days: DayTotal[];
-  totals: { requests: number; revenue_micros: bigint; vendor_cost_micros: bigint; uncosted: number };
+  totals: MarginTotals;
   csvHref: string;
 }
 
@@ -67,6 +67,13 @@ export function moneyPage(c: ViewCtx, d: MoneyPageData): SafeHtml {
 <div><span class="muted">${c.t('money.margin')}</span><div class="big" data-testid="total-margin">${amount(c.lang, t.revenue_micros - t.vendor_cost_micros)}</div>
 <span class="muted">${marginPercent(c, t.revenue_micros, t.vendor_cost_micros)} · ${c.t('money.requests', { n: int(c.lang, t.requests) })}</span></div>
 </section>
+<section class="card stat" data-testid="money-batch-totals">
+<div><span class="muted">${c.t('money.batch_revenue')}</span><div class="big" data-testid="batch-revenue">${amount(c.lang, t.batch_revenue_micros)}</div></div>
+<div><span class="muted">${c.t('money.batch_vendor_cost')}</span><div class="big" data-testid="batch-cost">${amount(c.lang, t.batch_vendor_cost_micros)}</div></div>
+<div><span class="muted">${c.t('money.batch_margin')}</span><div class="big" data-testid="batch-margin">${amount(c.lang, t.batch_revenue_micros - t.batch_vendor_cost_micros)}</div>
+<span class="muted">${marginPercent(c, t.batch_revenue_micros, t.batch_vendor_cost_micros)} · ${c.t('money.batch_lines', { n: int(c.lang, t.batch_requests) })}</span></div>
+</section>
+<p class="muted"><small>${c.t('money.batch_note')}</small></p>
 ${t.uncosted ? html`<p class="error" data-testid="uncosted">${c.t('money.uncosted', { n: int(c.lang, t.uncosted) })}</p>` : ''}
 <section class="card"><h2>${c.t('money.chart')}</h2>${marginChart(c, d.days)}</section>
 <section class="card"><h2>${c.t('money.table')}</h2>${table(
@@ -84,6 +91,9 @@ ${t.uncosted ? html`<p class="error" data-testid="uncosted">${c.t('money.uncoste
       { text: c.t('money.vendor_cost'), num: true },
       { text: c.t('money.margin'), num: true },
       { text: '%', num: true },
+      { text: c.t('money.batch_revenue'), num: true },
+      { text: c.t('money.batch_vendor_cost'), num: true },
+      { text: c.t('money.batch_margin'), num: true },
     ],
     d.rows.map(
       (r) => html`<tr data-testid="margin-row" data-day="${r.day}" data-model="${r.model}" data-tenant="${r.tenant_id}">
@@ -92,7 +102,14 @@ ${t.uncosted ? html`<p class="error" data-testid="uncosted">${c.t('money.uncoste
 <td class="num" data-testid="row-revenue">${amount(c.lang, r.revenue_micros)}</td>
 <td class="num" data-testid="row-cost">${r.uncosted === r.requests ? '—' : amount(c.lang, r.vendor_cost_micros)}</td>
 <td class="num" data-testid="row-margin">${r.uncosted === r.requests ? '—' : amount(c.lang, r.revenue_micros - r.vendor_cost_micros)}</td>
-<td class="num">${r.uncosted === r.requests ? '—' : marginPercent(c, r.revenue_micros, r.vendor_cost_micros)}</td></tr>`,
+<td class="num">${r.uncosted === r.requests ? '—' : marginPercent(c, r.revenue_micros, r.vendor_cost_micros)}</td>
+${
+  r.batch_requests === 0
+    ? html`<td class="num" data-testid="row-batch-revenue">—</td><td class="num" data-testid="row-batch-cost">—</td><td class="num" data-testid="row-batch-margin">—</td>`
+    : html`<td class="num" data-testid="row-batch-revenue">${amount(c.lang, r.batch_revenue_micros)}</td>
+<td class="num" data-testid="row-batch-cost">${r.uncosted === r.requests ? '—' : amount(c.lang, r.batch_vendor_cost_micros)}</td>
+<td class="num" data-testid="row-batch-margin">${r.uncosted === r.requests ? '—' : amount(c.lang, r.batch_revenue_micros - r.batch_vendor_cost_micros)}</td>`
+}</tr>`,
     ),
   )}</section>`;
 }
