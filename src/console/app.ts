@@ -11,6 +11,7 @@ import { renderer } from './render.ts';
 import { loginRoutes, logoutRoutes } from './routes/auth.ts';
 import { catalogRoutes } from './routes/catalog.ts';
 import { fxRoutes } from './routes/fx.ts';
+import { batchRoutes } from './routes/batches.ts';
 import { moneyRoutes } from './routes/money.ts';
 import { nfseRoutes } from './routes/nfse.ts';
 import { publicRoutes, systemRoutes } from './routes/system.ts';
@@ -50,6 +51,7 @@ export function createConsoleApp(d: ConsoleDeps): Hono<ConsoleEnv> {
   app.route('/', tenantRoutes(d, r));
   app.route('/', catalogRoutes(d, r));
   app.route('/', moneyRoutes(d.db, r));
+  app.route('/', batchRoutes(d.db, r));
   app.route('/', nfseRoutes(d.db, r));
   app.route('/', fxRoutes(d, r));
   app.route('/', systemRoutes(d.db, r));

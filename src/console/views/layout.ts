@@ -22,6 +22,7 @@ export const NAV = [
   ['/catalog', 'nav.catalog'],
   ['/money', 'nav.money'],
   ['/fx', 'nav.fx'],
+  ['/batches', 'nav.batches'],
   ['/shortfalls', 'nav.shortfalls'],
   ['/pix', 'nav.pix'],
   ['/nfse', 'nav.nfse'],
