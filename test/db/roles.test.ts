@@ -40,6 +40,7 @@ import { cleanUp } from '../../src/portal/cleanup.ts';
 import { putFlash, takeFlash } from '../../src/portal/flash.ts';
 import { acceptInvitation, changeRole, invite, listInvitations, openInvitation, removeMember, revokeInvitation } from '../../src/portal/members.ts';
 import { listMembers } from '../../src/db/members.ts';
+import { batchFile, listBatches } from '../../src/portal/batches.ts';
 import { exportQuery } from '../../src/portal/exports.ts';
 import { dailySpend, ledgerPage, spendByEndUser, spendByKey, spendByModel } from '../../src/portal/usage.ts';
 import { sweepExpiredResponses } from '../../src/db/responses.ts';
@@ -52,6 +53,7 @@ import { ledgerCheck } from '../../src/billing/ledger-check.ts';
 import { audit, listAudit } from '../../src/console/audit.ts';
 import { createOperator, disableOperator, listOperators, operatorSessions } from '../../src/console/auth.ts';
 import { loadCatalog, setVendorCost } from '../../src/console/catalog.ts';
+import { listAllBatches } from '../../src/console/batches.ts';
 import { marginRows, shortfalls } from '../../src/console/money.ts';
 import { chargeStates, listCharges, reconcilerStatus } from '../../src/console/pix.ts';
 import { getTenantDetail, listTenants, statement } from '../../src/console/tenants.ts';
@@ -276,6 +278,10 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       await spendByKey(db, f.tenant);
       await ledgerPage(db, f.tenant, 0);
     },
+    'Lotes: the tenant’s batches with their spend, a batch’s files (migration 089)': async (db) => {
+      expect((await listBatches(db, f.tenant, 1)).rows).toEqual([]);
+      for (const kind of ['output', 'errors', 'results'] as const) expect(await batchFile(db, f.tenant, `batch_${'0'.repeat(24)}`, kind)).toBeNull();
+    },
     // (members.ts runs its own transactions: on the portal's pool, committed, in the fixture's tenant)
     'members: invite, accept, list, change a role, remove; invitations revoked': async () => {
       const db = pools.portal;
@@ -447,6 +453,7 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       await loadCatalog(db);
       await marginRows(db, { from: '2026-01-01', to: '2026-01-31' });
       await shortfalls(db);
+      await listAllBatches(db, { status: 'completed' }, 1);
     },
     // (a read-only snapshot of its own: it needs the pool)
     'ledger check': () => ledgerCheck(pools.console),
@@ -536,6 +543,9 @@ const REFUSED: Record<LoginRole, Record<string, () => [string, unknown[]?]>> = {
     'change an event': () => [`update notify_events set data = '{}'`],
     'reset the depleted state': () => ['update notify_tenants set depleted_fired = false'],
     catraca_notify_keys: () => ['select * from catraca_notify_keys($1)', [[K()]]],
+    // the Lotes page only reads: no batch changed, no file's key or upload read
+    'change a batch': () => [`update batches set status = 'cancelled' where tenant_id = $1`, [T()]],
+    'read which key uploaded a file': () => ['select key_id from batch_files'],
   },
   console: {
     'update the audit log': () => [`update console_audit set reason = 'rewritten'`],
