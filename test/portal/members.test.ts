@@ -135,7 +135,9 @@ describe('invitations by e-mail link', () => {
     const c = client();
     const page = await c.get(link);
     expect(page.status).toBe(200);
-    expect(page.text).toContain(`${o.email} convidou ${lower} para entrar em ${o.email} no catraca como Desenvolvedor (as próprias chaves, uso, resultados de lotes).`);
+    expect(page.text).toContain(
+      `${o.email} convidou ${lower} para entrar em ${o.email} no catraca como Desenvolvedor (as próprias chaves, uso, resultados de lotes).`,
+    );
     const accepted = await c.post('/invite', { _csrf: PortalClient.csrf(page.text), token, password: PASSWORD });
     expect(accepted.status).toBe(303);
     expect(accepted.location).toBe('/dashboard');
