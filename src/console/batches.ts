@@ -2,7 +2,7 @@ import type { DbClient } from '../db/pool.ts';
 
 // Batches across tenants (issue 30), for the console's "Lotes" page: OpenAI's Batch API and
 // Anthropic's Message Batches (one table, `batches`), newest first, with each batch's tenant, lines
-// and spend (the ledger's debits naming the batch, ledger.batch_id; migration 089's index).
+// and spend (the ledger's debits naming the batch, ledger.batch_id; the index ledger_batch_id of migration 090).
 
 export const BATCH_STATUSES = ['validating', 'in_progress', 'finalizing', 'cancelling', 'completed', 'cancelled', 'expired', 'failed'] as const;
 export const CONSOLE_BATCHES_PAGE = 50;

@@ -5,6 +5,5 @@
 grant select on batches, batch_results to catraca_portal;
 grant select (id, tenant_id, content, expires_at) on batch_files to catraca_portal;
 
--- A batch's spend is summed over the ledger rows naming it (the portal per page of batches, the
--- console per batch); only batch lines carry a batch_id.
-create index ledger_batch on ledger (batch_id) where batch_id is not null;
+-- A batch's spend is summed over the ledger rows naming it: the partial index ledger_batch_id
+-- (migration 090) serves it.
