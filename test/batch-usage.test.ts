@@ -9,7 +9,7 @@ import { startStack, type TestStack } from './helpers/stack.ts';
 let stack: TestStack;
 
 beforeAll(async () => {
-  stack = await startStack({ env: { BATCH_CONCURRENCY: '4' } });
+  stack = await startStack({ env: { BATCH_CONCURRENCY: '4', BATCH_RETENTION_DAYS: '7' } });
 }, 60000);
 
 afterAll(async () => {
@@ -94,8 +94,22 @@ describe('Batch object: model, usage, output_expires_after', () => {
     // output_expires_after: one hour from the output file's creation, not BATCH_RETENTION_DAYS
     const out = await client.files.retrieve(ended.output_file_id as string);
     expect((out.expires_at as number) - out.created_at).toBe(3600);
-    // the input file keeps the retention period (30 days)
-    expect((file.expires_at as number) - file.created_at).toBe(30 * 86400);
+    // the input file keeps the retention period (BATCH_RETENTION_DAYS, 7 here)
+    expect((file.expires_at as number) - file.created_at).toBe(7 * 86400);
+  }, 60_000);
+
+  it("files.create's expires_after: shorter than the retention period is kept; longer is capped at it", async () => {
+    const t = await stack.tenant('1');
+    const client = clientOf(t.key);
+    const body = async () => toFile(Buffer.from(`${chatLine(0)}\n`), 'in.jsonl');
+    const short = await client.files.create({ file: await body(), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 7200 } });
+    expect((short.expires_at as number) - short.created_at).toBe(7200);
+    const long = await client.files.create({ file: await body(), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 2592000 } });
+    expect((long.expires_at as number) - long.created_at).toBe(7 * 86400);
+    const err = await client.files.create({ file: await body(), purpose: 'batch', expires_after: { anchor: 'created_at', seconds: 60 } }).catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError);
+    expect(err.param).toBe('expires_after.seconds');
+    expect((await client.files.list()).data.map((f) => f.id).sort()).toEqual([short.id, long.id].sort());
   }, 60_000);
 
   it('model is null when the lines name different models; a bad output_expires_after is a 400 naming it', async () => {
