@@ -338,9 +338,19 @@ export interface RoutePhase {
 const MOCK_KEY = 'sk-mock-upstream-bench';
 
 /** The route's direct phase (the same load straight to the mock, in the API the gateway speaks to it), then its gateway phase. */
-async function measureRoute(
+export async function measureRoute(
   stack: StackHandle,
-  o: { route: StackRoute; round: number; label: string; base: LoadOptions; pollMs: number; goals: Scenario['goals']; log: (s: string) => void },
+  o: {
+    route: StackRoute;
+    round: number;
+    label: string;
+    base: LoadOptions;
+    pollMs: number;
+    goals: Scenario['goals'];
+    log: (s: string) => void;
+    /** the gateway phase's measured part begins and ends (bench/batch-interactive.ts reads the batch's progress then) */
+    onGatewayMeasure?: (edge: 'start' | 'end') => void;
+  },
 ): Promise<RoutePhase> {
   const { route, base, log } = o;
   const name = (who: string) => (o.label ? `${who} ${o.label}` : who);
@@ -405,6 +415,7 @@ async function measureRoute(
         onMeasure: (edge) => {
           if (edge === 'start') measure0 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
           else measure1 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);
+          o.onGatewayMeasure?.(edge);
         },
       },
     ),

@@ -28,11 +28,21 @@ it("a batch row as OpenAI's Batch object", () => {
     cancelled_at: null,
     expired_at: null,
     expires_at: at(1000 + 86400),
+    model: 'sim/embed',
+    output_expires_seconds: null,
   };
-  expect(batchObject(row)).toEqual({
+  const usage = {
+    input_tokens: 30,
+    input_tokens_details: { cached_tokens: 4 },
+    output_tokens: 0,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: 30,
+  };
+  expect(batchObject(row, usage)).toEqual({
     id: row.id,
     object: 'batch',
     endpoint: '/v1/embeddings',
+    model: 'sim/embed',
     errors: null,
     input_file_id: 'file-1',
     completion_window: '24h',
@@ -49,7 +59,16 @@ it("a batch row as OpenAI's Batch object", () => {
     cancelling_at: null,
     cancelled_at: null,
     request_counts: { total: 3, completed: 2, failed: 1 },
+    usage,
     metadata: { a: 'b' },
+  });
+  // a batch none of whose lines was billed yet
+  expect(batchObject({ ...row, model: null }).usage).toEqual({
+    input_tokens: 0,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: 0,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: 0,
   });
   expect(newBatchId(0x10)).toMatch(/^batch_000000000010[0-9a-f]{12}$/);
 });

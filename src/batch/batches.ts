@@ -36,6 +36,51 @@ export interface BatchRow {
   cancelled_at: Date | null;
   expired_at: Date | null;
   expires_at: Date;
+  /** the model every line names; null when they differ */
+  model: string | null;
+  /** output_expires_after.seconds: how long the output and error files are kept (null: BATCH_RETENTION_DAYS) */
+  output_expires_seconds: number | null;
+}
+
+/** OpenAI's Batch `usage`: the tokens of the lines billed so far, from their ledger debits. */
+export interface BatchUsage {
+  input_tokens: number;
+  input_tokens_details: { cached_tokens: number };
+  output_tokens: number;
+  output_tokens_details: { reasoning_tokens: number };
+  total_tokens: number;
+}
+
+const NO_USAGE: BatchUsage = {
+  input_tokens: 0,
+  input_tokens_details: { cached_tokens: 0 },
+  output_tokens: 0,
+  output_tokens_details: { reasoning_tokens: 0 },
+  total_tokens: 0,
+};
+
+/** The usage of each batch, summed over its lines' debits (ledger.batch_id, index ledger_batch_id). */
+export async function batchUsage(db: DbClient, tenantId: string, ids: string[]): Promise<Map<string, BatchUsage>> {
+  const out = new Map<string, BatchUsage>();
+  if (ids.length === 0) return out;
+  const { rows } = await db.query<{ batch_id: string; input: string; cached: string; output: string; reasoning: string }>(
+    `select batch_id, coalesce(sum(input_tokens), 0)::text as input, coalesce(sum(cached_tokens), 0)::text as cached,
+            coalesce(sum(output_tokens), 0)::text as output, coalesce(sum(reasoning_tokens), 0)::text as reasoning
+       from ledger where batch_id = any($1) and tenant_id = $2 and kind = 'debit' group by batch_id`,
+    [ids, tenantId],
+  );
+  for (const r of rows) {
+    const input = Number(r.input);
+    const output = Number(r.output);
+    out.set(r.batch_id, {
+      input_tokens: input,
+      input_tokens_details: { cached_tokens: Number(r.cached) },
+      output_tokens: output,
+      output_tokens_details: { reasoning_tokens: Number(r.reasoning) },
+      total_tokens: input + output,
+    });
+  }
+  return out;
 }
 
 export const batchNotFound = (id: string) => new CatracaError(404, 'invalid_request_error', 'batch_not_found', `No batch found with id '${id}'.`, 'id');
@@ -46,11 +91,12 @@ export function newBatchId(now = Date.now()): string {
   return `batch_${now.toString(16).padStart(12, '0')}${randomBytes(6).toString('hex')}`;
 }
 
-export function batchObject(b: BatchRow) {
+export function batchObject(b: BatchRow, usage: BatchUsage = NO_USAGE) {
   return {
     id: b.id,
     object: 'batch' as const,
     endpoint: b.endpoint,
+    model: b.model ?? null,
     errors: null,
     input_file_id: b.input_file_id,
     completion_window: b.completion_window,
@@ -67,6 +113,7 @@ export function batchObject(b: BatchRow) {
     cancelling_at: seconds(b.cancelling_at),
     cancelled_at: seconds(b.cancelled_at),
     request_counts: { total: b.total, completed: b.completed, failed: b.failed },
+    usage,
     metadata: b.metadata,
   };
 }
@@ -79,6 +126,10 @@ const CreateSchema = z
     metadata: z
       .record(z.string().max(64), z.string().max(512))
       .refine((m) => Object.keys(m).length <= 16, 'metadata holds at most 16 pairs')
+      .nullish(),
+    output_expires_after: z
+      .object({ anchor: z.literal('created_at'), seconds: z.number().int().min(3600).max(2592000) })
+      .strict()
       .nullish(),
   })
   .strict();
@@ -100,7 +151,7 @@ export async function insertBatch(db: DbClient, key: ApiKeyRecord, rawBody: Buff
     const { message, param } = describeIssue(parsed.error);
     throw errors.badRequest(message, param);
   }
-  const { input_file_id, endpoint, completion_window, metadata } = parsed.data;
+  const { input_file_id, endpoint, completion_window, metadata, output_expires_after } = parsed.data;
   const { rows: files } = await db.query<{ content: Buffer }>(
     "select content from batch_files where id = $1 and tenant_id = $2 and purpose = 'batch' and expires_at > now()",
     [input_file_id, key.tenant_id],
@@ -118,10 +169,23 @@ export async function insertBatch(db: DbClient, key: ApiKeyRecord, rawBody: Buff
       'mismatched_endpoint',
     );
   }
+  const models = new Set(lines.map((l) => (typeof l.body.model === 'string' ? l.body.model : null)));
+  const model = models.size === 1 ? [...models][0]! : null;
   const { rows } = await db.query<BatchRow>(
-    `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, metadata, status, total, expires_at)
-     values ($1, $2, $3, $4, $5, $6, $7, 'validating', $8, now() + interval '24 hours') returning *`,
-    [newBatchId(), key.tenant_id, key.id, input_file_id, endpoint, completion_window, metadata ?? null, lines.length],
+    `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, metadata, status, total, expires_at, model, output_expires_seconds)
+     values ($1, $2, $3, $4, $5, $6, $7, 'validating', $8, now() + interval '24 hours', $9, $10) returning *`,
+    [
+      newBatchId(),
+      key.tenant_id,
+      key.id,
+      input_file_id,
+      endpoint,
+      completion_window,
+      metadata ?? null,
+      lines.length,
+      model,
+      output_expires_after?.seconds ?? null,
+    ],
   );
   return { row: rows[0], lines };
 }
@@ -134,7 +198,7 @@ export async function loadBatch(db: DbClient, tenantId: string, id: string, api:
 export async function getBatchBody(db: DbClient, key: ApiKeyRecord, id: string) {
   const b = await loadBatch(db, key.tenant_id, id);
   if (!b) throw batchNotFound(id);
-  return batchObject(b);
+  return batchObject(b, (await batchUsage(db, key.tenant_id, [b.id])).get(b.id));
 }
 
 /**
@@ -171,6 +235,12 @@ export async function listBatchesBody(db: DbClient, key: ApiKeyRecord, query: UR
     "select * from batches where tenant_id = $1 and api = 'openai' and ($2::text is null or id < $2) order by id desc limit $3",
     [key.tenant_id, after ?? null, limit + 1],
   );
-  const data = rows.slice(0, limit).map(batchObject);
+  const page = rows.slice(0, limit);
+  const usage = await batchUsage(
+    db,
+    key.tenant_id,
+    page.map((b) => b.id),
+  );
+  const data = page.map((b) => batchObject(b, usage.get(b.id)));
   return { object: 'list' as const, data, first_id: data[0]?.id ?? null, last_id: data[data.length - 1]?.id ?? null, has_more: rows.length > limit };
 }

@@ -62,7 +62,24 @@ describe('readUpload', () => {
     form.set('file', new Blob([line('a')]), 'in.jsonl');
     const { body, type } = await multipart(form);
     const upload = await readUpload(body, type);
-    expect(upload).toEqual({ purpose: 'batch', filename: 'in.jsonl', content: Buffer.from(line('a')) });
+    expect(upload).toEqual({ purpose: 'batch', filename: 'in.jsonl', content: Buffer.from(line('a')), expiresAfterSeconds: null });
+  });
+
+  it("takes OpenAI's expires_after as the SDK sends it (expires_after[anchor], expires_after[seconds]); refuses one out of range", async () => {
+    const form = new FormData();
+    form.set('purpose', 'batch');
+    form.set('expires_after[anchor]', 'created_at');
+    form.set('expires_after[seconds]', '7200');
+    form.set('file', new Blob([line('a')]), 'in.jsonl');
+    let m = await multipart(form);
+    expect((await readUpload(m.body, m.type)).expiresAfterSeconds).toBe(7200);
+    form.set('expires_after[seconds]', '3599');
+    m = await multipart(form);
+    await expect(readUpload(m.body, m.type)).rejects.toMatchObject({ status: 400, param: 'expires_after.seconds' });
+    form.set('expires_after[seconds]', '2592000');
+    form.set('expires_after[anchor]', 'last_active_at');
+    m = await multipart(form);
+    await expect(readUpload(m.body, m.type)).rejects.toMatchObject({ status: 400, param: 'expires_after.anchor' });
   });
 
   it('refuses another purpose, a missing file, another content type', async () => {

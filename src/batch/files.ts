@@ -118,7 +118,10 @@ export function parseBatchFile(content: Buffer, maxLines: number, schema: z.ZodT
 }
 
 /** The upload's fields, from its multipart/form-data body (undici's parser, the one `fetch` uses). */
-export async function readUpload(body: Buffer, contentType: string): Promise<{ purpose: string; filename: string; content: Buffer }> {
+export async function readUpload(
+  body: Buffer,
+  contentType: string,
+): Promise<{ purpose: string; filename: string; content: Buffer; expiresAfterSeconds: number | null }> {
   if (!/^multipart\/form-data\s*;/i.test(contentType)) {
     throw new CatracaError(415, 'invalid_request_error', 'unsupported_media_type', 'POST /v1/files takes multipart/form-data (fields "purpose" and "file").');
   }
@@ -136,7 +139,20 @@ export async function readUpload(body: Buffer, contentType: string): Promise<{ p
   const file = form.get('file');
   if (file === null || typeof file === 'string') throw errors.badRequest("Missing required parameter: 'file'.", 'file');
   const filename = (file.name || 'upload.jsonl').replace(/\p{Cc}/gu, '').slice(0, 255) || 'upload.jsonl';
-  return { purpose, filename, content: Buffer.from(await file.arrayBuffer()) };
+  return { purpose, filename, content: Buffer.from(await file.arrayBuffer()), expiresAfterSeconds: expiresAfter(form) };
+}
+
+/** OpenAI's `expires_after` (`expires_after[anchor]=created_at`, `expires_after[seconds]` 3600–2592000), as the SDK sends it in the form. */
+function expiresAfter(form: FormData): number | null {
+  const anchor = form.get('expires_after[anchor]');
+  const seconds = form.get('expires_after[seconds]');
+  if (anchor === null && seconds === null) return null;
+  if (anchor !== 'created_at') throw errors.badRequest("Invalid value for 'expires_after.anchor': only 'created_at' is supported.", 'expires_after.anchor');
+  const n = typeof seconds === 'string' && /^\d+$/.test(seconds) ? Number(seconds) : Number.NaN;
+  if (!(n >= 3600 && n <= 2592000)) {
+    throw errors.badRequest("Invalid value for 'expires_after.seconds': an integer from 3600 (1 hour) to 2592000 (30 days).", 'expires_after.seconds');
+  }
+  return n;
 }
 
 const COLUMNS = 'id, purpose, filename, bytes, lines, created_at, expires_at';
@@ -148,9 +164,21 @@ export async function createFile(db: DbClient, key: ApiKeyRecord, limits: FileLi
   const lines = parseBatchFile(upload.content, limits.maxLines);
   const { rows } = await db.query<StoredFile>(
     `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, now() + make_interval(days => $9::int))
+     values ($1, $2, $3, $4, $5, $6, $7, $8,
+             now() + least(make_interval(days => $9::int), coalesce(make_interval(secs => $10::int), make_interval(days => $9::int))))
      returning ${COLUMNS}`,
-    [newFileId(), key.tenant_id, key.id, upload.purpose, upload.filename, upload.content.byteLength, lines.length, upload.content, limits.retentionDays],
+    [
+      newFileId(),
+      key.tenant_id,
+      key.id,
+      upload.purpose,
+      upload.filename,
+      upload.content.byteLength,
+      lines.length,
+      upload.content,
+      limits.retentionDays,
+      upload.expiresAfterSeconds,
+    ],
   );
   return fileObject(rows[0]);
 }

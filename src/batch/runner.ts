@@ -26,7 +26,7 @@ import { embeddings } from '../protocols/embeddings/index.ts';
 import { messages } from '../protocols/messages/index.ts';
 import { responses } from '../protocols/responses/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
-import { type BatchRow, batchObject, cancelBatch, insertBatch } from './batches.ts';
+import { type BatchRow, batchObject, batchUsage, cancelBatch, insertBatch } from './batches.ts';
 import { type BatchLine, newFileId, parseBatchFile, RunnableLineSchema } from './files.ts';
 
 const log = createLogger('gateway');
@@ -191,7 +191,7 @@ export class BatchRunner {
   /** POST /v1/batches/{id}/cancel: `cancelling`, and ended at once when no line is left to run. */
   async cancel(key: ApiKeyRecord, id: string) {
     const row = await cancelBatch(this.door.db, key, id);
-    return batchObject((await this.finalizeIfDone(id)) ?? row);
+    return batchObject((await this.finalizeIfDone(id)) ?? row, (await batchUsage(this.door.db, key.tenant_id, [id])).get(id));
   }
 
   /**
@@ -440,8 +440,9 @@ async function writeFile(client: DbClient, batch: BatchRow, filename: string, li
   const id = newFileId();
   await client.query(
     `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
-     values ($1, $2, $3, 'batch_output', $4, $5, $6, $7, now() + make_interval(days => $8::int))`,
-    [id, batch.tenant_id, batch.key_id, filename, content.byteLength, lines.length, content, retentionDays],
+     values ($1, $2, $3, 'batch_output', $4, $5, $6, $7,
+             now() + least(make_interval(days => $8::int), coalesce(make_interval(secs => $9::int), make_interval(days => $8::int))))`,
+    [id, batch.tenant_id, batch.key_id, filename, content.byteLength, lines.length, content, retentionDays, batch.output_expires_seconds ?? null],
   );
   return id;
 }

@@ -1,0 +1,322 @@
+import { writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { credit } from '../src/billing/ledger.ts';
+import { type Cell, table } from '../src/cli/table.ts';
+import { createApiKey } from '../src/db/keys.ts';
+import { createPool } from '../src/db/pool.ts';
+import { createTenant } from '../src/db/tenants.ts';
+import type { LoadOptions } from './load/runner.ts';
+import { readCpuSeconds, readCpuSecondsOfTree, ROOT } from './procs.ts';
+import { measureRoute, type RoutePhase, startStack } from './run-stack.ts';
+import { scenarios } from './scenarios.ts';
+import { localPoolsFor, parseRoutes } from './stack-routes.ts';
+
+// Interactive traffic beside a queue-mode batch, in one sitting on one stack:
+//   1. quiet:       stream-500 (or --scenario) through the gateway, no batch;
+//   2. batch alone: a --lines-line chat batch (another tenant's) created and run for --alone s: lines/s;
+//   3. with batch:  the same interactive load while the batch keeps running: p50/p99, CPU, lines/s;
+//   4. quiet again: the batch cancelled (its running lines finish), the interactive load once more.
+// Each interactive phase has its direct phase beside it (bench/run-stack.ts's measureRoute), so the
+// added latency is the gateway's over the mock's own at that moment. The batch's lines go to the
+// same mock model (bench/mock) through the same front door: BATCH_CONCURRENCY lines at once, none
+// while BATCH_PAUSE_IN_FLIGHT interactive requests are in flight at the door (--concurrency and
+// --pause-in-flight set them for the front door).
+
+const HELP = `usage: npx tsx bench/batch-interactive.ts [options]
+
+  --scenario NAME        interactive load (default stream-500)
+  --duration S           each interactive phase's measured part (default: the scenario's)
+  --warmup S             (default: the scenario's)
+  --lines N              lines of the batch (default 50000)
+  --alone S              seconds the batch runs alone, measured (default 20)
+  --concurrency N        BATCH_CONCURRENCY of the front door (default: the gateway's default)
+  --pause-in-flight N    BATCH_PAUSE_IN_FLIGHT of the front door (default: the gateway's default)
+  --local-pools LIST     default openai,sim (with --workers 0, the front door serves every job)
+  --workers N            default 0
+`;
+
+interface BatchCounts {
+  status: string;
+  completed: number;
+  failed: number;
+  total: number;
+}
+
+async function api(url: string, key: string, path: string, init: RequestInit = {}): Promise<Record<string, any>> {
+  const res = await fetch(url + path, { ...init, headers: { authorization: `Bearer ${key}`, ...(init.headers ?? {}) } });
+  const body = await res.json();
+  if (!res.ok) throw new Error(`${init.method ?? 'GET'} ${path}: ${res.status} ${JSON.stringify(body)}`);
+  return body;
+}
+
+async function counts(url: string, key: string, id: string): Promise<BatchCounts & { at: number }> {
+  const b = await api(url, key, `/batches/${id}`);
+  return { status: b.status, ...b.request_counts, at: Date.now() };
+}
+
+/** CPU seconds of the stack's processes and PostgreSQL, now. */
+function cpuNow(procs: Array<{ name: string; pid: number }>, postmasterPid: number | null): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const p of procs) if (p.name !== 'mock-upstream') out[p.name] = readCpuSeconds(p.pid) ?? 0;
+  if (postmasterPid) out.postgres = readCpuSecondsOfTree(postmasterPid);
+  return out;
+}
+
+function cpuMsPer(a: Record<string, number>, b: Record<string, number>, n: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  let total = 0;
+  for (const k of Object.keys(b)) {
+    const ms = ((b[k]! - (a[k] ?? 0)) * 1000) / Math.max(1, n);
+    out[k] = Math.round(ms * 1000) / 1000;
+    total += ms;
+  }
+  out.stack = Math.round(total * 1000) / 1000;
+  return out;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const { values: v } = parseArgs({
+    args: argv,
+    options: {
+      scenario: { type: 'string' },
+      duration: { type: 'string' },
+      warmup: { type: 'string' },
+      lines: { type: 'string' },
+      alone: { type: 'string' },
+      concurrency: { type: 'string' },
+      'pause-in-flight': { type: 'string' },
+      'local-pools': { type: 'string' },
+      workers: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  });
+  if (v.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const log = (s: string) => process.stderr.write(s + '\n');
+  const scenarioName = v.scenario ?? 'stream-500';
+  const sc = scenarios[scenarioName];
+  if (!sc) throw new Error(`unknown scenario ${scenarioName}`);
+  const lines = Number(v.lines ?? 50000);
+  const aloneS = Number(v.alone ?? 20);
+  const [route] = parseRoutes('chat');
+  const gatewayEnv: Record<string, string> = {};
+  if (v.concurrency) gatewayEnv.BATCH_CONCURRENCY = v.concurrency;
+  if (v['pause-in-flight']) gatewayEnv.BATCH_PAUSE_IN_FLIGHT = v['pause-in-flight'];
+  const stack = await startStack({
+    natsUrl: process.env.NATS_URL,
+    workers: Number(v.workers ?? 0),
+    localPools: localPoolsFor(v['local-pools'] ?? 'openai,sim', [route!]),
+    gatewayEnv,
+    mock: sc.mock,
+  });
+  const abort = () => void stack.stop().finally(() => process.exit(130));
+  process.once('SIGINT', abort);
+  process.once('SIGTERM', abort);
+  const base: LoadOptions = {
+    mode: sc.concurrency ? 'closed' : 'open',
+    ...(sc.rate ? { rate: sc.rate } : {}),
+    ...(sc.concurrency ? { concurrency: sc.concurrency } : {}),
+    durationS: v.duration ? Number(v.duration) : sc.durationS,
+    warmupS: v.warmup ? Number(v.warmup) : sc.warmupS,
+    stream: sc.stream,
+    maxTokens: sc.maxTokens,
+    prompt: sc.prompt,
+    timeoutMs: sc.timeoutMs,
+    maxInflight: sc.maxInflight,
+    lateMs: sc.lateMs,
+    client: 'http',
+  };
+  const startedAt = new Date();
+  const url = stack.gatewayUrl;
+  const phase = (label: string, onGatewayMeasure?: (edge: 'start' | 'end') => void) =>
+    measureRoute(stack, { route: route!, round: 1, label, base, pollMs: 10, goals: sc.goals, log, onGatewayMeasure });
+  const doc: Record<string, unknown> = { scenario: scenarioName, lines, alone_s: aloneS, gateway_env: gatewayEnv, started_at: startedAt.toISOString() };
+  try {
+    const quiet = await phase('quiet');
+
+    // the batch: another tenant's, so the interactive tenant's balance and ledger are its own
+    const db = createPool(stack.databaseUrl, 1);
+    const tenant = await createTenant(db, `bench batch ${startedAt.toISOString()}`);
+    await credit(db, { tenantId: tenant.id, amountMicros: 1_000_000_000n * 1_000_000n, source: 'grant', note: 'benchmark batch balance' });
+    const { key } = await createApiKey(db, { tenantId: tenant.id, label: 'bench batch', models: null });
+    const jsonl = Array.from({ length: lines }, (_, i) =>
+      JSON.stringify({
+        custom_id: `line-${i}`,
+        method: 'POST',
+        url: '/v1/chat/completions',
+        body: { model: 'bench/mock', max_tokens: sc.maxTokens, messages: [{ role: 'user', content: `${sc.prompt} (${i})` }] },
+      }),
+    ).join('\n');
+    const form = new FormData();
+    form.append('purpose', 'batch');
+    form.append('file', new Blob([jsonl], { type: 'application/jsonl' }), 'bench.jsonl');
+    const t0 = Date.now();
+    const file = await api(url, key, '/files', { method: 'POST', body: form });
+    const t1 = Date.now();
+    const batch = await api(url, key, '/batches', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }),
+    });
+    const t2 = Date.now();
+    log(`batch ${batch.id}: ${lines} lines, ${jsonl.length} bytes uploaded in ${t1 - t0} ms, created (enqueued) in ${t2 - t1} ms`);
+    let c = await counts(url, key, batch.id);
+    while (c.completed + c.failed === 0) {
+      await new Promise((r) => setTimeout(r, 200));
+      c = await counts(url, key, batch.id);
+    }
+    // the batch alone
+    const a0 = await counts(url, key, batch.id);
+    const cpuA0 = cpuNow(stack.procs, stack.postmasterPid);
+    await new Promise((r) => setTimeout(r, aloneS * 1000));
+    const a1 = await counts(url, key, batch.id);
+    const cpuA1 = cpuNow(stack.procs, stack.postmasterPid);
+    const aloneLines = a1.completed + a1.failed - (a0.completed + a0.failed);
+    const alone = {
+      lines: aloneLines,
+      failed: a1.failed - a0.failed,
+      lines_per_s: Math.round((aloneLines / ((a1.at - a0.at) / 1000)) * 10) / 10,
+      cpu_ms_per_line: cpuMsPer(cpuA0, cpuA1, aloneLines),
+    };
+    log(`batch alone: ${JSON.stringify(alone)}`);
+    // interactive beside the batch
+    // the batch's progress over the gateway phase's measured part only (not its direct phase)
+    let at0: Promise<BatchCounts & { at: number }> | undefined;
+    let at1: Promise<BatchCounts & { at: number }> | undefined;
+    const withBatch = await phase('with batch', (edge) => {
+      if (edge === 'start') at0 = counts(url, key, batch.id);
+      else at1 = counts(url, key, batch.id);
+    });
+    const b0 = await at0!;
+    const b1 = await at1!;
+    const besideLines = b1.completed + b1.failed - (b0.completed + b0.failed);
+    const beside = {
+      lines: besideLines,
+      failed: b1.failed - b0.failed,
+      lines_per_s: Math.round((besideLines / ((b1.at - b0.at) / 1000)) * 10) / 10,
+      status: b1.status,
+    };
+    log(`batch beside the interactive load (the gateway phase's measured part): ${JSON.stringify(beside)}`);
+    await api(url, key, `/batches/${batch.id}/cancel`, { method: 'POST' });
+    let end = await counts(url, key, batch.id);
+    while (end.status !== 'cancelled' && end.status !== 'completed') {
+      await new Promise((r) => setTimeout(r, 200));
+      end = await counts(url, key, batch.id);
+    }
+    log(`batch ended ${end.status}: completed ${end.completed}, failed ${end.failed}, total ${end.total}`);
+    const quiet2 = await phase('quiet again');
+
+    // every request settled: no hold left (metering may still be settling the last ones)
+    for (let i = 0; i < 100; i++) {
+      const open = await db.query('select count(*)::int as n from holds where tenant_id = any($1)', [[...stack.tenantIds, tenant.id]]);
+      if (open.rows[0].n === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    const { rows } = await db.query(
+      `select t.id, t.balance_micros::text as balance, t.held_micros::text as held,
+              (select count(*) from holds h where h.tenant_id = t.id)::int as open_holds,
+              (select count(*) from ledger l where l.tenant_id = t.id and l.kind = 'debit')::int as debits,
+              (select coalesce(sum(case when kind = 'credit' then amount_micros else -amount_micros end), 0) from ledger l where l.tenant_id = t.id)::text as ledger_balance
+         from tenants t where t.id = any($1)`,
+      [[...stack.tenantIds, tenant.id]],
+    );
+    await db.end();
+    const ledger = rows.map((r) => ({ ...r, balance_matches_ledger: r.balance === r.ledger_balance }));
+    const batchLedger = ledger.find((r) => r.id === tenant.id)!;
+
+    const summary = (p: RoutePhase) => {
+      const gw = p.results[1]!;
+      const direct = p.results[0]!;
+      return {
+        p50: gw.total_ms.p50,
+        p99: gw.total_ms.p99,
+        ttft_p99: gw.ttft_ms.p99,
+        direct_p50: direct.total_ms.p50,
+        direct_p99: direct.total_ms.p99,
+        errors: gw.errors.total,
+        requests: p.cpu_ms_per_request.requests,
+        gateway_ms: p.cpu_ms_per_request.ms.gateway ?? null,
+        stack_ms: p.cpu_ms_per_request.stack_ms,
+      };
+    };
+    const s = { quiet: summary(quiet), with_batch: summary(withBatch), quiet_again: summary(quiet2) };
+    const rowsOut: Cell[][] = [
+      ['interactive phase', 'p50 ms', 'p99 ms', 'direct p50 / p99', 'errors', 'gateway ms CPU/req', 'stack ms CPU/req', 'batch lines/s'],
+    ];
+    rowsOut.push([
+      'quiet',
+      s.quiet.p50,
+      s.quiet.p99,
+      `${s.quiet.direct_p50} / ${s.quiet.direct_p99}`,
+      s.quiet.errors,
+      s.quiet.gateway_ms ?? 'n/a',
+      s.quiet.stack_ms,
+      0,
+    ]);
+    rowsOut.push([
+      `with a ${lines}-line batch`,
+      s.with_batch.p50,
+      s.with_batch.p99,
+      `${s.with_batch.direct_p50} / ${s.with_batch.direct_p99}`,
+      s.with_batch.errors,
+      s.with_batch.gateway_ms ?? 'n/a',
+      s.with_batch.stack_ms,
+      beside.lines_per_s,
+    ]);
+    rowsOut.push([
+      'quiet again',
+      s.quiet_again.p50,
+      s.quiet_again.p99,
+      `${s.quiet_again.direct_p50} / ${s.quiet_again.direct_p99}`,
+      s.quiet_again.errors,
+      s.quiet_again.gateway_ms ?? 'n/a',
+      s.quiet_again.stack_ms,
+      0,
+    ]);
+    const quietP99 = Math.max(s.quiet.p99, s.quiet_again.p99);
+    const quietP50 = Math.max(s.quiet.p50, s.quiet_again.p50);
+    const within = {
+      p50_pct: Math.round(((s.with_batch.p50 - quietP50) / quietP50) * 1000) / 10,
+      p99_pct: Math.round(((s.with_batch.p99 - quietP99) / quietP99) * 1000) / 10,
+    };
+    Object.assign(doc, {
+      host: { cpus: os.cpus().length, node: process.version },
+      phases: s,
+      batch: { id: batch.id, upload_ms: t1 - t0, create_ms: t2 - t1, alone, beside, end },
+      interactive_vs_quiet_pct: within,
+      within_10_pct: within.p50_pct <= 10 && within.p99_pct <= 10,
+      ledger,
+      raw: { quiet, with_batch: withBatch, quiet_again: quiet2 },
+    });
+    const out = [
+      table(rowsOut),
+      `interactive with the batch vs the worse quiet phase: p50 ${within.p50_pct} %, p99 ${within.p99_pct} % (goal: within 10 %)`,
+      `batch alone: ${alone.lines} lines in ${aloneS} s = ${alone.lines_per_s} lines/s (${alone.failed} failed); CPU ms per line: ${JSON.stringify(alone.cpu_ms_per_line)}`,
+      `batch beside the interactive load: ${beside.lines} lines, ${beside.lines_per_s} lines/s`,
+      `batch ended ${end.status}: ${end.completed} completed, ${end.failed} failed of ${end.total}; its tenant: ${batchLedger.debits} debits, balance = ledger ${batchLedger.balance_matches_ledger}, open holds ${batchLedger.open_holds}`,
+      `ledger: ${JSON.stringify(ledger.map((r) => ({ debits: r.debits, open_holds: r.open_holds, balance_matches_ledger: r.balance_matches_ledger })))}`,
+    ];
+    const resultFile = join(ROOT, 'bench', 'results', `batch-interactive-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
+    writeFileSync(resultFile, JSON.stringify(doc, null, 2) + '\n');
+    out.push(`results: ${resultFile}`);
+    process.stdout.write(out.join('\n\n') + '\n');
+    return 0;
+  } finally {
+    await stack.stop();
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(resolve(process.argv[1])).href) {
+  main(process.argv.slice(2)).then(
+    (code) => process.exit(code),
+    (err) => {
+      process.stderr.write(`error: ${(err as Error).stack ?? err}\n`);
+      process.exit(2);
+    },
+  );
+}
