@@ -197,27 +197,6 @@ describe('Batch API, queue mode', () => {
     await expectBilledExactly(t.tenantId, 10_000_000n, await contentLines(client, ended.output_file_id));
   }, 60_000);
 
-  it('a balance that runs out fails the remaining lines with 402, never overspends', async () => {
-    // a line holds at most ~ (prompt + 16 output tokens) µBRL at R$1/R$2 per 1M: about 50 µBRL; 0,002 BRL covers some dozens
-    const t = await stack.tenant('0.002');
-    const client = clientOf(t.key);
-    const { batch } = await runBatch(
-      client,
-      Array.from({ length: 200 }, (_, i) => chatLine(i)),
-    );
-    const ended = await waitEnded(client, batch.id);
-    expect(ended.status).toBe('completed');
-    const output = await contentLines(client, ended.output_file_id);
-    const failed = await contentLines(client, ended.error_file_id);
-    expect(output.length).toBeGreaterThan(0);
-    expect(failed.length).toBeGreaterThan(0);
-    expect(ended.request_counts).toEqual({ total: 200, completed: output.length, failed: failed.length });
-    for (const l of failed)
-      expect(l.response).toMatchObject({ status_code: 402, body: { error: { type: 'insufficient_quota', code: 'insufficient_balance' } } });
-    await expectBilledExactly(t.tenantId, 2_000n, output);
-    expect(await balanceOf(t.tenantId)).toBeGreaterThanOrEqual(0n);
-  }, 60_000);
-
   it('cancel mid-batch: lines not run are not run nor billed; the batch ends cancelled', async () => {
     const t = await stack.tenant('10');
     const client = clientOf(t.key);
@@ -298,6 +277,99 @@ describe('Batch API, queue mode', () => {
     expect((await clientOf(b.key).batches.list()).data).toEqual([]);
     await waitEnded(client, batch.id);
   }, 60_000);
+});
+
+// One line at a time (BATCH_CONCURRENCY 1, one front door): which line the balance first refuses
+// is the run's, but every line before it answered, every line after it is the batch's 402.
+describe('Batch API, a balance that runs out mid-batch', () => {
+  let main: TestStack;
+  beforeAll(async () => {
+    main = stack;
+    stack = await startStack({ env: { BATCH_CONCURRENCY: '1' } });
+  }, 60000);
+  afterAll(async () => {
+    const own = stack;
+    stack = main;
+    await own?.stop();
+  });
+
+  it('line N refused 402 for the balance: every later line 402 without running, never overspends, the batch completed', async () => {
+    // a line holds (its prompt bound + 16 output tokens) at R$1/R$2 per 1M: some dozens of µBRL; R$ 0,002 covers some dozens of lines
+    const t = await stack.tenant('0.002');
+    const client = clientOf(t.key);
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 200 }, (_, i) => chatLine(i)),
+    );
+    const ended = await waitEnded(client, batch.id, 30_000);
+    expect(ended.status).toBe('completed');
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    const n = output.length;
+    expect(n).toBeGreaterThan(0);
+    expect(n).toBeLessThan(200);
+    // lines 0 … N-1 answered, line N refused by admission, N+1 … 199 never run
+    expect(output.map((l) => l.custom_id)).toEqual(Array.from({ length: n }, (_, i) => `req-${i}`));
+    expect(failed.map((l) => l.custom_id)).toEqual(Array.from({ length: 200 - n }, (_, i) => `req-${n + i}`));
+    expect(ended.request_counts).toEqual({ total: 200, completed: n, failed: 200 - n });
+    const [refused, ...notRun] = failed;
+    expect(refused.error).toBeNull();
+    expect(refused.response?.status_code).toBe(402);
+    expect(refused.response?.request_id).toMatch(/^gen-/);
+    expect(refused.response?.body).toEqual({
+      error: { message: expect.stringMatching(/^This request requires more credits/), type: 'insufficient_quota', code: 'insufficient_balance', param: null },
+    });
+    expect(notRun.length).toBe(199 - n);
+    for (const [i, l] of notRun.entries())
+      expect(l).toEqual({
+        id: `batch_req_${batch.id.slice(6)}_${n + 2 + i}`,
+        custom_id: `req-${n + 1 + i}`,
+        response: {
+          status_code: 402,
+          request_id: null,
+          body: {
+            error: {
+              message: `The balance ran out during this batch: request 'req-${n}' was refused for it, and this request was not run. Top up, then submit the requests not run in a new batch.`,
+              type: 'insufficient_quota',
+              code: 'insufficient_balance',
+              param: null,
+            },
+          },
+        },
+        error: null,
+      });
+    const { rows } = await stack.db.query('select out_of_balance_line, out_of_balance_at is not null as marked from batches where id = $1', [batch.id]);
+    expect(rows).toEqual([{ out_of_balance_line: n, marked: true }]);
+    // the refused line was never debited; the lines that ran exactly once each; balance = ledger, never below zero
+    const { rows: refusedRows } = await stack.db.query('select count(*)::int as n from ledger where request_id = $1', [refused.response?.request_id]);
+    expect(refusedRows[0].n).toBe(0);
+    await expectBilledExactly(t.tenantId, 2_000n, output);
+    expect(await balanceOf(t.tenantId)).toBeGreaterThanOrEqual(0n);
+  }, 90_000);
+
+  it('a key limit refusing a line fails that line only: the batch is not out of balance', async () => {
+    // a key limit of R$ 0,001 and a balance of R$ 10: the key's limit refuses, the balance never does
+    const t = await stack.tenant('10', { limitMicros: 1_000n });
+    const client = clientOf(t.key);
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 60 }, (_, i) => chatLine(i)),
+    );
+    const ended = await waitEnded(client, batch.id, 30_000);
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(output.length).toBeGreaterThan(0);
+    expect(failed.length).toBeGreaterThan(0);
+    expect(ended.request_counts).toEqual({ total: 60, completed: output.length, failed: failed.length });
+    for (const l of failed) {
+      expect(l.response?.status_code).toBe(402);
+      expect(l.response?.request_id).toMatch(/^gen-/);
+      expect(l.response?.body).toMatchObject({ error: { type: 'insufficient_quota', code: 'key_limit_exceeded' } });
+    }
+    const { rows } = await stack.db.query('select out_of_balance_line from batches where id = $1', [batch.id]);
+    expect(rows).toEqual([{ out_of_balance_line: null }]);
+    await expectBilledExactly(t.tenantId, 10_000_000n, output);
+  }, 90_000);
 });
 
 async function refusal(p: Promise<unknown>) {

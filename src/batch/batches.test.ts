@@ -28,6 +28,8 @@ it("a batch row as OpenAI's Batch object", () => {
     cancelled_at: null,
     expired_at: null,
     expires_at: at(1000 + 86400),
+    out_of_balance_at: null,
+    out_of_balance_line: null,
   };
   expect(batchObject(row)).toEqual({
     id: row.id,

@@ -36,6 +36,9 @@ export interface BatchRow {
   cancelled_at: Date | null;
   expired_at: Date | null;
   expires_at: Date;
+  /** when a line was first refused 402 for the tenant's balance: the lines not started then were not run (migration 087) */
+  out_of_balance_at: Date | null;
+  out_of_balance_line: number | null;
 }
 
 export const batchNotFound = (id: string) => new CatracaError(404, 'invalid_request_error', 'batch_not_found', `No batch found with id '${id}'.`, 'id');

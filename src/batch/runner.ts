@@ -53,6 +53,11 @@ const PROTOCOLS: Record<string, Protocol<ParsedRequest>> = {
 
 const LineMessageSchema = z.object({ batch_id: z.string(), line: z.number().int().nonnegative() });
 
+/** How long a line's queue message waits for its runner's ack: BATCH_ACK_WAIT_MS, else longer than any line can run. */
+export function batchAckWaitMs(config: Pick<Config, 'BATCH_ACK_WAIT_MS' | 'DISPATCH_WAIT_MS' | 'REQUEST_TIMEOUT_MS'>): number {
+  return config.BATCH_ACK_WAIT_MS || config.DISPATCH_WAIT_MS + config.REQUEST_TIMEOUT_MS + 60_000;
+}
+
 /** BATCH (work-queue retention, replicas min(3, cluster)) and the runners' shared durable consumer. */
 export async function ensureBatchQueue(nc: NatsConnection, ackWaitMs: number): Promise<void> {
   const jsm = await nc.jetstreamManager();
@@ -75,7 +80,9 @@ export async function ensureBatchQueue(nc: NatsConnection, ackWaitMs: number): P
       });
   }
   try {
-    await jsm.consumers.info(BATCH_STREAM, BATCH_DURABLE);
+    const info = await jsm.consumers.info(BATCH_STREAM, BATCH_DURABLE);
+    // the ack wait follows the configuration (BATCH_ACK_WAIT_MS, the timeouts) the doors start with
+    if (info.config.ack_wait !== ackWaitMs * 1e6) await jsm.consumers.update(BATCH_STREAM, BATCH_DURABLE, { ack_wait: ackWaitMs * 1e6 });
   } catch {
     await jsm.consumers
       .add(BATCH_STREAM, {
@@ -95,6 +102,8 @@ interface LineAnswer {
   requestId: string | null;
   status: number;
   body: unknown;
+  /** the code of the error that answered it (`insufficient_balance`, `key_limit_exceeded`, …), whatever the protocol's error shape */
+  refused?: string;
 }
 
 /** The parts of a front door the runner uses. */
@@ -137,7 +146,7 @@ export class BatchRunner {
 
   private async connect(): Promise<boolean> {
     try {
-      await ensureBatchQueue(this.nc, this.door.config.DISPATCH_WAIT_MS + this.door.config.REQUEST_TIMEOUT_MS + 60_000);
+      await ensureBatchQueue(this.nc, batchAckWaitMs(this.door.config));
       this.consumer = await this.nc.jetstream().consumers.get(BATCH_STREAM, BATCH_DURABLE);
       return true;
     } catch (err) {
@@ -261,12 +270,14 @@ export class BatchRunner {
       return;
     }
     const requestId = newRequestId();
-    const claimed = await db.query('insert into batch_results (batch_id, line, custom_id, request_id) values ($1, $2, $3, $4) on conflict do nothing', [
-      batchId,
-      line,
-      custom_id,
-      requestId,
-    ]);
+    // not claimed once the batch is out of balance: its lines not started then already have their 402
+    // (written in the transaction that marked it), so a line delivered after that never runs
+    const claimed = await db.query(
+      `insert into batch_results (batch_id, line, custom_id, request_id)
+       select $1, $2, $3, $4 where not exists (select 1 from batches where id = $1 and out_of_balance_at is not null)
+       on conflict do nothing`,
+      [batchId, line, custom_id, requestId],
+    );
     if (claimed.rowCount !== 1) {
       // delivered again while claimed without a result: the runner that claimed it died (its ack wait
       // outlasts any request) or could not write the result. It is not run twice: an error line,
@@ -291,12 +302,57 @@ export class BatchRunner {
           body: errors.badRequest('The batch input file is gone (deleted or expired).', 'input_file_id', 'invalid_file').toJSON(),
         };
     const ok = answer.status === 200;
-    await db.query(
-      `with r as (update batch_results set request_id = $3, status_code = $4, body = $5, ok = $6 where batch_id = $1 and line = $2 and ok is null returning ok)
-       update batches set completed = completed + (select count(*) from r where ok), failed = failed + (select count(*) from r where not ok) where id = $1`,
-      [batchId, line, answer.requestId, answer.status, answer.body, ok],
-    );
+    if (answer.refused === 'insufficient_balance') await this.outOfBalance(batch, line, custom_id, answer, lines);
+    else
+      await db.query(
+        `with r as (update batch_results set request_id = $3, status_code = $4, body = $5, ok = $6 where batch_id = $1 and line = $2 and ok is null returning ok)
+         update batches set completed = completed + (select count(*) from r where ok), failed = failed + (select count(*) from r where not ok) where id = $1`,
+        [batchId, line, answer.requestId, answer.status, answer.body, ok],
+      );
     await this.finalizeIfDone(batchId);
+  }
+
+  /**
+   * A line refused 402 for the tenant's balance (not a key's limit): its answer recorded and, in the
+   * same transaction, the batch marked out of balance (the first such line only) and every line not
+   * started yet (no results row) ended as an error line, 402 `insufficient_balance`, never run.
+   * Lines already claimed run on and are billed; a line delivered later finds its row (or the mark) and is not claimed.
+   */
+  private async outOfBalance(batch: BatchRow, line: number, custom_id: string, answer: LineAnswer, lines: BatchLine[] | null): Promise<void> {
+    const client = await this.door.db.connect();
+    try {
+      await client.query('begin');
+      await client.query(
+        `with r as (update batch_results set request_id = $3, status_code = $4, body = $5, ok = false where batch_id = $1 and line = $2 and ok is null returning ok)
+         update batches set failed = failed + (select count(*) from r) where id = $1`,
+        [batch.id, line, answer.requestId, answer.status, answer.body],
+      );
+      const marked = await client.query(
+        'update batches set out_of_balance_at = now(), out_of_balance_line = $2 where id = $1 and out_of_balance_at is null returning id',
+        [batch.id, line],
+      );
+      if (marked.rowCount === 1) {
+        const refusal = errors.insufficientBalance(
+          `The balance ran out during this batch: request '${custom_id}' was refused for it, and this request was not run. Top up, then submit the requests not run in a new batch.`,
+        );
+        const protocol = PROTOCOLS[batch.endpoint] ?? chat;
+        const { body } = protocol.errorBody(refusal);
+        await client.query(
+          `with r as (
+             insert into batch_results (batch_id, line, custom_id, status_code, body, ok)
+             select $1, g, coalesce(($3::text[])[g + 1], 'line-' || (g + 1)), 402, $4, false from generate_series(0, $2::int - 1) g
+             on conflict do nothing returning 1)
+           update batches set failed = failed + (select count(*) from r) where id = $1`,
+          [batch.id, batch.total, lines?.map((l) => l.custom_id) ?? [], body],
+        );
+      }
+      await client.query('commit');
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
   }
 
   /** The line run as a request of its url with the batch's key; its whole answer, whatever the status. */
@@ -307,10 +363,20 @@ export class BatchRunner {
     if (l.body.stream === true) {
       return { requestId: null, status: 400, body: errors.badRequest("'stream' is not supported in a batch request.", 'stream').toJSON() };
     }
-    const protocol = PROTOCOLS[l.url];
+    const route = PROTOCOLS[l.url];
+    let refused: string | undefined;
+    // the route's own protocol, its error body noted on the way: an Anthropic error body does not carry the code
+    const protocol: Protocol<ParsedRequest> = Object.create(route, {
+      errorBody: {
+        value: (e: CatracaError) => {
+          refused = e.code;
+          return route.errorBody(e);
+        },
+      },
+    });
     return new Promise<LineAnswer>((resolve) => {
       let status = 0;
-      const answered = (body: unknown) => resolve({ requestId, status, body });
+      const answered = (body: unknown) => resolve({ requestId, status, body, refused: status === 200 ? undefined : refused });
       const res = {
         cork: (cb: () => void) => {
           cb();
