@@ -167,7 +167,11 @@ export class BatchRunner {
   async create(key: ApiKeyRecord, rawBody: Buffer) {
     if (!this.consumer) await this.connecting;
     if (!this.consumer) throw queueUnavailable();
-    const { row, lines } = await insertBatch(this.door.db, key, rawBody, this.door.config.BATCH_MAX_LINES);
+    const { BATCH_MAX_LINES, BATCH_MAX_IN_FLIGHT, BATCH_MAX_LINES_IN_FLIGHT } = this.door.config;
+    const { row, lines } = await insertBatch(this.door.db, key, rawBody, BATCH_MAX_LINES, {
+      maxBatches: BATCH_MAX_IN_FLIGHT,
+      maxLines: BATCH_MAX_LINES_IN_FLIGHT,
+    });
     return batchObject(await this.enqueue(row, lines.length));
   }
 
@@ -282,14 +286,16 @@ export class BatchRunner {
       // delivered again while claimed without a result: the runner that claimed it died (its ack wait
       // outlasts any request) or could not write the result. It is not run twice: an error line,
       // naming the request it was (/v1/generation tells whether it ran and was billed).
+      // the message names the request: the error file's line has no `response` to carry its request_id
       await db.query(
-        `with r as (update batch_results set ok = false, error = $3 where batch_id = $1 and line = $2 and ok is null returning ok)
+        `with r as (update batch_results
+                       set ok = false,
+                           error = jsonb_build_object('code', 'line_interrupted', 'message',
+                             'The runner of this request stopped before recording its answer. It was request ' || request_id ||
+                             ': /v1/generation?id=' || request_id || ' tells whether it ran and was billed.')
+                     where batch_id = $1 and line = $2 and ok is null returning ok)
          update batches set failed = failed + (select count(*) from r) where id = $1`,
-        [
-          batchId,
-          line,
-          { code: 'line_interrupted', message: 'The runner of this request stopped before recording its answer; see /v1/generation for its request_id.' },
-        ],
+        [batchId, line],
       );
       await this.finalizeIfDone(batchId);
       return;
