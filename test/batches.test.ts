@@ -281,11 +281,11 @@ describe('Batch API, queue mode', () => {
 
 // One line at a time (BATCH_CONCURRENCY 1, one front door): which line the balance first refuses
 // is the run's, but every line before it answered, every line after it is the batch's 402.
-describe('Batch API, a balance that runs out mid-batch', () => {
+describe('Batch API, one line at a time: a balance that runs out mid-batch; the caps on batches in flight', () => {
   let main: TestStack;
   beforeAll(async () => {
     main = stack;
-    stack = await startStack({ env: { BATCH_CONCURRENCY: '1' } });
+    stack = await startStack({ env: { BATCH_CONCURRENCY: '1', BATCH_MAX_IN_FLIGHT: '2', BATCH_MAX_LINES_IN_FLIGHT: '300' } });
   }, 60000);
   afterAll(async () => {
     const own = stack;
@@ -370,6 +370,83 @@ describe('Batch API, a balance that runs out mid-batch', () => {
     expect(rows).toEqual([{ out_of_balance_line: null }]);
     await expectBilledExactly(t.tenantId, 10_000_000n, output);
   }, 90_000);
+
+  it('BATCH_MAX_IN_FLIGHT: a third unfinished batch is a 429, OpenAI and Anthropic alike; another tenant is not counted', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const slow = { sim: { first_token_ms: 250 } };
+    const lines = Array.from({ length: 20 }, (_, i) => chatLine(i, slow));
+    const first = await runBatch(client, lines);
+    const second = await runBatch(client, lines);
+    const third = await client.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'in.jsonl'), purpose: 'batch' });
+    const capped = {
+      message:
+        'You have 2 batches in progress, the most a tenant may have at once (BATCH_MAX_IN_FLIGHT = 2). Wait for one to end, or cancel one, then try again.',
+      type: 'rate_limit_error',
+      code: 'batch_limit_exceeded',
+      param: null,
+    };
+    expect(await refusal(client.batches.create({ input_file_id: third.id, endpoint: '/v1/chat/completions', completion_window: '24h' }))).toEqual({
+      status: 429,
+      error: capped,
+    });
+    const origin = stack.baseUrl.replace(/\/v1$/, '');
+    const anthropic = await fetch(`${origin}/v1/messages/batches`, {
+      method: 'POST',
+      headers: { 'x-api-key': t.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+      body: JSON.stringify({ requests: [{ custom_id: 'a', params: { model: 'sim/echo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] } }] }),
+    });
+    expect(anthropic.status).toBe(429);
+    expect(await anthropic.json()).toEqual({ error: capped });
+    // nothing was stored for the refused ones
+    const { rows } = await stack.db.query('select count(*)::int as n from batches where tenant_id = $1', [t.tenantId]);
+    expect(rows[0].n).toBe(2);
+    // another tenant's batches count apart
+    const other = await stack.tenant('1');
+    const otherBatch = await runBatch(clientOf(other.key), [chatLine(0)]);
+    expect(otherBatch.batch.status).toBe('in_progress');
+    // one ended (cancelled): room for one more
+    await client.batches.cancel(first.batch.id);
+    expect((await waitEnded(client, first.batch.id, 30_000)).status).toBe('cancelled');
+    const again = await client.batches.create({ input_file_id: third.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    expect(again.status).toBe('in_progress');
+    for (const id of [second.batch.id, again.id]) await client.batches.cancel(id);
+    for (const id of [second.batch.id, again.id]) expect((await waitEnded(client, id, 30_000)).status).toBe('cancelled');
+    await waitEnded(clientOf(other.key), otherBatch.batch.id, 30_000);
+  }, 120_000);
+
+  it('BATCH_MAX_LINES_IN_FLIGHT: a batch whose lines would pass the lines of unfinished batches allowed is a 429', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const slow = { sim: { first_token_ms: 250 } };
+    const big = await runBatch(
+      client,
+      Array.from({ length: 250 }, (_, i) => chatLine(i, slow)),
+    );
+    const file = await client.files.create({
+      file: await toFile(Buffer.from(`${Array.from({ length: 51 }, (_, i) => chatLine(i)).join('\n')}\n`), 'in.jsonl'),
+      purpose: 'batch',
+    });
+    expect(await refusal(client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }))).toEqual({
+      status: 429,
+      error: {
+        message:
+          "Your batches in progress hold 250 requests; this batch's 51 would pass the most a tenant may have in progress at once (BATCH_MAX_LINES_IN_FLIGHT = 300). Wait for a batch to end, or cancel one, then try again.",
+        type: 'rate_limit_error',
+        code: 'batch_limit_exceeded',
+        param: null,
+      },
+    });
+    // 50 more make 300: taken
+    const fifty = await client.files.create({
+      file: await toFile(Buffer.from(`${Array.from({ length: 50 }, (_, i) => chatLine(i)).join('\n')}\n`), 'in.jsonl'),
+      purpose: 'batch',
+    });
+    const taken = await client.batches.create({ input_file_id: fifty.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    expect(taken.request_counts).toEqual({ total: 50, completed: 0, failed: 0 });
+    for (const id of [big.batch.id, taken.id]) await client.batches.cancel(id);
+    for (const id of [big.batch.id, taken.id]) expect((await waitEnded(client, id, 30_000)).status).toBe('cancelled');
+  }, 120_000);
 });
 
 async function refusal(p: Promise<unknown>) {
