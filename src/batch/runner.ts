@@ -14,7 +14,7 @@ import { subjects } from '../bus/subjects.ts';
 import { natsClusterSize } from '../bus/usage-stream.ts';
 import type { Config } from '../config.ts';
 import { type ApiKeyRecord, getKey } from '../db/keys.ts';
-import type { Db, DbClient } from '../db/pool.ts';
+import type { Db } from '../db/pool.ts';
 import { CatracaError, errors } from '../errors.ts';
 import { Exchange, type ExchangeDeps, newRequestId } from '../gateway/exchange.ts';
 import type { ResponseState } from '../gateway/respond.ts';
@@ -27,7 +27,10 @@ import { messages } from '../protocols/messages/index.ts';
 import { responses } from '../protocols/responses/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { type BatchRow, batchObject, cancelBatch, insertBatch } from './batches.ts';
-import { type BatchLine, newFileId, parseBatchFile, RunnableLineSchema } from './files.ts';
+import { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN } from './ending.ts';
+import { type BatchLine, parseBatchFile, RunnableLineSchema } from './files.ts';
+
+export { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN, type ResultRow, resultLine } from './ending.ts';
 
 const log = createLogger('gateway');
 
@@ -52,11 +55,6 @@ const PROTOCOLS: Record<string, Protocol<ParsedRequest>> = {
 };
 
 const LineMessageSchema = z.object({ batch_id: z.string(), line: z.number().int().nonnegative() });
-
-/** How long a line's queue message waits for its runner's ack: BATCH_ACK_WAIT_MS, else longer than any line can run. */
-export function batchAckWaitMs(config: Pick<Config, 'BATCH_ACK_WAIT_MS' | 'DISPATCH_WAIT_MS' | 'REQUEST_TIMEOUT_MS'>): number {
-  return config.BATCH_ACK_WAIT_MS || config.DISPATCH_WAIT_MS + config.REQUEST_TIMEOUT_MS + 60_000;
-}
 
 /** BATCH (work-queue retention, replicas min(3, cluster)) and the runners' shared durable consumer. */
 export async function ensureBatchQueue(nc: NatsConnection, ackWaitMs: number): Promise<void> {
@@ -257,12 +255,7 @@ export class BatchRunner {
     if (!batch || !['in_progress', 'cancelling'].includes(batch.status)) return;
     const lines = await this.linesOf(batch.input_file_id);
     const custom_id = lines?.[line]?.custom_id ?? `line-${line + 1}`;
-    const notRun =
-      batch.status === 'cancelling'
-        ? { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' }
-        : batch.expires_at.getTime() <= Date.now()
-          ? { code: 'batch_expired', message: 'The batch expired (its completion window passed) before this request ran.' }
-          : null;
+    const notRun = batch.status === 'cancelling' ? NOT_RUN.cancelled : batch.expires_at.getTime() <= Date.now() ? NOT_RUN.expired : null;
     if (notRun) {
       await db.query('insert into batch_results (batch_id, line, custom_id, error, ok) values ($1, $2, $3, $4, false) on conflict do nothing', [
         batchId,
@@ -288,12 +281,7 @@ export class BatchRunner {
       // naming the request it was (/v1/generation tells whether it ran and was billed).
       // the message names the request: the error file's line has no `response` to carry its request_id
       await db.query(
-        `with r as (update batch_results
-                       set ok = false,
-                           error = jsonb_build_object('code', 'line_interrupted', 'message',
-                             'The runner of this request stopped before recording its answer. It was request ' || request_id ||
-                             ': /v1/generation?id=' || request_id || ' tells whether it ran and was billed.')
-                     where batch_id = $1 and line = $2 and ok is null returning ok)
+        `with r as (update batch_results set ok = false, error = ${LINE_INTERRUPTED} where batch_id = $1 and line = $2 and ok is null returning ok)
          update batches set failed = failed + (select count(*) from r) where id = $1`,
         [batchId, line],
       );
@@ -443,77 +431,38 @@ export class BatchRunner {
    * transaction on the batch's row; a runner that comes second finds it ended.
    */
   async finalizeIfDone(batchId: string): Promise<BatchRow | null> {
-    const db = this.door.db;
-    const { rows: counts } = await db.query<{ ended: number; total: number; status: string }>(
-      `select b.total, b.status, (select count(*)::int from batch_results r where r.batch_id = b.id and r.ok is not null) as ended
-         from batches b where b.id = $1`,
-      [batchId],
-    );
-    const c = counts[0];
-    if (!c || c.ended < c.total || !['in_progress', 'cancelling'].includes(c.status)) return null;
-    const client = await db.connect();
-    try {
-      await client.query('begin');
-      const { rows } = await client.query<BatchRow>('select * from batches where id = $1 for update', [batchId]);
-      const batch = rows[0];
-      if (!['in_progress', 'cancelling'].includes(batch.status)) {
-        await client.query('rollback');
-        return null;
-      }
-      const { rows: results } = await client.query<ResultRow>('select * from batch_results where batch_id = $1 order by line', [batchId]);
-      // an Anthropic message batch has no files: its results are read from batch_results
-      const output = batch.api === 'anthropic' ? [] : results.filter((r) => r.ok).map(resultLine);
-      const failed = batch.api === 'anthropic' ? [] : results.filter((r) => !r.ok).map(resultLine);
-      const retention = this.door.config.BATCH_RETENTION_DAYS;
-      const outputId = output.length ? await writeFile(client, batch, `${batch.id}_output.jsonl`, output, retention) : null;
-      const errorId = failed.length ? await writeFile(client, batch, `${batch.id}_error.jsonl`, failed, retention) : null;
-      const ending = batch.status === 'cancelling' ? 'cancelled' : results.some((r) => r.error?.code === 'batch_expired') ? 'expired' : 'completed';
-      const { rows: ended } = await client.query<BatchRow>(
-        `update batches set status = $2, output_file_id = $3, error_file_id = $4, finalizing_at = now(),
-                completed_at = case when $2 = 'completed' then now() end, cancelled_at = case when $2 = 'cancelled' then now() end,
-                expired_at = case when $2 = 'expired' then now() end
-          where id = $1 returning *`,
-        [batchId, ending, outputId, errorId],
-      );
-      await client.query('commit');
-      return ended[0];
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    return finalizeIfDone(this.door.db, batchId, this.door.config.BATCH_RETENTION_DAYS);
   }
 }
 
-export interface ResultRow {
-  batch_id: string;
-  line: number;
-  custom_id: string;
-  request_id: string | null;
-  status_code: number | null;
-  body: unknown;
-  error: { code: string; message: string } | null;
-  ok: boolean;
-}
-
-/** A line of the output or error file, in OpenAI's format. */
-export function resultLine(r: ResultRow): string {
-  return JSON.stringify({
-    id: `batch_req_${r.batch_id.slice('batch_'.length)}_${r.line + 1}`,
-    custom_id: r.custom_id,
-    response: r.status_code === null ? null : { status_code: r.status_code, request_id: r.request_id, body: r.body },
-    error: r.error,
-  });
-}
-
-async function writeFile(client: DbClient, batch: BatchRow, filename: string, lines: string[], retentionDays: number): Promise<string> {
-  const content = Buffer.from(`${lines.join('\n')}\n`);
-  const id = newFileId();
-  await client.query(
-    `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
-     values ($1, $2, $3, 'batch_output', $4, $5, $6, $7, now() + make_interval(days => $8::int))`,
-    [id, batch.tenant_id, batch.key_id, filename, content.byteLength, lines.length, content, retentionDays],
+/**
+ * When every line of the batch has ended: the output and error files written and the batch ended,
+ * in one transaction on the batch's row (endBatch); a runner that comes second finds it ended.
+ */
+export async function finalizeIfDone(db: Db, batchId: string, retentionDays: number): Promise<BatchRow | null> {
+  const { rows: counts } = await db.query<{ ended: number; total: number; status: string }>(
+    `select b.total, b.status, (select count(*)::int from batch_results r where r.batch_id = b.id and r.ok is not null) as ended
+         from batches b where b.id = $1`,
+    [batchId],
   );
-  return id;
+  const c = counts[0];
+  if (!c || c.ended < c.total || !['in_progress', 'cancelling'].includes(c.status)) return null;
+  const client = await db.connect();
+  try {
+    await client.query('begin');
+    const { rows } = await client.query<BatchRow>('select * from batches where id = $1 for update', [batchId]);
+    const batch = rows[0];
+    if (!['in_progress', 'cancelling'].includes(batch.status)) {
+      await client.query('rollback');
+      return null;
+    }
+    const ended = await endBatch(client, batch, retentionDays);
+    await client.query('commit');
+    return ended;
+  } catch (err) {
+    await client.query('rollback').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
 }
