@@ -347,6 +347,74 @@ describe('Batch API, one line at a time: a balance that runs out mid-batch; the 
     expect(await balanceOf(t.tenantId)).toBeGreaterThanOrEqual(0n);
   }, 90_000);
 
+  it('an Anthropic message batch whose balance runs out: request N errored billing_error, every later one errored without running', async () => {
+    const t = await stack.tenant('0.001');
+    const origin = stack.baseUrl.replace(/\/v1$/, '');
+    const headers = { 'x-api-key': t.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+    const requests = Array.from({ length: 100 }, (_, i) => ({
+      custom_id: `req-${i}`,
+      params: { model: 'sim/echo', max_tokens: 16, messages: [{ role: 'user', content: `hello number ${i}` }] },
+    }));
+    const created = await (await fetch(`${origin}/v1/messages/batches`, { method: 'POST', headers, body: JSON.stringify({ requests }) })).json();
+    const deadline = Date.now() + 30_000;
+    let b = created;
+    while (b.processing_status !== 'ended') {
+      if (Date.now() > deadline) throw new Error(`message batch ${created.id} still ${b.processing_status}`);
+      await new Promise((r) => setTimeout(r, 200));
+      b = await (await fetch(`${origin}/v1/messages/batches/${created.id}`, { headers })).json();
+    }
+    const results = (await (await fetch(`${origin}/v1/messages/batches/${created.id}/results`, { headers })).text())
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
+    const n = results.filter((r: { result: { type: string } }) => r.result.type === 'succeeded').length;
+    expect(n).toBeGreaterThan(0);
+    expect(n).toBeLessThan(100);
+    expect(b.request_counts).toEqual({ processing: 0, succeeded: n, errored: 100 - n, canceled: 0, expired: 0 });
+    expect(results.slice(0, n).map((r: { custom_id: string; result: { type: string } }) => [r.custom_id, r.result.type])).toEqual(
+      Array.from({ length: n }, (_, i) => [`req-${i}`, 'succeeded']),
+    );
+    expect(results[n]).toEqual({
+      custom_id: `req-${n}`,
+      result: {
+        type: 'errored',
+        error: { type: 'error', error: { type: 'billing_error', message: expect.stringMatching(/^This request requires more credits/) } },
+      },
+    });
+    for (const [i, r] of results.slice(n + 1).entries())
+      expect(r).toEqual({
+        custom_id: `req-${n + 1 + i}`,
+        result: {
+          type: 'errored',
+          error: {
+            type: 'error',
+            error: {
+              type: 'billing_error',
+              message: `The balance ran out during this batch: request 'req-${n}' was refused for it, and this request was not run. Top up, then submit the requests not run in a new batch.`,
+            },
+          },
+        },
+      });
+    // each succeeded request debited once, its usage at sim/echo's prices; balance = ledger, never below zero
+    await stack.waitNoHolds(t.tenantId, 20_000);
+    let cost = 0n;
+    for (const r of results.slice(0, n)) cost += costMicros(r.result.message.usage.input_tokens, r.result.message.usage.output_tokens, SIM_PRICES.echo);
+    const deadlineDebits = Date.now() + 20_000;
+    let debits: { n: number; sum: string };
+    for (;;) {
+      debits = (
+        await stack.db.query("select count(*)::int as n, coalesce(sum(amount_micros), 0)::text as sum from ledger where tenant_id = $1 and kind = 'debit'", [
+          t.tenantId,
+        ])
+      ).rows[0];
+      if (debits.n >= n || Date.now() > deadlineDebits) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(debits).toEqual({ n, sum: String(cost) });
+    expect(await balanceOf(t.tenantId)).toBe(1_000n - cost);
+    expect((await ledgerCheck(stack.db, { tenantId: t.tenantId })).ok).toBe(true);
+  }, 90_000);
+
   it('a key limit refusing a line fails that line only: the batch is not out of balance', async () => {
     // a key limit of R$ 0,001 and a balance of R$ 10: the key's limit refuses, the balance never does
     const t = await stack.tenant('10', { limitMicros: 1_000n });
