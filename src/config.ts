@@ -320,6 +320,17 @@ export const ConfigSchema = PortalEnvSchema.extend({
   BATCH_MAX_LINES: z.coerce.number().int().positive().default(50000),
   /** Lines of batches (`queue` mode) each front door runs at once, at most. */
   BATCH_CONCURRENCY: z.coerce.number().int().positive().default(4),
+  /**
+   * How long a batch line's queue message waits for its runner's ack before another front door takes
+   * it (and, finding it claimed, ends it `line_interrupted`). 0: DISPATCH_WAIT_MS + REQUEST_TIMEOUT_MS
+   * + 60 s, longer than any line can run. A shorter wait may end a line still running elsewhere as
+   * interrupted (its answer then is not recorded; it is billed all the same): tests only.
+   */
+  BATCH_ACK_WAIT_MS: int(0),
+  /** Unfinished batches (OpenAI's and Anthropic's) a tenant may have at once; one more is a 429 `batch_limit_exceeded`. */
+  BATCH_MAX_IN_FLIGHT: z.coerce.number().int().positive().default(100),
+  /** Request lines of a tenant's unfinished batches, all together, at most; a batch that would pass it is a 429 `batch_limit_exceeded`. */
+  BATCH_MAX_LINES_IN_FLIGHT: z.coerce.number().int().positive().default(500000),
   /** A front door takes no batch line while this many interactive requests are in flight there. */
   BATCH_PAUSE_IN_FLIGHT: z.coerce.number().int().positive().default(16),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */

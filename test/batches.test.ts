@@ -197,27 +197,6 @@ describe('Batch API, queue mode', () => {
     await expectBilledExactly(t.tenantId, 10_000_000n, await contentLines(client, ended.output_file_id));
   }, 60_000);
 
-  it('a balance that runs out fails the remaining lines with 402, never overspends', async () => {
-    // a line holds at most ~ (prompt + 16 output tokens) µBRL at R$1/R$2 per 1M: about 50 µBRL; 0,002 BRL covers some dozens
-    const t = await stack.tenant('0.002');
-    const client = clientOf(t.key);
-    const { batch } = await runBatch(
-      client,
-      Array.from({ length: 200 }, (_, i) => chatLine(i)),
-    );
-    const ended = await waitEnded(client, batch.id);
-    expect(ended.status).toBe('completed');
-    const output = await contentLines(client, ended.output_file_id);
-    const failed = await contentLines(client, ended.error_file_id);
-    expect(output.length).toBeGreaterThan(0);
-    expect(failed.length).toBeGreaterThan(0);
-    expect(ended.request_counts).toEqual({ total: 200, completed: output.length, failed: failed.length });
-    for (const l of failed)
-      expect(l.response).toMatchObject({ status_code: 402, body: { error: { type: 'insufficient_quota', code: 'insufficient_balance' } } });
-    await expectBilledExactly(t.tenantId, 2_000n, output);
-    expect(await balanceOf(t.tenantId)).toBeGreaterThanOrEqual(0n);
-  }, 60_000);
-
   it('cancel mid-batch: lines not run are not run nor billed; the batch ends cancelled', async () => {
     const t = await stack.tenant('10');
     const client = clientOf(t.key);
@@ -298,6 +277,244 @@ describe('Batch API, queue mode', () => {
     expect((await clientOf(b.key).batches.list()).data).toEqual([]);
     await waitEnded(client, batch.id);
   }, 60_000);
+});
+
+// One line at a time (BATCH_CONCURRENCY 1, one front door): which line the balance first refuses
+// is the run's, but every line before it answered, every line after it is the batch's 402.
+describe('Batch API, one line at a time: a balance that runs out mid-batch; the caps on batches in flight', () => {
+  let main: TestStack;
+  beforeAll(async () => {
+    main = stack;
+    stack = await startStack({ env: { BATCH_CONCURRENCY: '1', BATCH_MAX_IN_FLIGHT: '2', BATCH_MAX_LINES_IN_FLIGHT: '300' } });
+  }, 60000);
+  afterAll(async () => {
+    const own = stack;
+    stack = main;
+    await own?.stop();
+  });
+
+  it('line N refused 402 for the balance: every later line 402 without running, never overspends, the batch completed', async () => {
+    // a line holds (its prompt bound + 16 output tokens) at R$1/R$2 per 1M: some dozens of µBRL; R$ 0,002 covers some dozens of lines
+    const t = await stack.tenant('0.002');
+    const client = clientOf(t.key);
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 200 }, (_, i) => chatLine(i)),
+    );
+    const ended = await waitEnded(client, batch.id, 30_000);
+    expect(ended.status).toBe('completed');
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    const n = output.length;
+    expect(n).toBeGreaterThan(0);
+    expect(n).toBeLessThan(200);
+    // lines 0 … N-1 answered, line N refused by admission, N+1 … 199 never run
+    expect(output.map((l) => l.custom_id)).toEqual(Array.from({ length: n }, (_, i) => `req-${i}`));
+    expect(failed.map((l) => l.custom_id)).toEqual(Array.from({ length: 200 - n }, (_, i) => `req-${n + i}`));
+    expect(ended.request_counts).toEqual({ total: 200, completed: n, failed: 200 - n });
+    const [refused, ...notRun] = failed;
+    expect(refused.error).toBeNull();
+    expect(refused.response?.status_code).toBe(402);
+    expect(refused.response?.request_id).toMatch(/^gen-/);
+    expect(refused.response?.body).toEqual({
+      error: { message: expect.stringMatching(/^This request requires more credits/), type: 'insufficient_quota', code: 'insufficient_balance', param: null },
+    });
+    expect(notRun.length).toBe(199 - n);
+    for (const [i, l] of notRun.entries())
+      expect(l).toEqual({
+        id: `batch_req_${batch.id.slice(6)}_${n + 2 + i}`,
+        custom_id: `req-${n + 1 + i}`,
+        response: {
+          status_code: 402,
+          request_id: null,
+          body: {
+            error: {
+              message: `The balance ran out during this batch: request 'req-${n}' was refused for it, and this request was not run. Top up, then submit the requests not run in a new batch.`,
+              type: 'insufficient_quota',
+              code: 'insufficient_balance',
+              param: null,
+            },
+          },
+        },
+        error: null,
+      });
+    const { rows } = await stack.db.query('select out_of_balance_line, out_of_balance_at is not null as marked from batches where id = $1', [batch.id]);
+    expect(rows).toEqual([{ out_of_balance_line: n, marked: true }]);
+    // the refused line was never debited; the lines that ran exactly once each; balance = ledger, never below zero
+    const { rows: refusedRows } = await stack.db.query('select count(*)::int as n from ledger where request_id = $1', [refused.response?.request_id]);
+    expect(refusedRows[0].n).toBe(0);
+    await expectBilledExactly(t.tenantId, 2_000n, output);
+    expect(await balanceOf(t.tenantId)).toBeGreaterThanOrEqual(0n);
+  }, 90_000);
+
+  it('an Anthropic message batch whose balance runs out: request N errored billing_error, every later one errored without running', async () => {
+    const t = await stack.tenant('0.001');
+    const origin = stack.baseUrl.replace(/\/v1$/, '');
+    const headers = { 'x-api-key': t.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' };
+    const requests = Array.from({ length: 100 }, (_, i) => ({
+      custom_id: `req-${i}`,
+      params: { model: 'sim/echo', max_tokens: 16, messages: [{ role: 'user', content: `hello number ${i}` }] },
+    }));
+    const created = await (await fetch(`${origin}/v1/messages/batches`, { method: 'POST', headers, body: JSON.stringify({ requests }) })).json();
+    const deadline = Date.now() + 30_000;
+    let b = created;
+    while (b.processing_status !== 'ended') {
+      if (Date.now() > deadline) throw new Error(`message batch ${created.id} still ${b.processing_status}`);
+      await new Promise((r) => setTimeout(r, 200));
+      b = await (await fetch(`${origin}/v1/messages/batches/${created.id}`, { headers })).json();
+    }
+    const results = (await (await fetch(`${origin}/v1/messages/batches/${created.id}/results`, { headers })).text())
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
+    const n = results.filter((r: { result: { type: string } }) => r.result.type === 'succeeded').length;
+    expect(n).toBeGreaterThan(0);
+    expect(n).toBeLessThan(100);
+    expect(b.request_counts).toEqual({ processing: 0, succeeded: n, errored: 100 - n, canceled: 0, expired: 0 });
+    expect(results.slice(0, n).map((r: { custom_id: string; result: { type: string } }) => [r.custom_id, r.result.type])).toEqual(
+      Array.from({ length: n }, (_, i) => [`req-${i}`, 'succeeded']),
+    );
+    expect(results[n]).toEqual({
+      custom_id: `req-${n}`,
+      result: {
+        type: 'errored',
+        error: { type: 'error', error: { type: 'billing_error', message: expect.stringMatching(/^This request requires more credits/) } },
+      },
+    });
+    for (const [i, r] of results.slice(n + 1).entries())
+      expect(r).toEqual({
+        custom_id: `req-${n + 1 + i}`,
+        result: {
+          type: 'errored',
+          error: {
+            type: 'error',
+            error: {
+              type: 'billing_error',
+              message: `The balance ran out during this batch: request 'req-${n}' was refused for it, and this request was not run. Top up, then submit the requests not run in a new batch.`,
+            },
+          },
+        },
+      });
+    // each succeeded request debited once, its usage at sim/echo's prices; balance = ledger, never below zero
+    await stack.waitNoHolds(t.tenantId, 20_000);
+    let cost = 0n;
+    for (const r of results.slice(0, n)) cost += costMicros(r.result.message.usage.input_tokens, r.result.message.usage.output_tokens, SIM_PRICES.echo);
+    const deadlineDebits = Date.now() + 20_000;
+    let debits: { n: number; sum: string };
+    for (;;) {
+      debits = (
+        await stack.db.query("select count(*)::int as n, coalesce(sum(amount_micros), 0)::text as sum from ledger where tenant_id = $1 and kind = 'debit'", [
+          t.tenantId,
+        ])
+      ).rows[0];
+      if (debits.n >= n || Date.now() > deadlineDebits) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(debits).toEqual({ n, sum: String(cost) });
+    expect(await balanceOf(t.tenantId)).toBe(1_000n - cost);
+    expect((await ledgerCheck(stack.db, { tenantId: t.tenantId })).ok).toBe(true);
+  }, 90_000);
+
+  it('a key limit refusing a line fails that line only: the batch is not out of balance', async () => {
+    // a key limit of R$ 0,001 and a balance of R$ 10: the key's limit refuses, the balance never does
+    const t = await stack.tenant('10', { limitMicros: 1_000n });
+    const client = clientOf(t.key);
+    const { batch } = await runBatch(
+      client,
+      Array.from({ length: 60 }, (_, i) => chatLine(i)),
+    );
+    const ended = await waitEnded(client, batch.id, 30_000);
+    const output = await contentLines(client, ended.output_file_id);
+    const failed = await contentLines(client, ended.error_file_id);
+    expect(output.length).toBeGreaterThan(0);
+    expect(failed.length).toBeGreaterThan(0);
+    expect(ended.request_counts).toEqual({ total: 60, completed: output.length, failed: failed.length });
+    for (const l of failed) {
+      expect(l.response?.status_code).toBe(402);
+      expect(l.response?.request_id).toMatch(/^gen-/);
+      expect(l.response?.body).toMatchObject({ error: { type: 'insufficient_quota', code: 'key_limit_exceeded' } });
+    }
+    const { rows } = await stack.db.query('select out_of_balance_line from batches where id = $1', [batch.id]);
+    expect(rows).toEqual([{ out_of_balance_line: null }]);
+    await expectBilledExactly(t.tenantId, 10_000_000n, output);
+  }, 90_000);
+
+  it('BATCH_MAX_IN_FLIGHT: a third unfinished batch is a 429, OpenAI and Anthropic alike; another tenant is not counted', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const slow = { sim: { first_token_ms: 250 } };
+    const lines = Array.from({ length: 20 }, (_, i) => chatLine(i, slow));
+    const first = await runBatch(client, lines);
+    const second = await runBatch(client, lines);
+    const third = await client.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'in.jsonl'), purpose: 'batch' });
+    const capped = {
+      message:
+        'You have 2 batches in progress, the most a tenant may have at once (BATCH_MAX_IN_FLIGHT = 2). Wait for one to end, or cancel one, then try again.',
+      type: 'rate_limit_error',
+      code: 'batch_limit_exceeded',
+      param: null,
+    };
+    expect(await refusal(client.batches.create({ input_file_id: third.id, endpoint: '/v1/chat/completions', completion_window: '24h' }))).toEqual({
+      status: 429,
+      error: capped,
+    });
+    const origin = stack.baseUrl.replace(/\/v1$/, '');
+    const anthropic = await fetch(`${origin}/v1/messages/batches`, {
+      method: 'POST',
+      headers: { 'x-api-key': t.key, 'anthropic-version': '2023-06-01', 'content-type': 'application/json' },
+      body: JSON.stringify({ requests: [{ custom_id: 'a', params: { model: 'sim/echo', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] } }] }),
+    });
+    expect(anthropic.status).toBe(429);
+    expect(await anthropic.json()).toEqual({ error: capped });
+    // nothing was stored for the refused ones
+    const { rows } = await stack.db.query('select count(*)::int as n from batches where tenant_id = $1', [t.tenantId]);
+    expect(rows[0].n).toBe(2);
+    // another tenant's batches count apart
+    const other = await stack.tenant('1');
+    const otherBatch = await runBatch(clientOf(other.key), [chatLine(0)]);
+    expect(otherBatch.batch.status).toBe('in_progress');
+    // one ended (cancelled): room for one more
+    await client.batches.cancel(first.batch.id);
+    expect((await waitEnded(client, first.batch.id, 30_000)).status).toBe('cancelled');
+    const again = await client.batches.create({ input_file_id: third.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    expect(again.status).toBe('in_progress');
+    for (const id of [second.batch.id, again.id]) await client.batches.cancel(id);
+    for (const id of [second.batch.id, again.id]) expect((await waitEnded(client, id, 30_000)).status).toBe('cancelled');
+    await waitEnded(clientOf(other.key), otherBatch.batch.id, 30_000);
+  }, 120_000);
+
+  it('BATCH_MAX_LINES_IN_FLIGHT: a batch whose lines would pass the lines of unfinished batches allowed is a 429', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const slow = { sim: { first_token_ms: 250 } };
+    const big = await runBatch(
+      client,
+      Array.from({ length: 250 }, (_, i) => chatLine(i, slow)),
+    );
+    const file = await client.files.create({
+      file: await toFile(Buffer.from(`${Array.from({ length: 51 }, (_, i) => chatLine(i)).join('\n')}\n`), 'in.jsonl'),
+      purpose: 'batch',
+    });
+    expect(await refusal(client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }))).toEqual({
+      status: 429,
+      error: {
+        message:
+          "Your batches in progress hold 250 requests; this batch's 51 would pass the most a tenant may have in progress at once (BATCH_MAX_LINES_IN_FLIGHT = 300). Wait for a batch to end, or cancel one, then try again.",
+        type: 'rate_limit_error',
+        code: 'batch_limit_exceeded',
+        param: null,
+      },
+    });
+    // 50 more make 300: taken
+    const fifty = await client.files.create({
+      file: await toFile(Buffer.from(`${Array.from({ length: 50 }, (_, i) => chatLine(i)).join('\n')}\n`), 'in.jsonl'),
+      purpose: 'batch',
+    });
+    const taken = await client.batches.create({ input_file_id: fifty.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    expect(taken.request_counts).toEqual({ total: 50, completed: 0, failed: 0 });
+    for (const id of [big.batch.id, taken.id]) await client.batches.cancel(id);
+    for (const id of [big.batch.id, taken.id]) expect((await waitEnded(client, id, 30_000)).status).toBe('cancelled');
+  }, 120_000);
 });
 
 async function refusal(p: Promise<unknown>) {

@@ -30,6 +30,8 @@ it("a batch row as OpenAI's Batch object", () => {
     expires_at: at(1000 + 86400),
     model: 'sim/embed',
     output_expires_seconds: null,
+    out_of_balance_at: null,
+    out_of_balance_line: null,
   };
   const usage = {
     input_tokens: 30,

@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import type { ApiKeyRecord } from '../db/keys.ts';
-import type { DbClient } from '../db/pool.ts';
+import { type Db, type DbClient, withTransaction } from '../db/pool.ts';
 import { CatracaError, errors } from '../errors.ts';
 import { describeIssue, parseJsonObject } from '../protocols/request-body.ts';
 import { BATCH_ENDPOINTS, type BatchLine, fileNotFound, parseBatchFile } from './files.ts';
@@ -40,6 +40,9 @@ export interface BatchRow {
   model: string | null;
   /** output_expires_after.seconds: how long the output and error files are kept (null: BATCH_RETENTION_DAYS) */
   output_expires_seconds: number | null;
+  /** when a line was first refused 402 for the tenant's balance: the lines not started then were not run (migration 087) */
+  out_of_balance_at: Date | null;
+  out_of_balance_line: number | null;
 }
 
 /** OpenAI's Batch `usage`: the tokens of the lines billed so far, from their ledger debits. */
@@ -134,6 +137,45 @@ const CreateSchema = z
   })
   .strict();
 
+/** The per-tenant caps on unfinished batches (BATCH_MAX_IN_FLIGHT) and on their request lines, all together (BATCH_MAX_LINES_IN_FLIGHT). */
+export interface InFlightLimits {
+  maxBatches: number;
+  maxLines: number;
+}
+
+export const IN_FLIGHT = "('validating', 'in_progress', 'finalizing', 'cancelling')";
+
+/**
+ * In the transaction that inserts a tenant's new batch of `lines` lines: its unfinished batches (both
+ * APIs') counted under a lock of the tenant's, so that two batches created at once cannot both pass
+ * the cap; one more than BATCH_MAX_IN_FLIGHT, or lines past BATCH_MAX_LINES_IN_FLIGHT, is a 429.
+ */
+export async function admitBatch(client: DbClient, tenantId: string, lines: number, limits: InFlightLimits): Promise<void> {
+  await client.query("select pg_advisory_xact_lock(hashtext('catraca.batches'), hashtext($1))", [tenantId]);
+  const { rows } = await client.query<{ batches: number; lines: string }>(
+    `select count(*)::int as batches, coalesce(sum(total), 0)::text as lines
+       from batches where tenant_id = $1 and status in ${IN_FLIGHT}`,
+    [tenantId],
+  );
+  const { batches, lines: pending } = { batches: rows[0].batches, lines: Number(rows[0].lines) };
+  if (batches >= limits.maxBatches) {
+    throw new CatracaError(
+      429,
+      'rate_limit_error',
+      'batch_limit_exceeded',
+      `You have ${batches} batches in progress, the most a tenant may have at once (BATCH_MAX_IN_FLIGHT = ${limits.maxBatches}). Wait for one to end, or cancel one, then try again.`,
+    );
+  }
+  if (pending + lines > limits.maxLines) {
+    throw new CatracaError(
+      429,
+      'rate_limit_error',
+      'batch_limit_exceeded',
+      `Your batches in progress hold ${pending} requests; this batch's ${lines} would pass the most a tenant may have in progress at once (BATCH_MAX_LINES_IN_FLIGHT = ${limits.maxLines}). Wait for a batch to end, or cancel one, then try again.`,
+    );
+  }
+}
+
 /** What the runner needs of a new batch: its row and its lines, to be queued. */
 export interface CreatedBatch {
   row: BatchRow;
@@ -145,7 +187,7 @@ export interface CreatedBatch {
  * against `endpoint` (400 naming the first line that differs); the batch stored as `validating`.
  * The caller queues its lines and moves it to `in_progress`.
  */
-export async function insertBatch(db: DbClient, key: ApiKeyRecord, rawBody: Buffer, maxLines: number): Promise<CreatedBatch> {
+export async function insertBatch(db: Db, key: ApiKeyRecord, rawBody: Buffer, maxLines: number, limits: InFlightLimits): Promise<CreatedBatch> {
   const parsed = CreateSchema.safeParse(parseJsonObject(rawBody));
   if (!parsed.success) {
     const { message, param } = describeIssue(parsed.error);
@@ -171,23 +213,16 @@ export async function insertBatch(db: DbClient, key: ApiKeyRecord, rawBody: Buff
   }
   const models = new Set(lines.map((l) => (typeof l.body.model === 'string' ? l.body.model : null)));
   const model = models.size === 1 ? [...models][0]! : null;
-  const { rows } = await db.query<BatchRow>(
-    `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, metadata, status, total, expires_at, model, output_expires_seconds)
-     values ($1, $2, $3, $4, $5, $6, $7, 'validating', $8, now() + interval '24 hours', $9, $10) returning *`,
-    [
-      newBatchId(),
-      key.tenant_id,
-      key.id,
-      input_file_id,
-      endpoint,
-      completion_window,
-      metadata ?? null,
-      lines.length,
-      model,
-      output_expires_after?.seconds ?? null,
-    ],
-  );
-  return { row: rows[0], lines };
+  const row = await withTransaction(db, async (client) => {
+    await admitBatch(client, key.tenant_id, lines.length, limits);
+    const { rows } = await client.query<BatchRow>(
+      `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, metadata, status, total, expires_at, model, output_expires_seconds)
+       values ($1, $2, $3, $4, $5, $6, $7, 'validating', $8, now() + interval '24 hours', $9, $10) returning *`,
+      [newBatchId(), key.tenant_id, key.id, input_file_id, endpoint, completion_window, metadata ?? null, lines.length, model, output_expires_after?.seconds ?? null],
+    );
+    return rows[0];
+  });
+  return { row, lines };
 }
 
 export async function loadBatch(db: DbClient, tenantId: string, id: string, api: BatchRow['api'] = 'openai'): Promise<BatchRow | null> {

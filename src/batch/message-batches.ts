@@ -4,7 +4,7 @@ import type { ApiKeyRecord } from '../db/keys.ts';
 import type { Db, DbClient } from '../db/pool.ts';
 import { errors } from '../errors.ts';
 import { describeIssue, parseJsonObject } from '../protocols/request-body.ts';
-import { type BatchRow, batchNotFound, cancelBatch } from './batches.ts';
+import { admitBatch, type BatchRow, batchNotFound, cancelBatch, type InFlightLimits } from './batches.ts';
 import { newFileId } from './files.ts';
 import { messageResultsFile } from './message-results.ts';
 import type { BatchRunner, ResultRow } from './runner.ts';
@@ -85,7 +85,13 @@ async function loadMessageBatch(db: DbClient, key: ApiKeyRecord, id: string): Pr
 }
 
 /** POST /v1/messages/batches: the requests kept as a file, the batch stored and its lines queued. */
-export async function createMessageBatch(db: Db, runner: BatchRunner, key: ApiKeyRecord, rawBody: Buffer, limits: { maxLines: number; retentionDays: number }) {
+export async function createMessageBatch(
+  db: Db,
+  runner: BatchRunner,
+  key: ApiKeyRecord,
+  rawBody: Buffer,
+  limits: { maxLines: number; retentionDays: number; inFlight: InFlightLimits },
+) {
   const parsed = CreateSchema.safeParse(parseJsonObject(rawBody));
   if (!parsed.success) {
     const { message, param } = describeIssue(parsed.error);
@@ -106,6 +112,7 @@ export async function createMessageBatch(db: Db, runner: BatchRunner, key: ApiKe
   let row: BatchRow;
   try {
     await client.query('begin');
+    await admitBatch(client, key.tenant_id, requests.length, limits.inFlight);
     await client.query(
       `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
        values ($1, $2, $3, 'message_batch', 'requests.jsonl', $4, $5, $6, now() + make_interval(days => $7::int))`,

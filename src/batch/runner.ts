@@ -14,7 +14,7 @@ import { subjects } from '../bus/subjects.ts';
 import { natsClusterSize } from '../bus/usage-stream.ts';
 import type { Config } from '../config.ts';
 import { type ApiKeyRecord, getKey } from '../db/keys.ts';
-import type { Db, DbClient } from '../db/pool.ts';
+import type { Db } from '../db/pool.ts';
 import { CatracaError, errors } from '../errors.ts';
 import { Exchange, type ExchangeDeps, newRequestId } from '../gateway/exchange.ts';
 import type { ResponseState } from '../gateway/respond.ts';
@@ -27,7 +27,10 @@ import { messages } from '../protocols/messages/index.ts';
 import { responses } from '../protocols/responses/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { type BatchRow, batchObject, batchUsage, cancelBatch, insertBatch } from './batches.ts';
-import { type BatchLine, newFileId, parseBatchFile, RunnableLineSchema } from './files.ts';
+import { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN } from './ending.ts';
+import { type BatchLine, parseBatchFile, RunnableLineSchema } from './files.ts';
+
+export { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN, type ResultRow, resultLine } from './ending.ts';
 
 const log = createLogger('gateway');
 
@@ -75,7 +78,9 @@ export async function ensureBatchQueue(nc: NatsConnection, ackWaitMs: number): P
       });
   }
   try {
-    await jsm.consumers.info(BATCH_STREAM, BATCH_DURABLE);
+    const info = await jsm.consumers.info(BATCH_STREAM, BATCH_DURABLE);
+    // the ack wait follows the configuration (BATCH_ACK_WAIT_MS, the timeouts) the doors start with
+    if (info.config.ack_wait !== ackWaitMs * 1e6) await jsm.consumers.update(BATCH_STREAM, BATCH_DURABLE, { ack_wait: ackWaitMs * 1e6 });
   } catch {
     await jsm.consumers
       .add(BATCH_STREAM, {
@@ -95,6 +100,8 @@ interface LineAnswer {
   requestId: string | null;
   status: number;
   body: unknown;
+  /** the code of the error that answered it (`insufficient_balance`, `key_limit_exceeded`, …), whatever the protocol's error shape */
+  refused?: string;
 }
 
 /** The parts of a front door the runner uses. */
@@ -137,7 +144,7 @@ export class BatchRunner {
 
   private async connect(): Promise<boolean> {
     try {
-      await ensureBatchQueue(this.nc, this.door.config.DISPATCH_WAIT_MS + this.door.config.REQUEST_TIMEOUT_MS + 60_000);
+      await ensureBatchQueue(this.nc, batchAckWaitMs(this.door.config));
       this.consumer = await this.nc.jetstream().consumers.get(BATCH_STREAM, BATCH_DURABLE);
       return true;
     } catch (err) {
@@ -158,7 +165,11 @@ export class BatchRunner {
   async create(key: ApiKeyRecord, rawBody: Buffer) {
     if (!this.consumer) await this.connecting;
     if (!this.consumer) throw queueUnavailable();
-    const { row, lines } = await insertBatch(this.door.db, key, rawBody, this.door.config.BATCH_MAX_LINES);
+    const { BATCH_MAX_LINES, BATCH_MAX_IN_FLIGHT, BATCH_MAX_LINES_IN_FLIGHT } = this.door.config;
+    const { row, lines } = await insertBatch(this.door.db, key, rawBody, BATCH_MAX_LINES, {
+      maxBatches: BATCH_MAX_IN_FLIGHT,
+      maxLines: BATCH_MAX_LINES_IN_FLIGHT,
+    });
     return batchObject(await this.enqueue(row, lines.length));
   }
 
@@ -244,12 +255,7 @@ export class BatchRunner {
     if (!batch || !['in_progress', 'cancelling'].includes(batch.status)) return;
     const lines = await this.linesOf(batch.input_file_id);
     const custom_id = lines?.[line]?.custom_id ?? `line-${line + 1}`;
-    const notRun =
-      batch.status === 'cancelling'
-        ? { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' }
-        : batch.expires_at.getTime() <= Date.now()
-          ? { code: 'batch_expired', message: 'The batch expired (its completion window passed) before this request ran.' }
-          : null;
+    const notRun = batch.status === 'cancelling' ? NOT_RUN.cancelled : batch.expires_at.getTime() <= Date.now() ? NOT_RUN.expired : null;
     if (notRun) {
       await db.query('insert into batch_results (batch_id, line, custom_id, error, ok) values ($1, $2, $3, $4, false) on conflict do nothing', [
         batchId,
@@ -261,24 +267,23 @@ export class BatchRunner {
       return;
     }
     const requestId = newRequestId();
-    const claimed = await db.query('insert into batch_results (batch_id, line, custom_id, request_id) values ($1, $2, $3, $4) on conflict do nothing', [
-      batchId,
-      line,
-      custom_id,
-      requestId,
-    ]);
+    // not claimed once the batch is out of balance: its lines not started then already have their 402
+    // (written in the transaction that marked it), so a line delivered after that never runs
+    const claimed = await db.query(
+      `insert into batch_results (batch_id, line, custom_id, request_id)
+       select $1, $2, $3, $4 where not exists (select 1 from batches where id = $1 and out_of_balance_at is not null)
+       on conflict do nothing`,
+      [batchId, line, custom_id, requestId],
+    );
     if (claimed.rowCount !== 1) {
       // delivered again while claimed without a result: the runner that claimed it died (its ack wait
       // outlasts any request) or could not write the result. It is not run twice: an error line,
       // naming the request it was (/v1/generation tells whether it ran and was billed).
+      // the message names the request: the error file's line has no `response` to carry its request_id
       await db.query(
-        `with r as (update batch_results set ok = false, error = $3 where batch_id = $1 and line = $2 and ok is null returning ok)
+        `with r as (update batch_results set ok = false, error = ${LINE_INTERRUPTED} where batch_id = $1 and line = $2 and ok is null returning ok)
          update batches set failed = failed + (select count(*) from r) where id = $1`,
-        [
-          batchId,
-          line,
-          { code: 'line_interrupted', message: 'The runner of this request stopped before recording its answer; see /v1/generation for its request_id.' },
-        ],
+        [batchId, line],
       );
       await this.finalizeIfDone(batchId);
       return;
@@ -291,12 +296,57 @@ export class BatchRunner {
           body: errors.badRequest('The batch input file is gone (deleted or expired).', 'input_file_id', 'invalid_file').toJSON(),
         };
     const ok = answer.status === 200;
-    await db.query(
-      `with r as (update batch_results set request_id = $3, status_code = $4, body = $5, ok = $6 where batch_id = $1 and line = $2 and ok is null returning ok)
-       update batches set completed = completed + (select count(*) from r where ok), failed = failed + (select count(*) from r where not ok) where id = $1`,
-      [batchId, line, answer.requestId, answer.status, answer.body, ok],
-    );
+    if (answer.refused === 'insufficient_balance') await this.outOfBalance(batch, line, custom_id, answer, lines);
+    else
+      await db.query(
+        `with r as (update batch_results set request_id = $3, status_code = $4, body = $5, ok = $6 where batch_id = $1 and line = $2 and ok is null returning ok)
+         update batches set completed = completed + (select count(*) from r where ok), failed = failed + (select count(*) from r where not ok) where id = $1`,
+        [batchId, line, answer.requestId, answer.status, answer.body, ok],
+      );
     await this.finalizeIfDone(batchId);
+  }
+
+  /**
+   * A line refused 402 for the tenant's balance (not a key's limit): its answer recorded and, in the
+   * same transaction, the batch marked out of balance (the first such line only) and every line not
+   * started yet (no results row) ended as an error line, 402 `insufficient_balance`, never run.
+   * Lines already claimed run on and are billed; a line delivered later finds its row (or the mark) and is not claimed.
+   */
+  private async outOfBalance(batch: BatchRow, line: number, custom_id: string, answer: LineAnswer, lines: BatchLine[] | null): Promise<void> {
+    const client = await this.door.db.connect();
+    try {
+      await client.query('begin');
+      await client.query(
+        `with r as (update batch_results set request_id = $3, status_code = $4, body = $5, ok = false where batch_id = $1 and line = $2 and ok is null returning ok)
+         update batches set failed = failed + (select count(*) from r) where id = $1`,
+        [batch.id, line, answer.requestId, answer.status, answer.body],
+      );
+      const marked = await client.query(
+        'update batches set out_of_balance_at = now(), out_of_balance_line = $2 where id = $1 and out_of_balance_at is null returning id',
+        [batch.id, line],
+      );
+      if (marked.rowCount === 1) {
+        const refusal = errors.insufficientBalance(
+          `The balance ran out during this batch: request '${custom_id}' was refused for it, and this request was not run. Top up, then submit the requests not run in a new batch.`,
+        );
+        const protocol = PROTOCOLS[batch.endpoint] ?? chat;
+        const { body } = protocol.errorBody(refusal);
+        await client.query(
+          `with r as (
+             insert into batch_results (batch_id, line, custom_id, status_code, body, ok)
+             select $1, g, coalesce(($3::text[])[g + 1], 'line-' || (g + 1)), 402, $4, false from generate_series(0, $2::int - 1) g
+             on conflict do nothing returning 1)
+           update batches set failed = failed + (select count(*) from r) where id = $1`,
+          [batch.id, batch.total, lines?.map((l) => l.custom_id) ?? [], body],
+        );
+      }
+      await client.query('commit');
+    } catch (err) {
+      await client.query('rollback').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
   }
 
   /** The line run as a request of its url with the batch's key; its whole answer, whatever the status. */
@@ -307,10 +357,20 @@ export class BatchRunner {
     if (l.body.stream === true) {
       return { requestId: null, status: 400, body: errors.badRequest("'stream' is not supported in a batch request.", 'stream').toJSON() };
     }
-    const protocol = PROTOCOLS[l.url];
+    const route = PROTOCOLS[l.url];
+    let refused: string | undefined;
+    // the route's own protocol, its error body noted on the way: an Anthropic error body does not carry the code
+    const protocol: Protocol<ParsedRequest> = Object.create(route, {
+      errorBody: {
+        value: (e: CatracaError) => {
+          refused = e.code;
+          return route.errorBody(e);
+        },
+      },
+    });
     return new Promise<LineAnswer>((resolve) => {
       let status = 0;
-      const answered = (body: unknown) => resolve({ requestId, status, body });
+      const answered = (body: unknown) => resolve({ requestId, status, body, refused: status === 200 ? undefined : refused });
       const res = {
         cork: (cb: () => void) => {
           cb();
@@ -371,78 +431,38 @@ export class BatchRunner {
    * transaction on the batch's row; a runner that comes second finds it ended.
    */
   async finalizeIfDone(batchId: string): Promise<BatchRow | null> {
-    const db = this.door.db;
-    const { rows: counts } = await db.query<{ ended: number; total: number; status: string }>(
-      `select b.total, b.status, (select count(*)::int from batch_results r where r.batch_id = b.id and r.ok is not null) as ended
-         from batches b where b.id = $1`,
-      [batchId],
-    );
-    const c = counts[0];
-    if (!c || c.ended < c.total || !['in_progress', 'cancelling'].includes(c.status)) return null;
-    const client = await db.connect();
-    try {
-      await client.query('begin');
-      const { rows } = await client.query<BatchRow>('select * from batches where id = $1 for update', [batchId]);
-      const batch = rows[0];
-      if (!['in_progress', 'cancelling'].includes(batch.status)) {
-        await client.query('rollback');
-        return null;
-      }
-      const { rows: results } = await client.query<ResultRow>('select * from batch_results where batch_id = $1 order by line', [batchId]);
-      // an Anthropic message batch has no files: its results are read from batch_results
-      const output = batch.api === 'anthropic' ? [] : results.filter((r) => r.ok).map(resultLine);
-      const failed = batch.api === 'anthropic' ? [] : results.filter((r) => !r.ok).map(resultLine);
-      const retention = this.door.config.BATCH_RETENTION_DAYS;
-      const outputId = output.length ? await writeFile(client, batch, `${batch.id}_output.jsonl`, output, retention) : null;
-      const errorId = failed.length ? await writeFile(client, batch, `${batch.id}_error.jsonl`, failed, retention) : null;
-      const ending = batch.status === 'cancelling' ? 'cancelled' : results.some((r) => r.error?.code === 'batch_expired') ? 'expired' : 'completed';
-      const { rows: ended } = await client.query<BatchRow>(
-        `update batches set status = $2, output_file_id = $3, error_file_id = $4, finalizing_at = now(),
-                completed_at = case when $2 = 'completed' then now() end, cancelled_at = case when $2 = 'cancelled' then now() end,
-                expired_at = case when $2 = 'expired' then now() end
-          where id = $1 returning *`,
-        [batchId, ending, outputId, errorId],
-      );
-      await client.query('commit');
-      return ended[0];
-    } catch (err) {
-      await client.query('rollback').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
-    }
+    return finalizeIfDone(this.door.db, batchId, this.door.config.BATCH_RETENTION_DAYS);
   }
 }
 
-export interface ResultRow {
-  batch_id: string;
-  line: number;
-  custom_id: string;
-  request_id: string | null;
-  status_code: number | null;
-  body: unknown;
-  error: { code: string; message: string } | null;
-  ok: boolean;
-}
-
-/** A line of the output or error file, in OpenAI's format. */
-export function resultLine(r: ResultRow): string {
-  return JSON.stringify({
-    id: `batch_req_${r.batch_id.slice('batch_'.length)}_${r.line + 1}`,
-    custom_id: r.custom_id,
-    response: r.status_code === null ? null : { status_code: r.status_code, request_id: r.request_id, body: r.body },
-    error: r.error,
-  });
-}
-
-async function writeFile(client: DbClient, batch: BatchRow, filename: string, lines: string[], retentionDays: number): Promise<string> {
-  const content = Buffer.from(`${lines.join('\n')}\n`);
-  const id = newFileId();
-  await client.query(
-    `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
-     values ($1, $2, $3, 'batch_output', $4, $5, $6, $7,
-             now() + least(make_interval(days => $8::int), coalesce(make_interval(secs => $9::int), make_interval(days => $8::int))))`,
-    [id, batch.tenant_id, batch.key_id, filename, content.byteLength, lines.length, content, retentionDays, batch.output_expires_seconds ?? null],
+/**
+ * When every line of the batch has ended: the output and error files written and the batch ended,
+ * in one transaction on the batch's row (endBatch); a runner that comes second finds it ended.
+ */
+export async function finalizeIfDone(db: Db, batchId: string, retentionDays: number): Promise<BatchRow | null> {
+  const { rows: counts } = await db.query<{ ended: number; total: number; status: string }>(
+    `select b.total, b.status, (select count(*)::int from batch_results r where r.batch_id = b.id and r.ok is not null) as ended
+         from batches b where b.id = $1`,
+    [batchId],
   );
-  return id;
+  const c = counts[0];
+  if (!c || c.ended < c.total || !['in_progress', 'cancelling'].includes(c.status)) return null;
+  const client = await db.connect();
+  try {
+    await client.query('begin');
+    const { rows } = await client.query<BatchRow>('select * from batches where id = $1 for update', [batchId]);
+    const batch = rows[0];
+    if (!['in_progress', 'cancelling'].includes(batch.status)) {
+      await client.query('rollback');
+      return null;
+    }
+    const ended = await endBatch(client, batch, retentionDays);
+    await client.query('commit');
+    return ended;
+  } catch (err) {
+    await client.query('rollback').catch(() => {});
+    throw err;
+  } finally {
+    client.release();
+  }
 }

@@ -94,7 +94,11 @@ export const ROUTES: Route[] = [
   {
     method: 'post',
     path: '/v1/messages/batches',
-    upload: (door, key, body) => createMessageBatch(door.db, door.batches(), key, body, fileLimits(door.config)),
+    upload: (door, key, body) =>
+      createMessageBatch(door.db, door.batches(), key, body, {
+        ...fileLimits(door.config),
+        inFlight: { maxBatches: door.config.BATCH_MAX_IN_FLIGHT, maxLines: door.config.BATCH_MAX_LINES_IN_FLIGHT },
+      }),
     maxBytes: (door) => door.config.FILES_MAX_BYTES,
   },
   { method: 'get', path: '/v1/messages/batches', read: (door, key, p) => listMessageBatchesBody(door.db, key, p.query) },

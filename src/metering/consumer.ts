@@ -4,6 +4,7 @@ import { type MeteringStats, UsageSettler } from './settler.ts';
 import type { Db } from '../db/pool.ts';
 import { openHolds, sweepExpiredHolds } from '../billing/ledger.ts';
 import { sweepExpiredFiles } from '../batch/files.ts';
+import { type BatchSweepSettings, deleteOldBatches, expireStuckBatches } from '../batch/sweeper.ts';
 import { sweepExpiredResponses } from '../db/responses.ts';
 import { ensureUsageStream, watchUsageBacklog, type UsageStreamSettings } from '../bus/usage-stream.ts';
 import { ensureUsageLog, journalUsage } from '../bus/usage-log.ts';
@@ -33,6 +34,8 @@ export interface MeteringOptions {
    */
   lingerMs?: number;
   sweepIntervalMs?: number;
+  /** BATCH_RETENTION_DAYS and the BATCH queue's ack wait (default 30 days, 10 min + 90 s): the batches' sweep (src/batch/sweeper.ts) */
+  batches?: BatchSweepSettings;
   ackWaitMs?: number;
   instanceId?: string;
   /** USAGE stream settings (default: from the environment) */
@@ -136,7 +139,8 @@ export async function startMetering(opts: MeteringOptions): Promise<Metering> {
   const atStart = await backlog.check();
   if (atStart && atStart.messages > 0) log.info('usage waiting to be settled', { backlog: atStart.messages });
   const pulling = pullUsage(consumer, batcher, batchSize);
-  const sweeper = startSweeper(db, stats, metrics, opts.sweepIntervalMs ?? 10000, () => {
+  const batchSweep = opts.batches ?? { retentionDays: 30, ackWaitMs: 690_000 };
+  const sweeper = startSweeper(db, stats, metrics, opts.sweepIntervalMs ?? 10000, batchSweep, () => {
     notify.retry();
     void notify.reconcile();
   });
@@ -197,10 +201,10 @@ function pullUsage(consumer: Consumer, batcher: LingerBatcher<JsMsg>, batchSize:
 /**
  * Holds and leases whose request never settled (a worker or front door died) are released after
  * their expiry, and the open ones counted for /metrics and `catraca status`; stored responses past
- * their retention are deleted, and files of the Files API past BATCH_RETENTION_DAYS (at most 1000 and 100 a pass: a backlog drains over a few passes); notification
+ * their retention are deleted, and files of the Files API past BATCH_RETENTION_DAYS (at most 1000 and 100 a pass: a backlog drains over a few passes); batches past their window that no runner will end are ended, and the rows of batches ended BATCH_RETENTION_DAYS ago deleted (src/batch/sweeper.ts); notification
  * checks that failed are tried again, and a page of the notifications' reconciling sweep runs (`onSweep`).
  */
-function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs: number, onSweep: () => void) {
+function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs: number, batches: BatchSweepSettings, onSweep: () => void) {
   let heldMicros = { holds: 0, leases: 0 };
   metrics.gauge('catraca_open_holds', 'Per-request holds not yet settled or swept', {}, () => stats.openHolds);
   metrics.gauge('catraca_open_leases', 'Balance leases not yet closed or swept', {}, () => stats.openLeases);
@@ -209,6 +213,8 @@ function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs
   const swept = metrics.counter('catraca_holds_swept_total', 'Expired holds released by the sweeper');
   const expiredResponses = metrics.counter('catraca_responses_expired_total', 'Stored responses (POST /v1/responses) deleted after their retention');
   const expiredFiles = metrics.counter('catraca_batch_files_expired_total', 'Files of the Files API deleted after BATCH_RETENTION_DAYS');
+  const expiredBatches = metrics.counter('catraca_batches_expired_total', 'Batches past their window ended by the sweeper (no runner would end them)');
+  const deletedBatches = metrics.counter('catraca_batches_deleted_total', 'Batches (and their lines) deleted BATCH_RETENTION_DAYS after they ended');
   const sweep = async () => {
     onSweep();
     try {
@@ -234,6 +240,12 @@ function startSweeper(db: Db, stats: MeteringStats, metrics: Metrics, intervalMs
       expiredFiles.inc(await sweepExpiredFiles(db));
     } catch (err) {
       log.warn('files sweep failed', { err: err as Error });
+    }
+    try {
+      expiredBatches.inc(await expireStuckBatches(db, batches));
+      deletedBatches.inc(await deleteOldBatches(db, batches.retentionDays));
+    } catch (err) {
+      log.warn('batches sweep failed', { err: err as Error });
     }
   };
   const timer = setInterval(sweep, intervalMs);

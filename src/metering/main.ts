@@ -4,6 +4,7 @@ import { connectBus } from '../bus/connect.ts';
 import { configureLogging, createLogger, logCrashes } from '../log.ts';
 import { onShutdown, quietly } from '../process/shutdown.ts';
 import { startMetering } from './consumer.ts';
+import { batchAckWaitMs } from '../batch/ending.ts';
 import { serveMetrics } from '../metrics/http.ts';
 
 const log = createLogger('metering');
@@ -21,6 +22,7 @@ const metering = await startMetering({
   batch: config.METERING_BATCH,
   lingerMs: config.METERING_LINGER_MS,
   sweepIntervalMs: config.HOLD_SWEEP_INTERVAL_MS,
+  batches: { retentionDays: config.BATCH_RETENTION_DAYS, ackWaitMs: batchAckWaitMs(config) },
   ackWaitMs: config.METERING_ACK_WAIT_MS,
   instanceId: config.CATRACA_INSTANCE,
   stream: { maxBytes: config.USAGE_MAX_BYTES },

@@ -44,6 +44,8 @@ import { batchFile, listBatches } from '../../src/portal/batches.ts';
 import { exportQuery } from '../../src/portal/exports.ts';
 import { dailySpend, ledgerPage, spendByEndUser, spendByKey, spendByModel } from '../../src/portal/usage.ts';
 import { sweepExpiredResponses } from '../../src/db/responses.ts';
+import { admitBatch } from '../../src/batch/batches.ts';
+import { deleteOldBatches, expireStuckBatches } from '../../src/batch/sweeper.ts';
 import { deleteResponse, loadResponse, saveResponse } from '../../src/protocols/responses/store.ts';
 import { run as runCli } from '../../src/cli/main.ts';
 import * as notify from '../../src/notify/events.ts';
@@ -201,6 +203,11 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       await listAliases(db);
       await listDeployments(db, 'roles/echo');
     },
+    'batches: the caps on batches in flight, under a lock of the tenant': async (db) => {
+      await db.query('begin');
+      await admitBatch(db, f.tenant, 1, { maxBatches: 100, maxLines: 1000 });
+      await db.query('rollback');
+    },
     'admission: catraca_admit, its batch, its finer limits': async (db) => {
       const a = { tenantId: f.tenant, keyId: f.keyId, min: 1n, max: 10n, ttlMs: 60000 };
       expect((await ledger.admit(db, { requestId: `r_${uniq()}`, ...a })).status).toBe('ok');
@@ -242,6 +249,13 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       await ledger.openHolds(db);
     },
     'delete expired responses': (db) => sweepExpiredResponses(db),
+    'batches: end those past their window, delete those past retention': async (db) => {
+      // the sweeper takes a pool: this role's one connection stands for it
+      const client = { query: (text: string, values?: unknown[]) => db.query(text, values), release: () => {} };
+      const pool = { query: client.query, connect: async () => client } as unknown as pg.Pool;
+      await expireStuckBatches(pool, { retentionDays: 30, ackWaitMs: 1000 });
+      await deleteOldBatches(pool, 30);
+    },
     'notifications: balance and key checks after a settlement, mark what it published': async (db) => {
       await notify.checkBalances(db, [f.tenant]);
       await notify.checkKeyLimits(db, [f.keyId]);
