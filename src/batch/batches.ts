@@ -218,7 +218,18 @@ export async function insertBatch(db: Db, key: ApiKeyRecord, rawBody: Buffer, ma
     const { rows } = await client.query<BatchRow>(
       `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, metadata, status, total, expires_at, model, output_expires_seconds)
        values ($1, $2, $3, $4, $5, $6, $7, 'validating', $8, now() + interval '24 hours', $9, $10) returning *`,
-      [newBatchId(), key.tenant_id, key.id, input_file_id, endpoint, completion_window, metadata ?? null, lines.length, model, output_expires_after?.seconds ?? null],
+      [
+        newBatchId(),
+        key.tenant_id,
+        key.id,
+        input_file_id,
+        endpoint,
+        completion_window,
+        metadata ?? null,
+        lines.length,
+        model,
+        output_expires_after?.seconds ?? null,
+      ],
     );
     return rows[0];
   });

@@ -72,8 +72,9 @@ async function writeFile(client: DbClient, batch: BatchRow, filename: string, li
   const id = newFileId();
   await client.query(
     `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
-     values ($1, $2, $3, 'batch_output', $4, $5, $6, $7, now() + make_interval(days => $8::int))`,
-    [id, batch.tenant_id, batch.key_id, filename, content.byteLength, lines.length, content, retentionDays],
+     values ($1, $2, $3, 'batch_output', $4, $5, $6, $7,
+             now() + least(make_interval(days => $8::int), coalesce(make_interval(secs => $9::int), make_interval(days => $8::int))))`,
+    [id, batch.tenant_id, batch.key_id, filename, content.byteLength, lines.length, content, retentionDays, batch.output_expires_seconds ?? null],
   );
   return id;
 }
