@@ -3,7 +3,17 @@ import { connect as natsConnect } from 'nats';
 import { natsOptions } from '../../bus/connect.ts';
 import { subjects } from '../../bus/subjects.ts';
 import { checkUpstreamKeyOn, type WorkerKeys, workerUpstreamKeys } from '../../catalog/upstream-keys.ts';
-import { addDeployment, BATCH_MODES, type BatchMode, DEPLOYMENT_NAME_RE, type DeploymentRecord, getModel, listDeployments, PROTOCOLS, removeDeployment } from '../../db/models.ts';
+import {
+  addDeployment,
+  BATCH_MODES,
+  type BatchMode,
+  DEPLOYMENT_NAME_RE,
+  type DeploymentRecord,
+  getModel,
+  listDeployments,
+  PROTOCOLS,
+  removeDeployment,
+} from '../../db/models.ts';
 import { brlFlag, brlString, intFlag, parseFlags, str } from '../args.ts';
 import { CliError, type CliContext, UsageError } from '../context.ts';
 import { BATCH_PRICE_FLAGS, batchPriceFlags, batchPriceView } from './model.ts';
@@ -71,7 +81,8 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
   const usd = usdFlags(flags, cmd, brlGiven);
   const batchGiven = batchPriceFlags(flags, cmd);
   const batchMode = str(flags, 'batch');
-  if (batchMode !== undefined && !(BATCH_MODES as readonly string[]).includes(batchMode)) throw new UsageError(`${cmd}: --batch must be one of ${BATCH_MODES.join(', ')}`);
+  if (batchMode !== undefined && !(BATCH_MODES as readonly string[]).includes(batchMode))
+    throw new UsageError(`${cmd}: --batch must be one of ${BATCH_MODES.join(', ')}`);
   const batchPrices = {
     batch_input_price: batchGiven.batch_input_price ?? null,
     batch_output_price: batchGiven.batch_output_price ?? null,
