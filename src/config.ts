@@ -320,6 +320,9 @@ export const ConfigSchema = PortalEnvSchema.extend({
   BATCH_MAX_LINES: z.coerce.number().int().positive().default(50000),
   /** Lines of batches (`queue` mode) each front door runs at once, at most. */
   BATCH_CONCURRENCY: z.coerce.number().int().positive().default(4),
+  /** `vendor` batch mode: how often a vendor's batch is polled (ms), and the most lines submitted in one vendor batch (a chunk). */
+  BATCH_VENDOR_POLL_MS: int(10000),
+  BATCH_VENDOR_CHUNK_LINES: z.coerce.number().int().positive().max(5000).default(1000),
   /** A front door takes no batch line while this many interactive requests are in flight there. */
   BATCH_PAUSE_IN_FLIGHT: z.coerce.number().int().positive().default(16),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */

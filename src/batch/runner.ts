@@ -28,6 +28,7 @@ import { responses } from '../protocols/responses/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { type BatchRow, batchObject, cancelBatch, insertBatch } from './batches.ts';
 import { type BatchLine, newFileId, parseBatchFile, RunnableLineSchema } from './files.ts';
+import { batchNotSupported, VendorBatches } from './vendor.ts';
 
 const log = createLogger('gateway');
 
@@ -120,11 +121,15 @@ export class BatchRunner {
   private messages?: ConsumerMessages;
   private readonly files = new Map<string, BatchLine[]>();
   private readonly keys = new Map<string, { record: ApiKeyRecord | null; at: number }>();
+  /** `vendor` mode: batches sent to a deployment's own batch API (src/batch/vendor.ts) */
+  private readonly vendor: VendorBatches;
 
   constructor(
     private readonly door: RunnerDoor,
     private readonly nc: NatsConnection,
-  ) {}
+  ) {
+    this.vendor = new VendorBatches(door, nc, (id) => this.finalizeIfDone(id));
+  }
 
   /**
    * Starts taking lines, the queue made when missing — in the background: a door whose JetStream is
@@ -133,6 +138,7 @@ export class BatchRunner {
   start(): void {
     this.connecting = this.connect();
     this.looping = this.connecting.then(() => this.loop());
+    this.vendor.start();
   }
 
   private async connect(): Promise<boolean> {
@@ -148,6 +154,7 @@ export class BatchRunner {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.vendor.stop();
     await this.messages?.close().catch(() => {});
     await this.looping;
     const deadline = Date.now() + 5000;
@@ -159,6 +166,8 @@ export class BatchRunner {
     if (!this.consumer) await this.connecting;
     if (!this.consumer) throw queueUnavailable();
     const { row, lines } = await insertBatch(this.door.db, key, rawBody, this.door.config.BATCH_MAX_LINES);
+    const vendor = await this.vendor.tryStart(key, row, lines);
+    if (vendor) return batchObject(vendor);
     return batchObject(await this.enqueue(row, lines.length));
   }
 
@@ -191,6 +200,7 @@ export class BatchRunner {
   /** POST /v1/batches/{id}/cancel: `cancelling`, and ended at once when no line is left to run. */
   async cancel(key: ApiKeyRecord, id: string) {
     const row = await cancelBatch(this.door.db, key, id);
+    await this.vendor.cancelled(row);
     return batchObject((await this.finalizeIfDone(id)) ?? row);
   }
 
@@ -308,6 +318,8 @@ export class BatchRunner {
       return { requestId: null, status: 400, body: errors.badRequest("'stream' is not supported in a batch request.", 'stream').toJSON() };
     }
     const protocol = PROTOCOLS[l.url];
+    const notSupported = typeof l.body.model === 'string' ? batchNotSupported(await this.door.deps.catalog.resolve(l.body.model)) : null;
+    if (notSupported) return { requestId: null, status: notSupported.status, body: notSupported.toJSON() };
     return new Promise<LineAnswer>((resolve) => {
       let status = 0;
       const answered = (body: unknown) => resolve({ requestId, status, body });

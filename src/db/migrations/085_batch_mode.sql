@@ -36,3 +36,6 @@ create table vendor_batch_chunks (
 grant select, insert, update on vendor_batch_chunks to catraca_gateway;
 grant delete on vendor_batch_chunks to catraca_gateway;
 grant select on vendor_batch_chunks to catraca_console, catraca_admin;
+-- a front door takes a vendor batch's next chunk only once the holds of the lines it ran are
+-- settled (metering debits them): it looks for them by request id
+grant select (request_id) on holds to catraca_gateway;

@@ -1,0 +1,297 @@
+import OpenAI, { toFile } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MockUpstream } from '../bench/mock-upstream/server.ts';
+import { ledgerCheck } from '../src/billing/ledger-check.ts';
+import { costMicros, holdPrices, type Prices } from '../src/billing/money.ts';
+import { catalogEntry } from '../src/catalog/catalog.ts';
+import { getModel, listDeployments, upsertModel } from '../src/db/models.ts';
+import { outputTokens } from '../src/gateway/hold.ts';
+import { chat } from '../src/protocols/chat/index.ts';
+import { expectBalanceEqualsLedger } from './helpers/ledger.ts';
+import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
+
+// `vendor` batch mode (docs/batch.md "vendor mode"): a batch naming a model whose deployment is in
+// vendor mode goes to that deployment's own OpenAI Batch API (the mock vendor), through a worker of
+// the model's pool; each line is held at the deployment's batch prices before its chunk is
+// submitted, and each line the vendor answered is debited once at them. Models of their own (vbatch/…).
+
+const UPSTREAM_KEY = 'sk-vendor-batch-test';
+let stack: TestStack;
+let mock: MockUpstream;
+
+// BRL 1 and 2 per 1M tokens online; the batch prices half (1 µBRL = 2 tokens of input)
+const ONLINE: Prices = { input: 1_000_000n, output: 2_000_000n };
+const BATCH: Prices = { input: 500_000n, output: 1_000_000n };
+
+beforeAll(async () => {
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'sim,openai', env: { BATCH_VENDOR_POLL_MS: '150' }, vendor: { outputTokens: 4 } }));
+  const common = {
+    pool: 'openai',
+    protocol: 'openai' as const,
+    base_url: mock.url,
+    api_key_env: 'MOCK_UPSTREAM_KEY',
+    input_price: ONLINE.input,
+    output_price: ONLINE.output,
+    batch_input_price: BATCH.input,
+    batch_output_price: BATCH.output,
+    max_output_tokens: 64,
+    context_length: 4096,
+    batch_mode: 'vendor' as const,
+  };
+  await upsertModel(stack.db, { id: 'vbatch/gpt', upstream_model: 'mock-gpt', ...common });
+  await upsertModel(stack.db, { id: 'vbatch/refusing', upstream_model: 'mock-400', ...common });
+  await upsertModel(stack.db, {
+    id: 'vbatch/none',
+    pool: 'sim',
+    upstream_model: 'echo',
+    input_price: 1_000_000n,
+    output_price: 2_000_000n,
+    batch_mode: 'none',
+  });
+}, 90_000);
+
+afterAll(async () => {
+  await stack?.stop();
+  await mock?.close();
+});
+
+const clientOf = (key: string) => new OpenAI({ baseURL: stack.baseUrl, apiKey: key, maxRetries: 0 });
+
+interface ResultLine {
+  custom_id: string;
+  response: {
+    status_code: number;
+    request_id: string;
+    body: Record<string, unknown> & { usage?: { prompt_tokens: number; completion_tokens: number } };
+  } | null;
+  error: { code: string } | null;
+}
+
+/** The error body of a line answered with an error. */
+const errorOf = (l: ResultLine) => (l.response?.body as { error: { code: string; param: string } } | undefined)?.error ?? { code: null, param: null };
+
+const TEXT = 'hello vendor batch';
+const chatLine = (i: number, model = 'vbatch/gpt', body: Record<string, unknown> = {}) =>
+  JSON.stringify({ custom_id: `req-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model, messages: [{ role: 'user', content: TEXT }], ...body } });
+
+async function create(client: OpenAI, lines: string[]) {
+  const file = await client.files.create({ file: await toFile(Buffer.from(`${lines.join('\n')}\n`), 'in.jsonl'), purpose: 'batch' });
+  return client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+}
+
+async function ended(client: OpenAI, id: string, timeoutMs = 30_000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const b = await client.batches.retrieve(id);
+    if (['completed', 'cancelled', 'failed', 'expired'].includes(b.status)) return b;
+    if (Date.now() > deadline) throw new Error(`batch ${id} still ${b.status}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function contentLines(client: OpenAI, fileId: string | null | undefined): Promise<ResultLine[]> {
+  if (!fileId) return [];
+  const text = await (await client.files.content(fileId)).text();
+  return text
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
+}
+
+const balanceOf = async (tenantId: string): Promise<bigint> =>
+  BigInt((await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros);
+
+/** The worst case a line of `max_tokens` is held for: its prompt bound and that cap at the batch prices. */
+async function holdOf(maxTokens: number): Promise<bigint> {
+  const m = catalogEntry((await getModel(stack.db, 'vbatch/gpt'))!, await listDeployments(stack.db, 'vbatch/gpt'));
+  const req = chat.parse({ model: 'vbatch/gpt', max_tokens: maxTokens, messages: [{ role: 'user', content: TEXT }] });
+  return costMicros(chat.inputBound(req, m), outputTokens(chat.outputCap(req), m).wanted, holdPrices(BATCH));
+}
+
+/** Each answered line debited once at the batch prices (its vendor's usage), batch_id recorded; no hold left; balance = ledger. */
+async function expectBilled(tenantId: string, granted: bigint, batchId: string, answered: ResultLine[]) {
+  const ids = answered.map((l) => l.response!.request_id);
+  await stack.waitSettled(ids, 20_000);
+  await stack.waitNoHolds(tenantId, 20_000);
+  const { rows } = await stack.db.query<{ request_id: string; amount_micros: string; batch_id: string }>(
+    "select request_id, amount_micros, batch_id from ledger where tenant_id = $1 and kind = 'debit'",
+    [tenantId],
+  );
+  expect(rows.length).toBe(answered.length);
+  const debits = new Map(rows.map((r) => [r.request_id, BigInt(r.amount_micros)]));
+  let total = 0n;
+  for (const l of answered) {
+    const u = l.response!.body.usage!;
+    const cost = costMicros(u.prompt_tokens, u.completion_tokens, BATCH);
+    expect(cost).toBeGreaterThan(0n);
+    expect(debits.get(l.response!.request_id)).toBe(cost);
+    total += cost;
+  }
+  expect(new Set(rows.map((r) => r.batch_id))).toEqual(new Set(rows.length ? [batchId] : []));
+  expect(await balanceOf(tenantId)).toBe(granted - total);
+  await expectBalanceEqualsLedger(stack, tenantId);
+  expect((await ledgerCheck(stack.db, { tenantId })).ok).toBe(true);
+  return total;
+}
+
+const chunksOf = async (batchId: string) =>
+  (
+    await stack.db.query<{ n: number; vendor_batch_id: string }>(
+      'select array_length(lines, 1) as n, vendor_batch_id from vendor_batch_chunks where batch_id = $1 order by chunk',
+      [batchId],
+    )
+  ).rows;
+
+describe('vendor batch mode (OpenAI Batch API)', () => {
+  it("the openai SDK's batch goes to the vendor's Batch API: a file and a batch there, each line billed once at the batch prices, the vendor's discount", async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const before = { ...mock.stats.batch };
+    const created = await create(
+      client,
+      Array.from({ length: 5 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 16 })),
+    );
+    expect(created.status).toBe('in_progress');
+    const b = await ended(client, created.id);
+    expect(b.status).toBe('completed');
+    expect(b.request_counts).toEqual({ total: 5, completed: 5, failed: 0 });
+    expect(b.error_file_id).toBeNull();
+    const output = await contentLines(client, b.output_file_id);
+    expect(output.map((l) => [l.custom_id, l.response?.status_code, l.response?.body.model, l.response?.body.usage?.completion_tokens])).toEqual(
+      Array.from({ length: 5 }, (_, i) => [`req-${i}`, 200, 'vbatch/gpt', 4]),
+    );
+    // the vendor got one file and one batch of five lines, and billed them at its 50 % batch discount
+    expect(mock.stats.batch.files - before.files).toBe(1);
+    expect(mock.stats.batch.batches - before.batches).toBe(1);
+    expect(mock.stats.batch.succeeded - before.succeeded).toBe(5);
+    const prompt = output.reduce((s, l) => s + l.response!.body.usage!.prompt_tokens, 0);
+    expect(mock.stats.batch.prompt_tokens - before.prompt_tokens).toBe(prompt);
+    expect(mock.stats.batch.billed_completion_tokens - before.billed_completion_tokens).toBe(10);
+    expect(mock.stats.batch.billed_prompt_tokens - before.billed_prompt_tokens).toBe(prompt / 2);
+    // what the vendor was sent: the upstream model, the cap the hold paid for, not streamed
+    expect((await chunksOf(b.id)).map((c) => c.n)).toEqual([5]);
+    await expectBilled(t.tenantId, 10_000_000n, b.id, output);
+    // /v1/generation of a line: a batch line of this batch
+    const gen = await fetch(`${stack.baseUrl}/generation?id=${output[0].response!.request_id}`, { headers: { authorization: `Bearer ${t.key}` } });
+    expect(((await gen.json()) as { data: { batch_id: string } }).data.batch_id).toBe(b.id);
+  }, 60_000);
+
+  it('a balance that covers part: chunks of exactly the lines it covers, the rest a later chunk, then 402 once nothing runs', async () => {
+    const h = await holdOf(64);
+    // each line holds h (64 output tokens) but costs far less (the vendor answers 4 tokens): the
+    // first chunk is the 2 lines 2.5 h covers; what they cost less than h comes back for the next
+    const granted = (h * 5n) / 2n;
+    const t = await stack.tenant((Number(granted) / 1e6).toFixed(6));
+    expect(await balanceOf(t.tenantId)).toBe(granted);
+    const client = clientOf(t.key);
+    const created = await create(
+      client,
+      Array.from({ length: 8 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 64 })),
+    );
+    const b = await ended(client, created.id);
+    const output = await contentLines(client, b.output_file_id);
+    const errors = await contentLines(client, b.error_file_id);
+    expect(output.length).toBeGreaterThan(0);
+    const c = costMicros(output[0].response!.body.usage!.prompt_tokens, 4, BATCH);
+    // the same rule, simulated: each chunk takes floor(available / h) lines; 402 once none fits with nothing running
+    const expected: number[] = [];
+    let available = granted;
+    let left = 8;
+    while (left > 0) {
+      const n = Math.min(left, Number(available / h));
+      if (n === 0) break;
+      expected.push(n);
+      available -= BigInt(n) * c;
+      left -= n;
+    }
+    expect(expected[0]).toBe(2);
+    expect((await chunksOf(b.id)).map((x) => x.n)).toEqual(expected);
+    const ran = expected.reduce((a, n) => a + n, 0);
+    expect(b.request_counts).toEqual({ total: 8, completed: ran, failed: 8 - ran });
+    expect(output.map((l) => l.custom_id)).toEqual(Array.from({ length: ran }, (_, i) => `req-${i}`));
+    expect(errors.map((l) => [l.custom_id, l.response?.status_code, errorOf(l).code])).toEqual(
+      Array.from({ length: 8 - ran }, (_, i) => [`req-${ran + i}`, 402, 'insufficient_balance']),
+    );
+    const total = await expectBilled(t.tenantId, granted, b.id, output);
+    expect(total).toBe(BigInt(ran) * c);
+  }, 60_000);
+
+  it('cancel mid-batch goes to the vendor: only the lines it ran are billed, the others batch_cancelled', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    mock.batchTiming.lineMs = 250;
+    try {
+      const before = mock.stats.batch.lines;
+      const created = await create(
+        client,
+        Array.from({ length: 8 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 16 })),
+      );
+      for (let i = 0; i < 200 && mock.stats.batch.lines - before < 2; i++) await new Promise((r) => setTimeout(r, 25));
+      const cancelling = await client.batches.cancel(created.id);
+      expect(cancelling.status).toBe('cancelling');
+      const b = await ended(client, created.id);
+      expect(b.status).toBe('cancelled');
+      const output = await contentLines(client, b.output_file_id);
+      const errors = await contentLines(client, b.error_file_id);
+      const ran = output.length;
+      expect(ran).toBeGreaterThanOrEqual(2);
+      expect(ran).toBeLessThan(8);
+      expect(ran).toBe(mock.stats.batch.lines - before);
+      expect(b.request_counts).toEqual({ total: 8, completed: ran, failed: 0 });
+      expect(errors.map((l) => [l.custom_id, l.response, l.error?.code])).toEqual(
+        Array.from({ length: 8 - ran }, (_, i) => [`req-${ran + i}`, null, 'batch_cancelled']),
+      );
+      await expectBilled(t.tenantId, 10_000_000n, b.id, output);
+    } finally {
+      mock.batchTiming.lineMs = 0;
+    }
+  }, 60_000);
+
+  it('a line the vendor answers with an error is an error line: its hold goes back, nothing charged', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const created = await create(client, [chatLine(0, 'vbatch/refusing', { max_tokens: 8 }), chatLine(1, 'vbatch/refusing', { max_tokens: 8 })]);
+    const b = await ended(client, created.id);
+    expect(b.status).toBe('completed');
+    expect(b.request_counts).toEqual({ total: 2, completed: 0, failed: 2 });
+    expect(b.output_file_id).toBeNull();
+    const errors = await contentLines(client, b.error_file_id);
+    expect(errors.map((l) => [l.custom_id, l.response?.status_code, errorOf(l).param])).toEqual([
+      ['req-0', 400, 'max_tokens'],
+      ['req-1', 400, 'max_tokens'],
+    ]);
+    await stack.waitNoHolds(t.tenantId, 20_000);
+    expect(await balanceOf(t.tenantId)).toBe(10_000_000n);
+    expect((await stack.db.query("select count(*)::int as n from ledger where tenant_id = $1 and kind = 'debit'", [t.tenantId])).rows[0].n).toBe(0);
+    await expectBalanceEqualsLedger(stack, t.tenantId);
+  }, 60_000);
+
+  it('a line this gateway refuses (another model, a bad body) is an error line before the vendor sees it', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const before = mock.stats.batch.lines;
+    const created = await create(client, [chatLine(0), chatLine(1, 'vbatch/refusing'), chatLine(2, 'vbatch/gpt', { max_tokens: 'many' })]);
+    const b = await ended(client, created.id);
+    expect(b.request_counts).toEqual({ total: 3, completed: 1, failed: 2 });
+    const errors = await contentLines(client, b.error_file_id);
+    expect(errors.map((l) => [l.custom_id, l.response?.status_code, errorOf(l).code])).toEqual([
+      ['req-1', 400, 'mismatched_model'],
+      ['req-2', 400, 'invalid_request'],
+    ]);
+    expect(mock.stats.batch.lines - before).toBe(1);
+    await expectBilled(t.tenantId, 10_000_000n, b.id, await contentLines(client, b.output_file_id));
+  }, 60_000);
+});
+
+describe('batch mode none', () => {
+  it('a line naming a model whose deployment takes no batches is an error line batch_not_supported, nothing charged', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const created = await create(client, [chatLine(0, 'vbatch/none', { max_tokens: 8 })]);
+    const b = await ended(client, created.id);
+    expect(b.request_counts).toEqual({ total: 1, completed: 0, failed: 1 });
+    const errors = await contentLines(client, b.error_file_id);
+    expect(errors.map((l) => [l.response?.status_code, errorOf(l).code])).toEqual([[400, 'batch_not_supported']]);
+    expect(await balanceOf(t.tenantId)).toBe(10_000_000n);
+  }, 60_000);
+});
