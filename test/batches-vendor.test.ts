@@ -8,7 +8,7 @@ import { getModel, listDeployments, upsertModel } from '../src/db/models.ts';
 import { outputTokens } from '../src/gateway/hold.ts';
 import { chat } from '../src/protocols/chat/index.ts';
 import { expectBalanceEqualsLedger } from './helpers/ledger.ts';
-import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
+import { startStackWithVendor, stopProcess, type TestStack } from './helpers/stack.ts';
 
 // `vendor` batch mode (docs/batch.md "vendor mode"): a batch naming a model whose deployment is in
 // vendor mode goes to that deployment's own OpenAI Batch API (the mock vendor), through a worker of
@@ -55,7 +55,7 @@ afterAll(async () => {
   await mock?.close();
 });
 
-const clientOf = (key: string) => new OpenAI({ baseURL: stack.baseUrl, apiKey: key, maxRetries: 0 });
+const clientOf = (key: string) => new OpenAI({ baseURL: stack.urlOf(stack.gateways[0]), apiKey: key, maxRetries: 0 });
 
 interface ResultLine {
   custom_id: string;
@@ -172,7 +172,9 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     expect((await chunksOf(b.id)).map((c) => c.n)).toEqual([5]);
     await expectBilled(t.tenantId, 10_000_000n, b.id, output);
     // /v1/generation of a line: a batch line of this batch
-    const gen = await fetch(`${stack.baseUrl}/generation?id=${output[0].response!.request_id}`, { headers: { authorization: `Bearer ${t.key}` } });
+    const gen = await fetch(`${stack.urlOf(stack.gateways[0])}/generation?id=${output[0].response!.request_id}`, {
+      headers: { authorization: `Bearer ${t.key}` },
+    });
     expect(((await gen.json()) as { data: { batch_id: string } }).data.batch_id).toBe(b.id);
   }, 60_000);
 
@@ -246,6 +248,32 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
       mock.batchTiming.lineMs = 0;
     }
   }, 60_000);
+
+  it('a front door restarted while the vendor runs the batch: another door resumes polling from PostgreSQL, each line billed once', async () => {
+    const t = await stack.tenant('10');
+    const before = { ...mock.stats.batch };
+    mock.batchTiming.lineMs = 200;
+    try {
+      const created = await create(
+        clientOf(t.key),
+        Array.from({ length: 5 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 16 })),
+      );
+      // the chunk was submitted (its vendor batch id stored) before create answered
+      expect((await chunksOf(created.id)).map((c) => [c.n, c.vendor_batch_id !== null])).toEqual([[5, true]]);
+      const [old] = stack.gateways.splice(0, 1);
+      await stopProcess(old);
+      const door = await stack.spawnGateway();
+      const client = new OpenAI({ baseURL: stack.urlOf(door), apiKey: t.key, maxRetries: 0 });
+      const b = await ended(client, created.id);
+      expect(b.status).toBe('completed');
+      expect(b.request_counts).toEqual({ total: 5, completed: 5, failed: 0 });
+      expect(mock.stats.batch.batches - before.batches).toBe(1);
+      expect(mock.stats.batch.succeeded - before.succeeded).toBe(5);
+      await expectBilled(t.tenantId, 10_000_000n, b.id, await contentLines(client, b.output_file_id));
+    } finally {
+      mock.batchTiming.lineMs = 0;
+    }
+  }, 90_000);
 
   it('a line the vendor answers with an error is an error line: its hold goes back, nothing charged', async () => {
     const t = await stack.tenant('10');
