@@ -1,3 +1,4 @@
+import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MockUpstream } from '../bench/mock-upstream/server.ts';
@@ -24,7 +25,11 @@ const ONLINE: Prices = { input: 1_000_000n, output: 2_000_000n };
 const BATCH: Prices = { input: 500_000n, output: 1_000_000n };
 
 beforeAll(async () => {
-  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, { pools: 'sim,openai', env: { BATCH_VENDOR_POLL_MS: '150' }, vendor: { outputTokens: 4 } }));
+  ({ stack, mock } = await startStackWithVendor(UPSTREAM_KEY, {
+    pools: 'sim,openai,anthropic',
+    env: { BATCH_VENDOR_POLL_MS: '150' },
+    vendor: { outputTokens: 4 },
+  }));
   const common = {
     pool: 'openai',
     protocol: 'openai' as const,
@@ -40,6 +45,9 @@ beforeAll(async () => {
   };
   await upsertModel(stack.db, { id: 'vbatch/gpt', upstream_model: 'mock-gpt', ...common });
   await upsertModel(stack.db, { id: 'vbatch/refusing', upstream_model: 'mock-400', ...common });
+  const claude = { ...common, pool: 'anthropic', protocol: 'anthropic' as const };
+  await upsertModel(stack.db, { id: 'vbatch/claude', upstream_model: 'mock-claude', ...claude });
+  await upsertModel(stack.db, { id: 'vbatch/claude-overloaded', upstream_model: 'mock-claude-overloaded', ...claude });
   await upsertModel(stack.db, {
     id: 'vbatch/none',
     pool: 'sim',
@@ -308,6 +316,88 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     ]);
     expect(mock.stats.batch.lines - before).toBe(1);
     await expectBilled(t.tenantId, 10_000_000n, b.id, await contentLines(client, b.output_file_id));
+  }, 60_000);
+});
+
+describe("vendor batch mode (Anthropic's Message Batches)", () => {
+  const anthropicOf = (key: string) => new Anthropic({ baseURL: stack.urlOf(stack.gateways[0]).replace(/\/v1$/, ''), apiKey: key, maxRetries: 0 });
+  const request = (i: number, model = 'vbatch/claude') => ({
+    custom_id: `req-${i}`,
+    params: { model, max_tokens: 16, messages: [{ role: 'user' as const, content: `${TEXT} ${i}` }] },
+  });
+
+  async function endedMessageBatch(client: Anthropic, id: string) {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const b = await client.messages.batches.retrieve(id);
+      if (b.processing_status === 'ended') return b;
+      if (Date.now() > deadline) throw new Error(`message batch ${id} still ${b.processing_status}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  it("the @anthropic-ai/sdk's message batch goes to the vendor's Message Batches API: each succeeded request billed once at the batch prices", async () => {
+    const t = await stack.tenant('10');
+    const client = anthropicOf(t.key);
+    const before = { ...mock.stats.batch };
+    const created = await client.messages.batches.create({ requests: [request(0), request(1), request(2), request(3, 'vbatch/gpt')] });
+    expect(created.processing_status).toBe('in_progress');
+    const b = await endedMessageBatch(client, created.id);
+    expect(b.request_counts).toEqual({ processing: 0, succeeded: 3, errored: 1, canceled: 0, expired: 0 });
+    const results = [];
+    for await (const r of await client.messages.batches.results(created.id)) results.push(r);
+    expect(results.map((r) => [r.custom_id, r.result.type])).toEqual([
+      ['req-0', 'succeeded'],
+      ['req-1', 'succeeded'],
+      ['req-2', 'succeeded'],
+      ['req-3', 'errored'],
+    ]);
+    // the vendor got one message batch of the three requests of its model
+    expect(mock.stats.batch.messageBatches - before.messageBatches).toBe(1);
+    expect(mock.stats.batch.succeeded - before.succeeded).toBe(3);
+    const { rows } = await stack.db.query<{
+      line: number;
+      request_id: string;
+      body: { model: string; usage: { input_tokens: number; output_tokens: number } };
+    }>('select line, request_id, body from batch_results where batch_id = $1 and ok order by line', [created.id]);
+    expect(rows.map((r) => r.body.model)).toEqual(['vbatch/claude', 'vbatch/claude', 'vbatch/claude']);
+    await stack.waitSettled(
+      rows.map((r) => r.request_id),
+      20_000,
+    );
+    await stack.waitNoHolds(t.tenantId, 20_000);
+    const { rows: debits } = await stack.db.query<{ request_id: string; amount_micros: string; batch_id: string }>(
+      "select request_id, amount_micros, batch_id from ledger where tenant_id = $1 and kind = 'debit'",
+      [t.tenantId],
+    );
+    const byId = new Map(debits.map((d) => [d.request_id, BigInt(d.amount_micros)]));
+    let total = 0n;
+    for (const r of rows) {
+      const cost = costMicros(r.body.usage.input_tokens, r.body.usage.output_tokens, BATCH);
+      expect(byId.get(r.request_id)).toBe(cost);
+      total += cost;
+    }
+    expect(debits.length).toBe(3);
+    expect(new Set(debits.map((d) => d.batch_id))).toEqual(new Set([created.id]));
+    expect(await balanceOf(t.tenantId)).toBe(10_000_000n - total);
+    await expectBalanceEqualsLedger(stack, t.tenantId);
+  }, 60_000);
+
+  it('requests the vendor answers with an error are errored, nothing charged', async () => {
+    const t = await stack.tenant('10');
+    const client = anthropicOf(t.key);
+    const created = await client.messages.batches.create({ requests: [request(0, 'vbatch/claude-overloaded'), request(1, 'vbatch/claude-overloaded')] });
+    const b = await endedMessageBatch(client, created.id);
+    expect(b.request_counts).toEqual({ processing: 0, succeeded: 0, errored: 2, canceled: 0, expired: 0 });
+    const results = [];
+    for await (const r of await client.messages.batches.results(created.id)) results.push(r);
+    expect(results.map((r) => [r.custom_id, r.result.type === 'errored' ? r.result.error.error.type : r.result.type])).toEqual([
+      ['req-0', 'overloaded_error'],
+      ['req-1', 'overloaded_error'],
+    ]);
+    await stack.waitNoHolds(t.tenantId, 20_000);
+    expect(await balanceOf(t.tenantId)).toBe(10_000_000n);
+    await expectBalanceEqualsLedger(stack, t.tenantId);
   }, 60_000);
 });
 

@@ -123,7 +123,13 @@ export async function createMessageBatch(db: Db, runner: BatchRunner, key: ApiKe
   } finally {
     client.release();
   }
-  return messageBatchObject(db, await runner.enqueue(row, requests.length));
+  // vendor mode (src/batch/vendor.ts): a model whose Anthropic deployment takes vendor batches
+  const vendor = await runner.vendor.tryStart(
+    key,
+    row,
+    requests.map((r) => ({ custom_id: r.custom_id, method: 'POST' as const, url: '/v1/messages' as const, body: r.params })),
+  );
+  return messageBatchObject(db, vendor ?? (await runner.enqueue(row, requests.length)));
 }
 
 export async function getMessageBatchBody(db: DbClient, key: ApiKeyRecord, id: string) {
@@ -133,6 +139,7 @@ export async function getMessageBatchBody(db: DbClient, key: ApiKeyRecord, id: s
 /** POST …/cancel: `canceling`; the requests not yet run end `canceled`. */
 export async function cancelMessageBatch(db: DbClient, runner: BatchRunner, key: ApiKeyRecord, id: string) {
   const row = await cancelBatch(db, key, id, 'anthropic');
+  await runner.vendor.cancelled(row);
   return messageBatchObject(db, (await runner.finalizeIfDone(id)) ?? row);
 }
 

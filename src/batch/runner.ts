@@ -122,7 +122,7 @@ export class BatchRunner {
   private readonly files = new Map<string, BatchLine[]>();
   private readonly keys = new Map<string, { record: ApiKeyRecord | null; at: number }>();
   /** `vendor` mode: batches sent to a deployment's own batch API (src/batch/vendor.ts) */
-  private readonly vendor: VendorBatches;
+  readonly vendor: VendorBatches;
 
   constructor(
     private readonly door: RunnerDoor,

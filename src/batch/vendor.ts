@@ -11,6 +11,8 @@ import { newRequestId } from '../gateway/exchange.ts';
 import { outputTokens } from '../gateway/hold.ts';
 import { createLogger } from '../log.ts';
 import { chat } from '../protocols/chat/index.ts';
+import { messages } from '../protocols/messages/index.ts';
+import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { usageOfBody } from '../providers/openai/batch.ts';
 import type { BatchRow } from './batches.ts';
 import { type BatchLine, parseBatchFile, RunnableLineSchema } from './files.ts';
@@ -41,23 +43,32 @@ const log = createLogger('gateway');
 // vendor_next_at ahead (`for update skip locked`), polls, and maps results back, idempotently
 // (a line's result row is written once: `where ok is null`).
 
+const NOT_RUN = ['batch_cancelled', 'batch_expired'];
+
 /** A line's hold lives this long: the vendor's 24 h completion window from submission, and an hour to read its results. */
 export const VENDOR_HOLD_TTL_MS = 25 * 3600 * 1000;
 const REQUEST_TIMEOUT_MS = 120_000;
 /** while a door works on a batch, no other door takes it */
 const CLAIM_SECONDS = 300;
 
-/** The endpoints vendor mode submits (OpenAI's Batch API with the chat protocol); other batches run in `queue` mode. */
-const VENDOR_ENDPOINTS = new Set(['/v1/chat/completions']);
+/**
+ * What vendor mode submits, by the API that made the batch: OpenAI's batches of chat completions to
+ * an OpenAI-protocol deployment's Batch API; Anthropic's message batches to an Anthropic-protocol
+ * deployment's Message Batches API. Other batches run in `queue` mode.
+ */
+const VENDOR_APIS: Record<BatchRow['api'], { endpoint: string; protocol: Protocol<ParsedRequest>; vendor: 'openai' | 'anthropic' }> = {
+  openai: { endpoint: '/v1/chat/completions', protocol: chat as Protocol<ParsedRequest>, vendor: 'openai' },
+  anthropic: { endpoint: '/v1/messages', protocol: messages as Protocol<ParsedRequest>, vendor: 'anthropic' },
+};
 
-/** Where a model's batches go to the vendor: its first deployment (primary first) in `vendor` mode speaking OpenAI's API. */
-export function vendorDeployment(model: CatalogEntry): Deployment | null {
-  return model.deployments.find((d) => d.batchMode === 'vendor' && d.protocol === 'openai') ?? null;
+/** Where a model's batches of `api` go to the vendor: its first deployment (primary first) in `vendor` mode speaking that vendor's API. */
+export function vendorDeployment(model: CatalogEntry, api: BatchRow['api'] = 'openai'): Deployment | null {
+  return model.deployments.find((d) => d.batchMode === 'vendor' && d.protocol === VENDOR_APIS[api].vendor) ?? null;
 }
 
 /** The answer of a batch line naming a model whose primary deployment is `none` (null: the line may run). */
 export function batchNotSupported(model: CatalogEntry | undefined): CatracaError | null {
-  if (model?.deployments[0]?.batchMode !== 'none' || vendorDeployment(model)) return null;
+  if (model?.deployments[0]?.batchMode !== 'none' || model.deployments.some((d) => d.batchMode === 'vendor')) return null;
   return new CatracaError(
     400,
     'invalid_request_error',
@@ -114,11 +125,11 @@ export class VendorBatches {
    * batch runs in `queue` mode.
    */
   async tryStart(key: ApiKeyRecord, row: BatchRow, lines: BatchLine[]): Promise<BatchRow | null> {
-    if (row.api !== 'openai' || !VENDOR_ENDPOINTS.has(row.endpoint)) return null;
+    if (VENDOR_APIS[row.api]?.endpoint !== row.endpoint) return null;
     const first = lines[0]?.body?.model;
     if (typeof first !== 'string') return null;
     const model = await this.door.deps.catalog.resolve(first);
-    if (!model || !vendorDeployment(model)) return null;
+    if (!model || !vendorDeployment(model, row.api)) return null;
     const { rows } = await this.door.db.query<BatchRow>(
       `update batches set mode = 'vendor', status = 'in_progress', in_progress_at = now(), vendor_next_at = now() + make_interval(secs => $2::int)
         where id = $1 and status = 'validating' returning *`,
@@ -219,7 +230,7 @@ export class VendorBatches {
       return null;
     }
     const model = await this.door.deps.catalog.resolve(String(lines![0].body.model));
-    const d = model ? vendorDeployment(model) : null;
+    const d = model ? vendorDeployment(model, batch.api) : null;
     if (!model || !d) {
       // the catalog changed since the batch began: what is left runs nowhere
       const e = errors.badRequest('The model of this batch no longer takes vendor batches.', 'model', 'batch_not_supported');
@@ -231,7 +242,7 @@ export class VendorBatches {
     let refusedAll: CatracaError | null = null;
     for (const i of pending) {
       if (taken.length >= max) break;
-      const p = await this.prepare(key, model, d, i, lines![i]);
+      const p = await this.prepare(VENDOR_APIS[batch.api].protocol, key, model, d, i, lines![i]);
       if ('error' in p) {
         await this.endLine(batch.id, i, p.custom_id, null, p.error.status, p.error.toJSON(), null, true);
         continue;
@@ -311,23 +322,30 @@ export class VendorBatches {
   /** The lines of a chunk as prepared when it was taken (rebuilt from the file after a restart). */
   private readonly pendingLines = new Map<string, VendorLine[]>();
 
-  private async prepare(key: ApiKeyRecord, model: CatalogEntry, d: Deployment, line: number, l: BatchLine): Promise<Prepared> {
+  private async prepare(
+    protocol: Protocol<ParsedRequest>,
+    key: ApiKeyRecord,
+    model: CatalogEntry,
+    d: Deployment,
+    line: number,
+    l: BatchLine,
+  ): Promise<Prepared> {
     try {
       if (l.body.stream === true) throw errors.badRequest("'stream' is not supported in a batch request.", 'stream');
-      const req = chat.parse(l.body);
+      const req = protocol.parse(l.body);
       const named = await this.door.deps.catalog.resolve(req.model);
       if (!named) throw errors.modelNotFound(req.model);
       if (named.id !== model.id) {
         throw errors.badRequest(`A vendor batch runs one model (${model.id}); this request names ${named.id}.`, 'model', 'mismatched_model');
       }
       if (key.models && !key.models.includes(model.id)) throw errors.modelNotAllowed(model.id);
-      if (model.kind !== chat.kind) throw errors.wrongModelKind(model.id, model.kind, chat.path);
-      const refused = chat.check(req, model);
+      if (model.kind !== protocol.kind) throw errors.wrongModelKind(model.id, model.kind, protocol.path);
+      const refused = protocol.check(req, model);
       if (refused) throw errors.badRequest(refused.message, refused.param, refused.code);
-      const inputTokens = chat.inputBound(req, model);
-      const { wanted } = outputTokens(chat.outputCap(req), model);
+      const inputTokens = protocol.inputBound(req, model);
+      const { wanted } = outputTokens(protocol.outputCap(req), model);
       const hold = costMicros(inputTokens, wanted, holdPrices(d.batchPrices));
-      const { body } = chat.job(req, model);
+      const { body } = protocol.job(req, model);
       return { line, custom_id: l.custom_id, ok: { hold, vendor: { custom_id: `l${line}`, body, max_tokens: wanted } } };
     } catch (err) {
       return { line, custom_id: l.custom_id, error: lineError(err) };
@@ -357,7 +375,7 @@ export class VendorBatches {
       const d = m.model.deployments.find((x) => x.id === chunk.deployment)!;
       lines = [];
       for (const i of chunk.lines) {
-        const p = key && file ? await this.prepare(key, m.model, d, i, file[i]) : null;
+        const p = key && file ? await this.prepare(VENDOR_APIS[batch.api].protocol, key, m.model, d, i, file[i]) : null;
         if (p && 'ok' in p) lines.push(p.ok.vendor);
       }
     }
@@ -439,7 +457,8 @@ export class VendorBatches {
         // a 200 without usage publishes nothing to settle it: its hold goes back
         if (!usageOfBody(r.body)) await releaseHold(this.door.db, row.request_id);
       } else {
-        const notRun = !r && (missing.code === 'batch_cancelled' || missing.code === 'batch_expired');
+        // not run: absent after a cancel or expiry (OpenAI), or said so (Anthropic's canceled and expired results)
+        const notRun = r ? r.status_code === null && NOT_RUN.includes(r.error?.code ?? '') : NOT_RUN.includes(missing.code);
         await this.endLine(batchId, row.line, row.custom_id, row.request_id, r?.status_code ?? null, r?.body ?? null, r ? r.error : missing, !notRun);
         await releaseHold(this.door.db, row.request_id);
       }

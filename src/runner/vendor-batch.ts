@@ -1,7 +1,7 @@
 import type { Msg, NatsConnection, Subscription } from 'nats';
 import { priceStrings, samePrices } from '../billing/money.ts';
 import { type VendorBatchReply, type VendorBatchRequest, VendorBatchRequestSchema, type VendorResult } from '../batch/vendor-wire.ts';
-import { decodeJson, encode, type Job } from '../bus/messages.ts';
+import { decodeJson, encode, type Job, type UsageCount } from '../bus/messages.ts';
 import { RequestMux } from '../bus/requests.ts';
 import { subjects } from '../bus/subjects.ts';
 import { asDeployment, type CatalogEntry, type Deployment, type ModelSource } from '../catalog/catalog.ts';
@@ -16,6 +16,8 @@ import {
   usageOfBody,
 } from '../providers/openai/batch.ts';
 import { buildUpstreamBody } from '../providers/openai/request.ts';
+import { cancelMessageBatch, createMessageBatch, messageBatchResults, messageUsage, retrieveMessageBatch } from '../providers/anthropic/batch.ts';
+import { buildMessagesBody } from '../providers/anthropic/messages.ts';
 import { newCall, UpstreamError } from '../providers/types.ts';
 import { UsagePublisher } from './usage-publisher.ts';
 
@@ -103,8 +105,13 @@ export class VendorBatchService {
     const resolved = await this.resolve(pool, r.model);
     if (typeof resolved === 'string') return refusal('invalid_job', resolved);
     const { entry, d } = resolved;
-    if (entry.protocol !== 'openai')
-      return refusal('batch_not_supported', `Deployment ${d.name} of ${entry.id} speaks ${entry.protocol}: vendor batches are built for OpenAI's Batch API.`);
+    if (entry.protocol === 'anthropic') return this.anthropic(pool, r, entry, d);
+    if (entry.protocol !== 'openai') {
+      return refusal(
+        'batch_not_supported',
+        `Deployment ${d.name} of ${entry.id} speaks ${entry.protocol}: vendor batches are built for OpenAI's and Anthropic's batch APIs.`,
+      );
+    }
     const { baseUrl, key } = this.keyOf(entry);
     switch (r.op) {
       case 'submit': {
@@ -129,11 +136,41 @@ export class VendorBatchService {
     }
   }
 
+  /** Anthropic's Message Batches: the same operations, the requests inline, `ended` once done. */
+  private async anthropic(pool: string, r: VendorBatchRequest, entry: CatalogEntry, d: Deployment): Promise<VendorBatchReply> {
+    const { baseUrl, key } = this.keyOf(entry);
+    switch (r.op) {
+      case 'submit': {
+        const requests = r.lines.map((l) => ({ custom_id: l.custom_id, params: vendorMessagesBody(entry, l.body, l.max_tokens) }));
+        const b = await createMessageBatch(baseUrl, key, requests);
+        return { ok: true, vendor_batch_id: b.id, status: b.processing_status, ended: false };
+      }
+      case 'cancel': {
+        const b = await cancelMessageBatch(baseUrl, key, r.vendor_batch_id);
+        return { ok: true, vendor_batch_id: b.id, status: b.processing_status, ended: b.processing_status === 'ended' };
+      }
+      case 'poll': {
+        const b = await retrieveMessageBatch(baseUrl, key, r.vendor_batch_id);
+        if (b.processing_status !== 'ended') return { ok: true, vendor_batch_id: b.id, status: b.processing_status, ended: false };
+        const results = await messageBatchResults(baseUrl, key, b);
+        for (const res of results) this.bill(pool, r, d, res, messageUsage);
+        await this.usage.flushed();
+        return { ok: true, vendor_batch_id: b.id, status: b.processing_status, ended: true, results };
+      }
+    }
+  }
+
   /** A succeeded line's usage message: debited by metering at the deployment's batch prices, against the line's hold. */
-  private bill(pool: string, r: Extract<VendorBatchRequest, { op: 'poll' }>, d: Deployment, res: VendorResult): void {
+  private bill(
+    pool: string,
+    r: Extract<VendorBatchRequest, { op: 'poll' }>,
+    d: Deployment,
+    res: VendorResult,
+    usageOf: (body: unknown) => UsageCount | null = usageOfBody,
+  ): void {
     const requestId = r.requests[res.custom_id];
     if (!requestId || res.status_code !== 200) return;
-    const usage = usageOfBody(res.body);
+    const usage = usageOf(res.body);
     if (!usage) {
       this.o.log.warn('vendor batch line without usage: not billed', { request_id: requestId, vendor_batch_id: r.vendor_batch_id });
       return;
@@ -170,5 +207,13 @@ export function vendorBody(entry: CatalogEntry, body: Record<string, unknown>, m
   const out = buildUpstreamBody(newCall(job, entry));
   delete out.stream;
   delete out.stream_options;
+  return out;
+}
+
+/** A message batch request's params as Anthropic takes them: the online transform (allowlist, upstream model, the cap the hold paid for), not streamed. */
+export function vendorMessagesBody(entry: CatalogEntry, body: Record<string, unknown>, maxTokens: number): Record<string, unknown> {
+  const job = { v: 1, api: 'messages', request_id: '', tenant_id: '', key_id: '', model: { id: entry.id }, body, max_tokens: maxTokens } as unknown as Job;
+  const out = buildMessagesBody(newCall(job, entry));
+  delete out.stream;
   return out;
 }
