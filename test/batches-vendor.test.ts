@@ -383,6 +383,40 @@ describe("vendor batch mode (Anthropic's Message Batches)", () => {
     await expectBalanceEqualsLedger(stack, t.tenantId);
   }, 60_000);
 
+  it('cancel mid-batch goes to the vendor: the requests it ran are billed, the others canceled', async () => {
+    const t = await stack.tenant('10');
+    const client = anthropicOf(t.key);
+    mock.batchTiming.lineMs = 250;
+    try {
+      const before = mock.stats.batch.lines;
+      const created = await client.messages.batches.create({ requests: Array.from({ length: 8 }, (_, i) => request(i)) });
+      for (let i = 0; i < 200 && mock.stats.batch.lines - before < 2; i++) await new Promise((r) => setTimeout(r, 25));
+      expect((await client.messages.batches.cancel(created.id)).processing_status).toBe('canceling');
+      const b = await endedMessageBatch(client, created.id);
+      const ran = mock.stats.batch.lines - before;
+      expect(ran).toBeGreaterThanOrEqual(2);
+      expect(ran).toBeLessThan(8);
+      expect(b.request_counts).toEqual({ processing: 0, succeeded: ran, errored: 0, canceled: 8 - ran, expired: 0 });
+      const results = [];
+      for await (const r of await client.messages.batches.results(created.id)) results.push(r);
+      expect(results.map((r) => r.result.type)).toEqual([...Array(ran).fill('succeeded'), ...Array(8 - ran).fill('canceled')]);
+      const { rows } = await stack.db.query<{ request_id: string; body: { usage: { input_tokens: number; output_tokens: number } } }>(
+        'select request_id, body from batch_results where batch_id = $1 and ok order by line',
+        [created.id],
+      );
+      await stack.waitSettled(
+        rows.map((r) => r.request_id),
+        20_000,
+      );
+      await stack.waitNoHolds(t.tenantId, 20_000);
+      const total = rows.reduce((s, r) => s + costMicros(r.body.usage.input_tokens, r.body.usage.output_tokens, BATCH), 0n);
+      expect(await balanceOf(t.tenantId)).toBe(10_000_000n - total);
+      await expectBalanceEqualsLedger(stack, t.tenantId);
+    } finally {
+      mock.batchTiming.lineMs = 0;
+    }
+  }, 60_000);
+
   it('requests the vendor answers with an error are errored, nothing charged', async () => {
     const t = await stack.tenant('10');
     const client = anthropicOf(t.key);
