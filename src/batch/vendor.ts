@@ -23,8 +23,9 @@ const log = createLogger('gateway');
 
 // `vendor` batch mode, the front door's side (docs/batch.md "vendor mode"). A batch whose model has
 // a deployment in `vendor` mode is not put on the BATCH queue: its lines go, in chunks, to that
-// deployment's own batch API (OpenAI's Batch API), through a worker of the model's pool (the
-// worker holds the key: src/runner/vendor-batch.ts). The money:
+// deployment's own batch API (OpenAI's Batch API for /v1/batches of chat completions, Anthropic's
+// Message Batches for /v1/messages/batches), through a worker of the model's pool (the worker holds
+// the key: src/runner/vendor-batch.ts). The money:
 //
 //   - before a chunk is submitted, each of its lines is held for its worst case at the
 //     deployment's batch prices (its prompt bound and its output cap, the cap sent to the vendor),
@@ -186,8 +187,14 @@ export class VendorBatches {
       const chunk = await this.runningChunk(batch.id);
       if (chunk) {
         if (!chunk.vendor_batch_id) {
-          await this.submit(batch, chunk);
-          return;
+          const { rows } = await this.door.db.query<{ status: string }>('select status from batches where id = $1', [batch.id]);
+          if (rows[0]?.status !== 'cancelling') {
+            await this.submit(batch, chunk);
+            return;
+          }
+          // cancelled before the vendor had it: its lines never ran, their holds go back
+          await this.endChunk(batch.id, chunk, [], { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' });
+          continue;
         }
         const ended = await this.poll(batch, chunk);
         if (!ended) return;
