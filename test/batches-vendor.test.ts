@@ -188,6 +188,7 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
 
   it('a balance that covers part: chunks of exactly the lines it covers, the rest a later chunk, then 402 once nothing runs', async () => {
     const h = await holdOf(64);
+    const vendorBatches = mock.stats.batch.batches;
     // each line holds h (64 output tokens) but costs far less (the vendor answers 4 tokens): the
     // first chunk is the 2 lines 2.5 h covers; what they cost less than h comes back for the next
     const granted = (h * 5n) / 2n;
@@ -216,6 +217,7 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     }
     expect(expected[0]).toBe(2);
     expect((await chunksOf(b.id)).map((x) => x.n)).toEqual(expected);
+    expect(mock.stats.batch.batches - vendorBatches).toBe(expected.length);
     const ran = expected.reduce((a, n) => a + n, 0);
     expect(b.request_counts).toEqual({ total: 8, completed: ran, failed: 8 - ran });
     expect(output.map((l) => l.custom_id)).toEqual(Array.from({ length: ran }, (_, i) => `req-${i}`));
@@ -268,6 +270,13 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
       );
       // the chunk was submitted (its vendor batch id stored) before create answered
       expect((await chunksOf(created.id)).map((c) => [c.n, c.vendor_batch_id !== null])).toEqual([[5, true]]);
+      // each line is held, and its hold outlives the vendor's 24 h window: the sweeper cannot release it while the vendor runs
+      const { rows: holds } = await stack.db.query<{ n: number; least_hours: number }>(
+        "select count(*)::int as n, extract(epoch from min(expires_at) - now()) / 3600 as least_hours from holds where tenant_id = $1 and kind = 'request'",
+        [t.tenantId],
+      );
+      expect(holds[0].n).toBe(5);
+      expect(Number(holds[0].least_hours)).toBeGreaterThan(24.9);
       const [old] = stack.gateways.splice(0, 1);
       await stopProcess(old);
       const door = await stack.spawnGateway();
