@@ -48,9 +48,10 @@ const NOT_RUN = ['batch_cancelled', 'batch_expired'];
 
 /** A line's hold lives this long: the vendor's 24 h completion window from submission, and an hour to read its results. */
 export const VENDOR_HOLD_TTL_MS = 25 * 3600 * 1000;
-const REQUEST_TIMEOUT_MS = 120_000;
+/** a request to a worker (its vendor calls time out first: the providers' batch.ts) */
+const REQUEST_TIMEOUT_MS = 50_000;
 /** while a door works on a batch, no other door takes it */
-const CLAIM_SECONDS = 300;
+const CLAIM_SECONDS = 60;
 
 /**
  * What vendor mode submits, by the API that made the batch: OpenAI's batches of chat completions to
@@ -152,6 +153,8 @@ export class VendorBatches {
   async cancelled(row: BatchRow): Promise<void> {
     if ((row as BatchRow & { mode?: string }).mode !== 'vendor') return;
     await this.cancelWork(row.id).catch((err) => log.warn('vendor batch cancel: the loop retries', { batch_id: row.id, err: err as Error }));
+    // the loop polls it next (the cancel's request renewed the claim)
+    await this.door.db.query('update batches set vendor_next_at = now() where id = $1', [row.id]);
   }
 
   private get pollSeconds(): number {
@@ -359,7 +362,9 @@ export class VendorBatches {
     }
   }
 
-  private async ask(pool: string, request: VendorBatchRequest): Promise<VendorBatchReply> {
+  private async ask(pool: string, request: VendorBatchRequest, batchId: string): Promise<VendorBatchReply> {
+    // the claim is renewed before each request: a door killed mid-pass leaves the batch to another within CLAIM_SECONDS
+    await this.door.db.query('update batches set vendor_next_at = now() + make_interval(secs => $2::int) where id = $1', [batchId, CLAIM_SECONDS]);
     const msg = await this.nc.request(subjects.vendorBatch(pool), encode(request), { timeout: REQUEST_TIMEOUT_MS });
     return VendorBatchReplySchema.parse(decodeJson(msg.data));
   }
@@ -386,7 +391,7 @@ export class VendorBatches {
         if (p && 'ok' in p) lines.push(p.ok.vendor);
       }
     }
-    const reply = await this.ask(chunk.pool, { op: 'submit', model: m.ref, endpoint: batch.endpoint, lines });
+    const reply = await this.ask(chunk.pool, { op: 'submit', model: m.ref, endpoint: batch.endpoint, lines }, batch.id);
     if (!reply.ok) {
       if (reply.code === 'invalid_job' || reply.code === 'batch_not_supported' || reply.code === 'upstream_not_configured') {
         // the vendor was never given these lines: they end as errors, their holds go back
@@ -417,15 +422,19 @@ export class VendorBatches {
       [batch.id, chunk.lines],
     );
     const requests = Object.fromEntries(rows.map((r) => [`l${r.line}`, r.request_id]));
-    const reply = await this.ask(chunk.pool, {
-      op: 'poll',
-      model: m.ref,
-      vendor_batch_id: chunk.vendor_batch_id!,
-      tenant_id: batch.tenant_id,
-      key_id: batch.key_id,
-      batch_id: batch.id,
-      requests,
-    });
+    const reply = await this.ask(
+      chunk.pool,
+      {
+        op: 'poll',
+        model: m.ref,
+        vendor_batch_id: chunk.vendor_batch_id!,
+        tenant_id: batch.tenant_id,
+        key_id: batch.key_id,
+        batch_id: batch.id,
+        requests,
+      },
+      batch.id,
+    );
     if (!reply.ok) throw new Error(`vendor batch poll failed: ${reply.code}: ${reply.message}`);
     await this.door.db.query('update vendor_batch_chunks set vendor_status = $3 where batch_id = $1 and chunk = $2', [batch.id, chunk.chunk, reply.status]);
     if (!reply.ended) return false;
@@ -525,7 +534,7 @@ export class VendorBatches {
     if (chunk?.vendor_batch_id && !chunk.cancel_sent) {
       const m = await this.modelRef(chunk);
       if (m) {
-        const reply = await this.ask(chunk.pool, { op: 'cancel', model: m.ref, vendor_batch_id: chunk.vendor_batch_id });
+        const reply = await this.ask(chunk.pool, { op: 'cancel', model: m.ref, vendor_batch_id: chunk.vendor_batch_id }, batchId);
         if (!reply.ok) throw new Error(`vendor batch cancel failed: ${reply.code}: ${reply.message}`);
         await db.query('update vendor_batch_chunks set cancel_sent = true, vendor_status = $3 where batch_id = $1 and chunk = $2', [
           batchId,

@@ -10,7 +10,8 @@ import { inputCounts } from './response.ts';
 // processing_status is `ended`, its results read (JSONL, results_url's path), a cancel forwarded.
 // base_url ends in /v1, as for the online calls (api.ts).
 
-const TIMEOUT_MS = 60_000;
+// below the front door's 50 s wait for the answer (src/batch/vendor.ts)
+const TIMEOUT_MS = 40_000;
 
 export interface MessageBatchObject {
   id: string;

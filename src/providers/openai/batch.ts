@@ -8,7 +8,8 @@ import { UpstreamError } from '../types.ts';
 // polled, cancelled; its output and error files read back into one result per line. base_url ends
 // in /v1, as for the online calls (api.ts).
 
-const TIMEOUT_MS = 60_000;
+// below the front door's 50 s wait for the answer (src/batch/vendor.ts)
+const TIMEOUT_MS = 40_000;
 
 export interface OpenAIBatchObject {
   id: string;
