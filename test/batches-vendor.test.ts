@@ -228,6 +228,37 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     expect(total).toBe(BigInt(ran) * c);
   }, 60_000);
 
+  it("lines still waiting when the batch's 24 h window passes end batch_expired: the batch expired, what ran billed", async () => {
+    const h = await holdOf(64);
+    const granted = (h * 5n) / 2n; // covers the first chunk (2 lines) only
+    const t = await stack.tenant((Number(granted) / 1e6).toFixed(6));
+    const client = clientOf(t.key);
+    mock.batchTiming.lineMs = 300;
+    try {
+      const created = await create(
+        client,
+        Array.from({ length: 5 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 64 })),
+      );
+      expect((await chunksOf(created.id)).map((c) => c.n)).toEqual([2]);
+      // the window passes while the vendor runs the first chunk
+      await stack.db.query("update batches set expires_at = now() - interval '1 second' where id = $1", [created.id]);
+      const b = await ended(client, created.id);
+      expect(b.status).toBe('expired');
+      expect(b.expired_at).not.toBeNull();
+      expect(b.request_counts).toEqual({ total: 5, completed: 2, failed: 0 });
+      expect((await chunksOf(created.id)).map((c) => c.n)).toEqual([2]);
+      const errors = await contentLines(client, b.error_file_id);
+      expect(errors.map((l) => [l.custom_id, l.response, l.error?.code])).toEqual([
+        ['req-2', null, 'batch_expired'],
+        ['req-3', null, 'batch_expired'],
+        ['req-4', null, 'batch_expired'],
+      ]);
+      await expectBilled(t.tenantId, granted, b.id, await contentLines(client, b.output_file_id));
+    } finally {
+      mock.batchTiming.lineMs = 0;
+    }
+  }, 60_000);
+
   it('cancel mid-batch goes to the vendor: only the lines it ran are billed, the others batch_cancelled', async () => {
     const t = await stack.tenant('10');
     const client = clientOf(t.key);

@@ -45,6 +45,10 @@ const log = createLogger('gateway');
 // (a line's result row is written once: `where ok is null`).
 
 const NOT_RUN = ['batch_cancelled', 'batch_expired'];
+const NOT_RUN_ERRORS = {
+  batch_cancelled: { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' },
+  batch_expired: { code: 'batch_expired', message: 'The batch expired (its completion window passed) before this request ran.' },
+};
 
 /** A line's hold lives this long: the vendor's 24 h completion window from submission, and an hour to read its results. */
 export const VENDOR_HOLD_TTL_MS = 25 * 3600 * 1000;
@@ -190,14 +194,22 @@ export class VendorBatches {
       const chunk = await this.runningChunk(batch.id);
       if (chunk) {
         if (!chunk.vendor_batch_id) {
-          const { rows } = await this.door.db.query<{ status: string }>('select status from batches where id = $1', [batch.id]);
-          if (rows[0]?.status !== 'cancelling') {
-            await this.submit(batch, chunk);
-            return;
+          const { rows } = await this.door.db.query<{ status: string; expired: boolean }>(
+            'select status, expires_at <= now() as expired from batches where id = $1',
+            [batch.id],
+          );
+          if (rows[0]?.status === 'cancelling') {
+            // cancelled before the vendor had it: its lines never ran, their holds go back
+            await this.endChunk(batch.id, chunk, [], NOT_RUN_ERRORS.batch_cancelled);
+            continue;
           }
-          // cancelled before the vendor had it: its lines never ran, their holds go back
-          await this.endChunk(batch.id, chunk, [], { code: 'batch_cancelled', message: 'The batch was cancelled before this request ran.' });
-          continue;
+          if (rows[0]?.expired) {
+            // the batch's window passed and the vendor never took the chunk (its batch API down)
+            await this.endChunk(batch.id, chunk, [], NOT_RUN_ERRORS.batch_expired);
+            continue;
+          }
+          await this.submit(batch, chunk);
+          return;
         }
         const ended = await this.poll(batch, chunk);
         if (!ended) return;
@@ -234,6 +246,11 @@ export class VendorBatches {
     const ended = new Set(done.map((r) => r.line));
     const pending = lines ? lines.map((_, i) => i).filter((i) => !ended.has(i)) : [];
     if (pending.length === 0) return null;
+    if (batch.expires_at.getTime() <= Date.now()) {
+      // the batch's 24 h window passed: the lines not submitted end `batch_expired` (not run), the batch `expired`
+      for (const i of pending) await this.endLine(batch.id, i, lines![i].custom_id, null, null, null, NOT_RUN_ERRORS.batch_expired, false);
+      return null;
+    }
     if (!key || key.revoked_at || (key.expires_at && key.expires_at.getTime() <= Date.now())) {
       const e = !key || key.revoked_at ? errors.revokedKey() : errors.expiredKey();
       for (const i of pending) await this.endLine(batch.id, i, lines![i].custom_id, null, e.status, e.toJSON(), null, true);
