@@ -45,6 +45,14 @@ beforeAll(async () => {
   };
   await upsertModel(stack.db, { id: 'vbatch/gpt', upstream_model: 'mock-gpt', ...common });
   await upsertModel(stack.db, { id: 'vbatch/refusing', upstream_model: 'mock-400', ...common });
+  await upsertModel(stack.db, {
+    id: 'vbatch/long',
+    upstream_model: 'mock-gpt',
+    ...common,
+    max_output_tokens: 4096,
+    context_length: 1_000_000,
+    extra_params: ['mock'],
+  });
   const claude = { ...common, pool: 'anthropic', protocol: 'anthropic' as const };
   await upsertModel(stack.db, { id: 'vbatch/claude', upstream_model: 'mock-claude', ...claude });
   await upsertModel(stack.db, { id: 'vbatch/claude-overloaded', upstream_model: 'mock-claude-overloaded', ...claude });
@@ -257,6 +265,46 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     } finally {
       mock.batchTiming.lineMs = 0;
     }
+  }, 60_000);
+
+  it('a chunk whose results outgrow one NATS message comes back in pages: every line mapped and billed once', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    // 100 answers of 2 000 tokens (some 12 KB each): more than NATS takes in one message (1 MiB), so several pages (512 KiB)
+    const created = await create(
+      client,
+      Array.from({ length: 100 }, (_, i) => chatLine(i, 'vbatch/long', { max_tokens: 2000, mock: { output_tokens: 2000 } })),
+    );
+    const b = await ended(client, created.id);
+    expect(b.request_counts).toEqual({ total: 100, completed: 100, failed: 0 });
+    const output = await contentLines(client, b.output_file_id);
+    expect(output.map((l) => l.custom_id)).toEqual(Array.from({ length: 100 }, (_, i) => `req-${i}`));
+    expect(Buffer.byteLength(output.map((l) => JSON.stringify(l.response?.body)).join(''))).toBeGreaterThan(1024 * 1024);
+    expect(output.every((l) => l.response?.body.usage?.completion_tokens === 2000)).toBe(true);
+    await expectBilled(t.tenantId, 10_000_000n, b.id, output);
+  }, 60_000);
+
+  it('a chunk is bounded in bytes too (one NATS message to the worker): large lines split into several vendor batches', async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const before = mock.stats.batch.batches;
+    const big = 'lorem ipsum '.repeat(25_000); // some 300 KB a line: two fit in a chunk's 768 KiB, not three
+    const created = await create(
+      client,
+      Array.from({ length: 3 }, (_, i) =>
+        JSON.stringify({
+          custom_id: `req-${i}`,
+          method: 'POST',
+          url: '/v1/chat/completions',
+          body: { model: 'vbatch/long', max_tokens: 8, messages: [{ role: 'user', content: big }] },
+        }),
+      ),
+    );
+    const b = await ended(client, created.id);
+    expect(b.request_counts).toEqual({ total: 3, completed: 3, failed: 0 });
+    expect((await chunksOf(b.id)).map((c) => c.n)).toEqual([2, 1]);
+    expect(mock.stats.batch.batches - before).toBe(2);
+    await expectBilled(t.tenantId, 10_000_000n, b.id, await contentLines(client, b.output_file_id));
   }, 60_000);
 
   it('cancel mid-batch goes to the vendor: only the lines it ran are billed, the others batch_cancelled', async () => {

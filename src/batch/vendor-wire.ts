@@ -34,6 +34,8 @@ export const VendorBatchRequestSchema = z.discriminatedUnion('op', [
     key_id: z.string(),
     batch_id: z.string(),
     requests: z.record(z.string(), z.string()),
+    /** the results are answered in pages (a NATS message is bounded): the first result of this page */
+    offset: z.number().int().nonnegative().optional(),
   }),
   z.object({ op: z.literal('cancel'), model: ModelRef, vendor_batch_id: z.string() }),
 ]);
@@ -57,6 +59,8 @@ export const VendorBatchReplySchema = z.discriminatedUnion('ok', [
     /** the vendor's batch ended: `results` holds every line it answered (a line missing did not run) */
     ended: z.boolean(),
     results: z.array(VendorResultSchema).optional(),
+    /** more results follow: ask again from this offset */
+    next_offset: z.number().int().positive().optional(),
     /** why the vendor failed the whole batch (its `errors`), when it did */
     failure: z.string().optional(),
   }),

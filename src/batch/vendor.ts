@@ -54,6 +54,8 @@ const NOT_RUN_ERRORS = {
 export const VENDOR_HOLD_TTL_MS = 25 * 3600 * 1000;
 /** a request to a worker (its vendor calls time out first: the providers' batch.ts) */
 const REQUEST_TIMEOUT_MS = 50_000;
+/** the most bytes of lines one chunk sends the worker (NATS's default max_payload is 1 MiB) */
+const SUBMIT_BYTES = 768 * 1024;
 /** while a door works on a batch, no other door takes it */
 const CLAIM_SECONDS = 60;
 
@@ -267,6 +269,7 @@ export class VendorBatches {
     const max = this.door.config.BATCH_VENDOR_CHUNK_LINES;
     const taken: Array<{ line: number; requestId: string; vendor: VendorLine }> = [];
     let refusedAll: CatracaError | null = null;
+    let bytes = 0;
     for (const i of pending) {
       if (taken.length >= max) break;
       const p = await this.prepare(VENDOR_APIS[batch.api].protocol, key, model, d, i, lines![i]);
@@ -274,6 +277,20 @@ export class VendorBatches {
         await this.endLine(batch.id, i, p.custom_id, null, p.error.status, p.error.toJSON(), null, true);
         continue;
       }
+      // a chunk goes to the worker in one NATS message: bounded in bytes as well as in lines
+      const size = Buffer.byteLength(JSON.stringify(p.ok.vendor));
+      if (size > SUBMIT_BYTES) {
+        const e = new CatracaError(
+          413,
+          'invalid_request_error',
+          'request_too_large',
+          `This request is larger than a vendor batch takes (${SUBMIT_BYTES} bytes).`,
+        );
+        await this.endLine(batch.id, i, p.custom_id, null, e.status, e.toJSON(), null, true);
+        continue;
+      }
+      if (taken.length > 0 && bytes + size > SUBMIT_BYTES) break;
+      bytes += size;
       const requestId = newRequestId();
       const result = await admit(db, {
         requestId,
@@ -439,20 +456,31 @@ export class VendorBatches {
       [batch.id, chunk.lines],
     );
     const requests = Object.fromEntries(rows.map((r) => [`l${r.line}`, r.request_id]));
-    const reply = await this.ask(
-      chunk.pool,
-      {
-        op: 'poll',
-        model: m.ref,
-        vendor_batch_id: chunk.vendor_batch_id!,
-        tenant_id: batch.tenant_id,
-        key_id: batch.key_id,
-        batch_id: batch.id,
-        requests,
-      },
-      batch.id,
-    );
+    const poll = (offset?: number) =>
+      this.ask(
+        chunk.pool,
+        {
+          op: 'poll',
+          model: m.ref,
+          vendor_batch_id: chunk.vendor_batch_id!,
+          tenant_id: batch.tenant_id,
+          key_id: batch.key_id,
+          batch_id: batch.id,
+          requests,
+          ...(offset ? { offset } : {}),
+        },
+        batch.id,
+      );
+    const reply = await poll();
     if (!reply.ok) throw new Error(`vendor batch poll failed: ${reply.code}: ${reply.message}`);
+    // the results come in pages (a NATS message is bounded): every page before any is written
+    const results = [...(reply.results ?? [])];
+    for (let next = reply.next_offset; next; ) {
+      const more = await poll(next);
+      if (!more.ok) throw new Error(`vendor batch poll failed: ${more.code}: ${more.message}`);
+      results.push(...(more.results ?? []));
+      next = more.next_offset;
+    }
     await this.door.db.query('update vendor_batch_chunks set vendor_status = $3 where batch_id = $1 and chunk = $2', [batch.id, chunk.chunk, reply.status]);
     if (!reply.ended) return false;
     const missing =
@@ -461,7 +489,7 @@ export class VendorBatches {
         : reply.status === 'expired'
           ? { code: 'batch_expired', message: "The vendor's batch expired before this request ran." }
           : { code: 'vendor_batch_failed', message: reply.failure ?? `The vendor's batch ended ${reply.status} without an answer for this request.` };
-    await this.endChunk(batch.id, chunk, reply.results ?? [], missing, m.model.id);
+    await this.endChunk(batch.id, chunk, results, missing, m.model.id);
     return true;
   }
 

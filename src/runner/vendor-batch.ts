@@ -127,11 +127,19 @@ export class VendorBatchService {
       case 'poll': {
         const b = await openaiRetrieve(baseUrl, key, r.vendor_batch_id);
         if (!OPENAI_BATCH_ENDED.includes(b.status)) return { ok: true, vendor_batch_id: b.id, status: b.status, ended: false };
-        const results = b.status === 'failed' ? [] : await batchResults(baseUrl, key, b);
+        const { results, next } = page(b.status === 'failed' ? [] : await batchResults(baseUrl, key, b), r.offset ?? 0);
         for (const res of results) this.bill(pool, r, d, res);
         await this.usage.flushed();
         const failure = b.errors?.data?.[0] ? `${b.errors.data[0].code ?? 'failed'}: ${b.errors.data[0].message ?? ''}` : undefined;
-        return { ok: true, vendor_batch_id: b.id, status: b.status, ended: true, results, ...(failure ? { failure } : {}) };
+        return {
+          ok: true,
+          vendor_batch_id: b.id,
+          status: b.status,
+          ended: true,
+          results,
+          ...(next ? { next_offset: next } : {}),
+          ...(failure ? { failure } : {}),
+        };
       }
     }
   }
@@ -152,10 +160,10 @@ export class VendorBatchService {
       case 'poll': {
         const b = await retrieveMessageBatch(baseUrl, key, r.vendor_batch_id);
         if (b.processing_status !== 'ended') return { ok: true, vendor_batch_id: b.id, status: b.processing_status, ended: false };
-        const results = await messageBatchResults(baseUrl, key, b);
+        const { results, next } = page(await messageBatchResults(baseUrl, key, b), r.offset ?? 0);
         for (const res of results) this.bill(pool, r, d, res, messageUsage);
         await this.usage.flushed();
-        return { ok: true, vendor_batch_id: b.id, status: b.processing_status, ended: true, results };
+        return { ok: true, vendor_batch_id: b.id, status: b.processing_status, ended: true, results, ...(next ? { next_offset: next } : {}) };
       }
     }
   }
@@ -216,4 +224,20 @@ export function vendorMessagesBody(entry: CatalogEntry, body: Record<string, unk
   const out = buildMessagesBody(newCall(job, entry));
   delete out.stream;
   return out;
+}
+
+/** Bytes of results in one answer: well under NATS's default max_payload (1 MiB). */
+export const RESULTS_PAGE_BYTES = 512 * 1024;
+
+/** The results from `offset` that fit in one answer (at least one), and where the next page starts (null: none). */
+export function page<T>(all: T[], offset: number, budget = RESULTS_PAGE_BYTES): { results: T[]; next: number | null } {
+  const results: T[] = [];
+  let bytes = 0;
+  for (let i = offset; i < all.length; i++) {
+    const size = Buffer.byteLength(JSON.stringify(all[i]));
+    if (results.length > 0 && bytes + size > budget) return { results, next: i };
+    results.push(all[i]);
+    bytes += size;
+  }
+  return { results, next: null };
 }
