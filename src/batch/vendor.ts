@@ -3,7 +3,7 @@ import { admit, releaseHold } from '../billing/ledger.ts';
 import { costMicros, formatBrl, holdPrices, priceStrings } from '../billing/money.ts';
 import { decodeJson, encode } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
-import type { CatalogEntry, Deployment } from '../catalog/catalog.ts';
+import { asDeployment, type CatalogEntry, type Deployment } from '../catalog/catalog.ts';
 import type { ApiKeyRecord } from '../db/keys.ts';
 import { getKey } from '../db/keys.ts';
 import { CatracaError, errors } from '../errors.ts';
@@ -116,7 +116,10 @@ export class VendorBatches {
   start(): void {
     const every = Math.max(100, this.door.config.BATCH_VENDOR_POLL_MS);
     this.timer = setInterval(() => {
-      if (!this.ticking && !this.stopped) this.ticking = this.tick().finally(() => (this.ticking = undefined));
+      if (this.ticking || this.stopped) return;
+      this.ticking = this.tick()
+        .catch((err) => log.warn('vendor batch loop failed; it runs again at the next poll', { err: err as Error }))
+        .finally(() => (this.ticking = undefined));
     }, every);
     this.timer.unref();
   }
@@ -389,7 +392,8 @@ export class VendorBatches {
       const inputTokens = protocol.inputBound(req, model);
       const { wanted } = outputTokens(protocol.outputCap(req), model);
       const hold = costMicros(inputTokens, wanted, holdPrices(d.batchPrices));
-      const { body } = protocol.job(req, model);
+      // the body as the vendor deployment's protocol takes it (a deployment may speak another than the primary)
+      const { body } = protocol.job(req, asDeployment(model, d));
       return { line, custom_id: l.custom_id, ok: { hold, vendor: { custom_id: `l${line}`, body, max_tokens: wanted } } };
     } catch (err) {
       return { line, custom_id: l.custom_id, error: lineError(err) };
