@@ -186,6 +186,7 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     expect(mock.stats.batch.billed_prompt_tokens - before.billed_prompt_tokens).toBe(prompt / 2);
     // what the vendor was sent: the upstream model, the cap the hold paid for, not streamed
     expect((await chunksOf(b.id)).map((c) => c.n)).toEqual([5]);
+    expect(mock.stats.lastBody).toEqual({ model: 'mock-gpt', messages: [{ role: 'user', content: TEXT }], max_tokens: 16 });
     await expectBilled(t.tenantId, 10_000_000n, b.id, output);
     // /v1/generation of a line: a batch line of this batch
     const gen = await fetch(`${stack.urlOf(stack.gateways[0])}/generation?id=${output[0].response!.request_id}`, {
