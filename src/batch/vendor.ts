@@ -81,7 +81,7 @@ export function batchNotSupported(model: CatalogEntry | undefined): CatracaError
     400,
     'invalid_request_error',
     'batch_not_supported',
-    `The model "${model.id}" does not take batch requests; send this request to /v1/chat/completions directly.`,
+    `The model "${model.id}" does not take batch requests; send this request online instead.`,
     'model',
   );
 }
