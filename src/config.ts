@@ -331,6 +331,9 @@ export const ConfigSchema = PortalEnvSchema.extend({
   BATCH_MAX_IN_FLIGHT: z.coerce.number().int().positive().default(100),
   /** Request lines of a tenant's unfinished batches, all together, at most; a batch that would pass it is a 429 `batch_limit_exceeded`. */
   BATCH_MAX_LINES_IN_FLIGHT: z.coerce.number().int().positive().default(500000),
+  /** `vendor` batch mode: how often a vendor's batch is polled (ms), and the most lines submitted in one vendor batch (a chunk). */
+  BATCH_VENDOR_POLL_MS: int(10000),
+  BATCH_VENDOR_CHUNK_LINES: z.coerce.number().int().positive().max(5000).default(1000),
   /** A front door takes no batch line while this many interactive requests are in flight there. */
   BATCH_PAUSE_IN_FLIGHT: z.coerce.number().int().positive().default(16),
   /** Key records cached in each front door; revocation is pushed over NATS, this bounds staleness otherwise. */

@@ -236,6 +236,16 @@ describe('the server of deploy/nats/auth.conf', () => {
       worker: 'wk_auth',
     });
     direct.unsubscribe();
+    // vendor batch mode: a front door asks a worker of the pool (queue group) to submit, poll or cancel a vendor's batch
+    const vbatch = worker.subscribe(subjects.vendorBatch('openai'), {
+      queue: subjects.vendorBatchGroup('openai'),
+      callback: (_e, m) => m.respond(encode({ ok: true, vendor_batch_id: 'batch_v', status: 'in_progress', ended: false })),
+    });
+    await worker.flush();
+    const vreply = await gateway.request(subjects.vendorBatch('openai'), encode({ op: 'poll' }), { timeout: 3000 });
+    expect(vreply.subject.startsWith('_INBOX.gateway.')).toBe(true);
+    expect(JSON.parse(new TextDecoder().decode(vreply.data))).toEqual({ ok: true, vendor_batch_id: 'batch_v', status: 'in_progress', ended: false });
+    vbatch.unsubscribe();
 
     // usage: worker → JetStream (acked, deduplicated by msgID) → metering pulls and acks
     const js = worker.jetstream();
@@ -308,6 +318,8 @@ describe('the server of deploy/nats/auth.conf', () => {
       ['worker takes the jobs of a pool not its own', subscribeDenied(nc.worker, subjects.job('groq'), subjects.queueGroup('groq'))],
       ['worker takes a job sent to one worker of a pool not its own', subscribeDenied(nc.worker, subjects.jobDirect('groq', 'wk_x'))],
       ["worker takes every pool's jobs", subscribeDenied(nc.worker, 'catraca.jobs.>')],
+      ['worker takes the vendor batches of a pool not its own', subscribeDenied(nc.worker, subjects.vendorBatch('groq'), subjects.vendorBatchGroup('groq'))],
+      ['worker asks another worker about a vendor batch', publishDenied(nc.worker, subjects.vendorBatch('openai'))],
       ['worker publishes usage for a pool not its own', publishDenied(nc.worker, subjects.usage('groq'))],
       [
         'worker publishes usage for a pool not its own to JetStream',
@@ -353,6 +365,7 @@ describe('the server of deploy/nats/auth.conf', () => {
       ['gateway reads the USAGE stream', requestDenied(nc.gateway, `$JS.API.STREAM.MSG.GET.${USAGE_STREAM}`)],
       // the portal only invalidates keys
       ['portal takes jobs', subscribeDenied(nc.portal, 'catraca.jobs.>')],
+      ['portal asks a worker about a vendor batch', publishDenied(nc.portal, subjects.vendorBatch('openai'))],
       ['portal reads frames', subscribeDenied(nc.portal, 'catraca.stream.>')],
       ['portal publishes a catalog change', publishDenied(nc.portal, subjects.catalogChanged)],
       ['portal publishes a job', requestDenied(nc.portal, subjects.job('openai'))],

@@ -8,7 +8,9 @@ import { createLogger, type Logger } from '../src/log.ts';
 import type { AdapterRegistry } from '../src/providers/registry.ts';
 import { defaultConcurrency } from '../src/runner/capacity.ts';
 import { createOutbox } from '../src/runner/outbox.ts';
+import { upstreamKeyEnv } from '../src/providers/registry.ts';
 import { JobRunner, type LatencySummary, type WorkerStats, workerId } from '../src/runner/runner.ts';
+import { VendorBatchService } from '../src/runner/vendor-batch.ts';
 import { tracerFromEnv, type Tracer } from '../src/tracing/tracer.ts';
 
 // One worker process's job runner hosted over NATS: a queue-group subscriber of each of its pools
@@ -89,6 +91,15 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
   });
   announceCapacity = capacityAnnouncer(nc, runner);
   const subs = subscribe(nc, runner, log);
+  // vendor batch mode (docs/batch.md): this worker holds its pools' deployment keys
+  const vendorBatches = new VendorBatchService({
+    nc,
+    pools: runner.pools,
+    workerId: id,
+    catalog: runner.catalog,
+    env: upstreamKeyEnv(config.WORKER_UPSTREAM_KEYS),
+    log,
+  });
   await nc.flush();
   log.info('worker started', { worker: id, pools: runner.pools, concurrency: runner.concurrency });
 
@@ -97,6 +108,7 @@ export async function startWorker(options: WorkerOptions): Promise<WorkerHandle>
     (stopping ??= (async () => {
       runner.beginDrain();
       await Promise.all(subs.jobs.map((s) => s.drain().catch(() => {})));
+      await vendorBatches.stop();
       await runner.stop();
       await subs.cancel.drain().catch(() => {});
       if (!options.tracer) await tracer.shutdown();

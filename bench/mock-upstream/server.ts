@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { promptTokens } from '../../src/providers/sim/tokens.ts';
 import { handleAnthropic, type MockUsageEntry } from './anthropic.ts';
+import { type BatchTiming, MockBatches, newBatchStats } from './batch.ts';
 import { handleCompletions } from './openai-completions.ts';
 import { handleEmbeddings } from './openai-embeddings.ts';
 import { MOCK_REASONING, MOCK_TOOL_CALL, MOCK_TOOL_COMPLETION_TOKENS, mockToken } from './content.ts';
@@ -64,6 +65,8 @@ export interface MockUpstreamOptions {
   /** 0 = write the whole answer at once */
   tokensPerSecond?: number;
   outputTokens?: number;
+  /** the batch APIs' timing (batch.ts): ms before a batch starts, before each line, before it ends; default 0 */
+  batch?: Partial<BatchTiming>;
 }
 
 export interface MockUpstream {
@@ -71,6 +74,8 @@ export interface MockUpstream {
   url: string;
   port: number;
   stats: MockStats;
+  /** the batch APIs' timing, changed at run time by tests (batch.ts) */
+  batchTiming: BatchTiming;
   close(): Promise<void>;
 }
 
@@ -272,7 +277,11 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
     lastPath: null,
     byModel: {},
     usages: [],
+    batch: newBatchStats(),
   };
+  const batchTiming: BatchTiming = { validateMs: 0, lineMs: 0, finalizeMs: 0, ...opts.batch };
+  let origin = '';
+  const batches = new MockBatches({ origin: () => origin, timing: batchTiming, stats: stats.batch });
   const record = (e: MockUsageEntry) => stats.usages.push(e);
 
   const server = http.createServer((req, res) => {
@@ -291,6 +300,7 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
       else stats.aborted++;
     });
 
+    if (batches.handle(req, res, path)) return;
     if (req.method === 'POST' && (path === '/v1/messages' || path === '/v1/messages/count_tokens')) {
       stats.lastAuthorization = typeof req.headers['x-api-key'] === 'string' ? `x-api-key ${req.headers['x-api-key']}` : null;
       const parts: Buffer[] = [];
@@ -552,10 +562,12 @@ export async function startMockUpstream(opts: MockUpstreamOptions = {}): Promise
   });
   const port = (server.address() as AddressInfo).port;
   const host = opts.host && opts.host !== '0.0.0.0' ? opts.host : '127.0.0.1';
+  origin = `http://${host}:${port}`;
   return {
     url: `http://${host}:${port}/v1`,
     port,
     stats,
+    batchTiming,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -1,4 +1,5 @@
 import type { MockUsageEntry } from './anthropic.ts';
+import type { MockBatchStats } from './batch.ts';
 
 /** What the mock vendor saw and billed, read by tests and benchmarks. */
 export interface MockStats {
@@ -16,4 +17,6 @@ export interface MockStats {
   lastPath: string | null;
   /** chat completion requests per upstream model name (which deployment a request reached) */
   byModel: Record<string, number>;
+  /** the vendor batch APIs (batch.ts): files, batches, lines, tokens and the tokens billed at the batch discount */
+  batch: MockBatchStats;
 }

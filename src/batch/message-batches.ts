@@ -131,7 +131,13 @@ export async function createMessageBatch(
   } finally {
     client.release();
   }
-  return messageBatchObject(db, await runner.enqueue(row, requests.length));
+  // vendor mode (src/batch/vendor.ts): a model whose Anthropic deployment takes vendor batches
+  const vendor = await runner.vendor.tryStart(
+    key,
+    row,
+    requests.map((r) => ({ custom_id: r.custom_id, method: 'POST' as const, url: '/v1/messages' as const, body: r.params })),
+  );
+  return messageBatchObject(db, vendor ?? (await runner.enqueue(row, requests.length)));
 }
 
 export async function getMessageBatchBody(db: DbClient, key: ApiKeyRecord, id: string) {
@@ -141,6 +147,7 @@ export async function getMessageBatchBody(db: DbClient, key: ApiKeyRecord, id: s
 /** POST …/cancel: `canceling`; the requests not yet run end `canceled`. */
 export async function cancelMessageBatch(db: DbClient, runner: BatchRunner, key: ApiKeyRecord, id: string) {
   const row = await cancelBatch(db, key, id, 'anthropic');
+  await runner.vendor.cancelled(row);
   return messageBatchObject(db, (await runner.finalizeIfDone(id)) ?? row);
 }
 

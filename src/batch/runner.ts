@@ -29,6 +29,7 @@ import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { type BatchRow, batchObject, batchUsage, cancelBatch, insertBatch } from './batches.ts';
 import { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN } from './ending.ts';
 import { type BatchLine, parseBatchFile, RunnableLineSchema } from './files.ts';
+import { batchNotSupported, VendorBatches } from './vendor.ts';
 
 export { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN, type ResultRow, resultLine } from './ending.ts';
 
@@ -127,11 +128,15 @@ export class BatchRunner {
   private messages?: ConsumerMessages;
   private readonly files = new Map<string, BatchLine[]>();
   private readonly keys = new Map<string, { record: ApiKeyRecord | null; at: number }>();
+  /** `vendor` mode: batches sent to a deployment's own batch API (src/batch/vendor.ts) */
+  readonly vendor: VendorBatches;
 
   constructor(
     private readonly door: RunnerDoor,
     private readonly nc: NatsConnection,
-  ) {}
+  ) {
+    this.vendor = new VendorBatches(door, nc, (id) => this.finalizeIfDone(id));
+  }
 
   /**
    * Starts taking lines, the queue made when missing — in the background: a door whose JetStream is
@@ -140,6 +145,7 @@ export class BatchRunner {
   start(): void {
     this.connecting = this.connect();
     this.looping = this.connecting.then(() => this.loop());
+    this.vendor.start();
   }
 
   private async connect(): Promise<boolean> {
@@ -155,6 +161,7 @@ export class BatchRunner {
 
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.vendor.stop();
     await this.messages?.close().catch(() => {});
     await this.looping;
     const deadline = Date.now() + 5000;
@@ -170,6 +177,8 @@ export class BatchRunner {
       maxBatches: BATCH_MAX_IN_FLIGHT,
       maxLines: BATCH_MAX_LINES_IN_FLIGHT,
     });
+    const vendor = await this.vendor.tryStart(key, row, lines);
+    if (vendor) return batchObject(vendor);
     return batchObject(await this.enqueue(row, lines.length));
   }
 
@@ -202,6 +211,7 @@ export class BatchRunner {
   /** POST /v1/batches/{id}/cancel: `cancelling`, and ended at once when no line is left to run. */
   async cancel(key: ApiKeyRecord, id: string) {
     const row = await cancelBatch(this.door.db, key, id);
+    await this.vendor.cancelled(row);
     return batchObject((await this.finalizeIfDone(id)) ?? row, (await batchUsage(this.door.db, key.tenant_id, [id])).get(id));
   }
 
@@ -358,6 +368,8 @@ export class BatchRunner {
       return { requestId: null, status: 400, body: errors.badRequest("'stream' is not supported in a batch request.", 'stream').toJSON() };
     }
     const route = PROTOCOLS[l.url];
+    const notSupported = typeof l.body.model === 'string' ? batchNotSupported(await this.door.deps.catalog.resolve(l.body.model)) : null;
+    if (notSupported) return { requestId: null, status: notSupported.status, body: notSupported.toJSON() };
     let refused: string | undefined;
     // the route's own protocol, its error body noted on the way: an Anthropic error body does not carry the code
     const protocol: Protocol<ParsedRequest> = Object.create(route, {

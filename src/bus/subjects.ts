@@ -33,6 +33,12 @@ export const subjects = {
   pixRecurringRun: 'catraca.pix.recurring.run',
   /** A batch's lines (`queue` mode), captured by the JetStream work queue BATCH; front doors' runners take them (src/batch/runner.ts). */
   batchLines: 'catraca.batch.lines',
+  /**
+   * `vendor` batch mode (src/batch/vendor.ts): a front door's requests to a worker of the pool (which
+   * holds the deployment's key) to submit, poll or cancel a vendor batch; queue group `vbatch.<pool>`.
+   */
+  vendorBatch: (pool: string) => `catraca.vbatch.${pool}`,
+  vendorBatchGroup: (pool: string) => `vbatch.${pool}`,
   /** Notification events (src/notify), captured by the JetStream stream NOTIFY; the portal's notifier delivers them. */
   notify: (type: string) => `catraca.notify.${type}`,
   notifyWildcard: 'catraca.notify.>',

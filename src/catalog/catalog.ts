@@ -112,6 +112,8 @@ export interface Deployment {
   prices: Prices;
   /** what a batch line it serves is billed at (batchPricesOf) */
   batchPrices: Prices;
+  /** how batch lines run on it (docs/batch.md; absent: queue) */
+  batchMode?: 'vendor' | 'queue' | 'none';
   /** where it runs (null or absent: not said; the primary deployment never says) */
   region?: string | null;
   country?: string | null;
@@ -135,6 +137,7 @@ function deploymentsOf(m: ModelRecord, extra: DeploymentRecord[]): Deployment[] 
     weight: m.weight ?? 1,
     prices: own,
     batchPrices: batchPricesOf(own, m),
+    batchMode: m.batch_mode ?? 'queue',
     region: null,
     country: null,
   };
@@ -160,6 +163,7 @@ function deploymentsOf(m: ModelRecord, extra: DeploymentRecord[]): Deployment[] 
         country: d.country ?? null,
         prices,
         batchPrices: batchPricesOf(prices, d, m),
+        batchMode: d.batch_mode ?? 'queue',
       };
     }),
   ];

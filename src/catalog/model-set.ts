@@ -52,6 +52,7 @@ export function withPrevious(g: GivenModel, prev: ModelRecord | null): ModelInpu
     batch_cached_input_price: g.batch_cached_input_price === undefined ? (prev?.batch_cached_input_price ?? null) : g.batch_cached_input_price,
     batch_cache_write_price: g.batch_cache_write_price === undefined ? (prev?.batch_cache_write_price ?? null) : g.batch_cache_write_price,
     batch_cache_write_1h_price: g.batch_cache_write_1h_price === undefined ? (prev?.batch_cache_write_1h_price ?? null) : g.batch_cache_write_1h_price,
+    batch_mode: keep('batch_mode', 'queue'),
     max_output_tokens: keep('max_output_tokens', 4096),
     context_length: keep('context_length', 128000),
     context_length_set: g.context_length !== undefined || (prev?.context_length_set ?? false),

@@ -118,7 +118,7 @@ ${AMOUNTS}`,
           | --usd-input-price USD --usd-output-price USD [--markup 1.30] [--usd-cached-input-price USD]
             [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]  (BRL = USD × PTAX × markup)
           [--batch-input-price BRL|none] [--batch-output-price BRL|none] [--batch-cached-input-price BRL|none]
-          [--batch-cache-write-price BRL|none] [--batch-cache-write-1h-price BRL|none]
+          [--batch-cache-write-price BRL|none] [--batch-cache-write-1h-price BRL|none] [--batch vendor|queue|none]
           [--max-output-tokens N] --context-length N (required for a new model)
           [--modalities text,image,audio,file] [--image-tokens N|none]
           [--extra-params top_k,min_p] [--legacy-completions true|false] [--reasoning true|false] [--weight N]
@@ -136,6 +136,10 @@ and workers to reload the catalog.
 --batch-cache-write-1h-price
                        BRL per 1M tokens a line of a batch (/v1/batches) is held and billed at; none: the
                        online price applies (docs/batch.md)
+--batch                how batch lines run on this (primary) deployment: queue (default: catraca runs them
+                       through its own queue), vendor (the deployment's own batch API — OpenAI's Batch API —
+                       where the vendor's batch discount is; each line held first), none (batch lines naming
+                       the model are error lines, batch_not_supported); docs/batch.md
 --reasoning            true for a model that reasons: OpenRouter's \`reasoning\` maps to its reasoning effort
                        (OpenAI-compatible) or thinking budget (Anthropic)
 --weight               1 to 1000: this (primary) deployment's share among the model's deployments
@@ -174,7 +178,8 @@ it names. An alias cannot be the id of a catalog model.`,
           [--weight N] [--name SLUG]
           [--input-price BRL] [--output-price BRL] [--cached-input-price BRL] [--cache-write-price BRL] [--cache-write-1h-price BRL]  → {id, model, name, base_url, …}
           | [--usd-input-price USD --usd-output-price USD] [--markup 1.30] [--usd-cached-input-price USD] [--usd-cache-write-price USD] [--usd-cache-write-1h-price USD]
-          [--batch-input-price BRL] [--batch-output-price BRL] [--batch-cached-input-price BRL] [--batch-cache-write-price BRL] [--batch-cache-write-1h-price BRL]`,
+          [--batch-input-price BRL] [--batch-output-price BRL] [--batch-cached-input-price BRL] [--batch-cache-write-price BRL] [--batch-cache-write-1h-price BRL]
+          [--batch vendor|queue|none]`,
     help: `Adds a place the model is served from besides its own row (the "primary" deployment that
 \`model set\` defines): another organisation's key, or another host of the same weights. Workers
 choose among healthy deployments by weight; one that answers 429 or 5xx, times out or cannot be
@@ -182,7 +187,10 @@ reached cools down (honouring retry-after) and the request moves to the next bef
 byte; after 5 failures in a row its circuit opens for 30 s. Requests may prefer deployments by
 name (OpenRouter's provider.order, only, ignore, sort). Prices default to the model's; a request
 is held at the dearest deployment's prices and debited at the one that answered. Batch prices
-default to the model's batch prices, then to this deployment's online prices.
+default to the model's batch prices, then to this deployment's online prices. --batch vendor sends
+the model's batches to this deployment's own batch API (OpenAI's Batch API; the first vendor
+deployment, primary first, takes them); queue (default) and none as for model set (docs/batch.md).
+\`model deployment list\` shows each deployment's batch mode (BATCH).
   --name        slug for provider preferences (default: the base URL's host)
   --weight      1 to 1000 (default 1)
 Warns when the workers of the model's pool cannot read --api-key-env.

@@ -9,6 +9,9 @@ export const MODALITIES = ['text', 'image', 'audio', 'file'] as const;
 export const MODEL_KINDS = ['chat', 'embedding'] as const;
 export type ModelKind = (typeof MODEL_KINDS)[number];
 export type Modality = (typeof MODALITIES)[number];
+/** How a batch's lines run on a deployment (docs/batch.md): its own batch API, catraca's queue, or not at all. */
+export const BATCH_MODES = ['vendor', 'queue', 'none'] as const;
+export type BatchMode = (typeof BATCH_MODES)[number];
 
 /** The protocol a pool's workers speak when `model set` is not told (the pool names of `npm start`). */
 export function defaultProtocol(pool: string): Protocol {
@@ -36,6 +39,8 @@ export interface ModelRecord {
   batch_cached_input_price: bigint | null;
   batch_cache_write_price: bigint | null;
   batch_cache_write_1h_price: bigint | null;
+  /** how batch lines run on the primary deployment (migration 085) */
+  batch_mode: BatchMode;
   context_length: number;
   max_output_tokens: number;
   /** content-part kinds accepted; always includes 'text' */
@@ -81,6 +86,7 @@ export const ModelInputSchema = z.object({
   batch_cached_input_price: z.bigint().nonnegative().nullable().default(null),
   batch_cache_write_price: z.bigint().nonnegative().nullable().default(null),
   batch_cache_write_1h_price: z.bigint().nonnegative().nullable().default(null),
+  batch_mode: z.enum(BATCH_MODES).default('queue'),
   context_length: z.number().int().positive().default(128000),
   max_output_tokens: z.number().int().positive().default(4096),
   input_modalities: z
@@ -109,8 +115,8 @@ export async function upsertModel(db: DbClient, input: ModelInput): Promise<Mode
                          protocol, input_modalities, image_input_tokens, extra_params, kind, legacy_completions,
                          cached_input_price, cache_write_price, cache_write_1h_price, weight, reasoning, context_length_set,
                          batch_input_price, batch_output_price, batch_cached_input_price, batch_cache_write_price,
-                         batch_cache_write_1h_price)
-     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28)
+                         batch_cache_write_1h_price, batch_mode)
+     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,$27,$28,$29)
      on conflict (id) do update set pool = excluded.pool, upstream_model = excluded.upstream_model,
        protocol = excluded.protocol, input_modalities = excluded.input_modalities,
        image_input_tokens = excluded.image_input_tokens, extra_params = excluded.extra_params,
@@ -123,7 +129,7 @@ export async function upsertModel(db: DbClient, input: ModelInput): Promise<Mode
        context_length_set = excluded.context_length_set, batch_input_price = excluded.batch_input_price,
        batch_output_price = excluded.batch_output_price, batch_cached_input_price = excluded.batch_cached_input_price,
        batch_cache_write_price = excluded.batch_cache_write_price, batch_cache_write_1h_price = excluded.batch_cache_write_1h_price,
-       updated_at = now()
+       batch_mode = excluded.batch_mode, updated_at = now()
      returning *`,
     [
       m.id,
@@ -154,6 +160,7 @@ export async function upsertModel(db: DbClient, input: ModelInput): Promise<Mode
       m.batch_cached_input_price,
       m.batch_cache_write_price,
       m.batch_cache_write_1h_price,
+      m.batch_mode,
     ],
   );
   return rows[0];
@@ -225,6 +232,8 @@ export interface DeploymentRecord {
   batch_cached_input_price: bigint | null;
   batch_cache_write_price: bigint | null;
   batch_cache_write_1h_price: bigint | null;
+  /** how batch lines run on this deployment (migration 085) */
+  batch_mode: BatchMode;
   /** the vendor's region it runs in (sa-east-1, brazilsouth, southamerica-east1), as the operator said */
   region: string | null;
   /** the country it runs in (ISO 3166-1 alpha-2): keys with a data country go only to deployments there */
@@ -259,6 +268,7 @@ export const DeploymentInputSchema = z.object({
   batch_cached_input_price: z.bigint().nonnegative().nullable().default(null),
   batch_cache_write_price: z.bigint().nonnegative().nullable().default(null),
   batch_cache_write_1h_price: z.bigint().nonnegative().nullable().default(null),
+  batch_mode: z.enum(BATCH_MODES).default('queue'),
   region: z
     .string()
     .regex(/^[a-z0-9][a-z0-9-]{0,39}$/, 'a region is lower-case letters, digits and -')
@@ -278,8 +288,8 @@ export async function addDeployment(db: DbClient, id: string, input: DeploymentI
     `insert into model_deployments (id, model_id, name, protocol, base_url, api_key_env, upstream_model, weight,
                                     input_price, output_price, cached_input_price, cache_write_price, cache_write_1h_price,
                                     region, country, batch_input_price, batch_output_price, batch_cached_input_price,
-                                    batch_cache_write_price, batch_cache_write_1h_price)
-     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20) returning *`,
+                                    batch_cache_write_price, batch_cache_write_1h_price, batch_mode)
+     values ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21) returning *`,
     [
       id,
       d.model_id,
@@ -301,6 +311,7 @@ export async function addDeployment(db: DbClient, id: string, input: DeploymentI
       d.batch_cached_input_price,
       d.batch_cache_write_price,
       d.batch_cache_write_1h_price,
+      d.batch_mode,
     ],
   );
   return rows[0];

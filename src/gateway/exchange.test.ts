@@ -51,6 +51,7 @@ function model(id: string, pool: string): CatalogEntry {
     batch_cached_input_price: null,
     batch_cache_write_price: null,
     batch_cache_write_1h_price: null,
+    batch_mode: 'queue',
     context_length: 8192,
     max_output_tokens: 1000,
     input_modalities: ['text'],

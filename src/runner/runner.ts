@@ -123,6 +123,11 @@ export class JobRunner {
     this.sweeper = this.startSweeper();
   }
 
+  /** Where the runner resolves models (vendor batches resolve theirs there too). */
+  get catalog(): ModelSource {
+    return this.models;
+  }
+
   /** A runner with its usage stream ensured, its catalog started and its adapters warmed up. */
   static async start(o: RunnerOptions): Promise<JobRunner> {
     await ensureUsageStream(o.nc);

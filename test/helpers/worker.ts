@@ -34,6 +34,7 @@ export function testModel(pool: string, over: Partial<ModelRecord> = {}): Catalo
     batch_cached_input_price: null,
     batch_cache_write_price: null,
     batch_cache_write_1h_price: null,
+    batch_mode: 'queue',
     context_length: 128000,
     max_output_tokens: 4096,
     input_modalities: ['text'],

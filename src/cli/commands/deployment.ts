@@ -3,7 +3,17 @@ import { connect as natsConnect } from 'nats';
 import { natsOptions } from '../../bus/connect.ts';
 import { subjects } from '../../bus/subjects.ts';
 import { checkUpstreamKeyOn, type WorkerKeys, workerUpstreamKeys } from '../../catalog/upstream-keys.ts';
-import { addDeployment, DEPLOYMENT_NAME_RE, type DeploymentRecord, getModel, listDeployments, PROTOCOLS, removeDeployment } from '../../db/models.ts';
+import {
+  addDeployment,
+  BATCH_MODES,
+  type BatchMode,
+  DEPLOYMENT_NAME_RE,
+  type DeploymentRecord,
+  getModel,
+  listDeployments,
+  PROTOCOLS,
+  removeDeployment,
+} from '../../db/models.ts';
 import { brlFlag, brlString, intFlag, parseFlags, str } from '../args.ts';
 import { CliError, type CliContext, UsageError } from '../context.ts';
 import { BATCH_PRICE_FLAGS, batchPriceFlags, batchPriceView } from './model.ts';
@@ -40,6 +50,7 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         'cache-write-price',
         'cache-write-1h-price',
         ...BATCH_PRICE_FLAGS,
+        'batch',
         ...USD_FLAGS,
       ],
       required: ['model'],
@@ -69,6 +80,9 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
   const brlGiven = ['input-price', 'output-price', 'cached-input-price', 'cache-write-price', 'cache-write-1h-price'].some((f) => str(flags, f) !== undefined);
   const usd = usdFlags(flags, cmd, brlGiven);
   const batchGiven = batchPriceFlags(flags, cmd);
+  const batchMode = str(flags, 'batch');
+  if (batchMode !== undefined && !(BATCH_MODES as readonly string[]).includes(batchMode))
+    throw new UsageError(`${cmd}: --batch must be one of ${BATCH_MODES.join(', ')}`);
   const batchPrices = {
     batch_input_price: batchGiven.batch_input_price ?? null,
     batch_output_price: batchGiven.batch_output_price ?? null,
@@ -100,6 +114,7 @@ export async function deploymentAdd(ctx: CliContext, args: string[]): Promise<vo
         cache_write_1h_price: fromUsd ? fromUsd.prices.cache_write_1h_price : (brlFlag(flags, 'cache-write-1h-price', cmd) ?? null),
         // its batch prices (null: the model's batch price, else this deployment's online price)
         ...batchPrices,
+        batch_mode: (batchMode as BatchMode | undefined) ?? 'queue',
       }),
       pool: model.pool,
       fromUsd,
@@ -132,6 +147,7 @@ export function deploymentView(d: DeploymentRecord) {
     cache_write_price: d.cache_write_price === null ? null : brlString(d.cache_write_price),
     cache_write_1h_price: d.cache_write_1h_price === null ? null : brlString(d.cache_write_1h_price),
     ...batchPriceView(d),
+    batch_mode: d.batch_mode,
   };
 }
 
@@ -156,13 +172,14 @@ export async function deploymentList(ctx: CliContext, args: string[]): Promise<v
       cache_write_price: model.cache_write_price === null ? null : brlString(model.cache_write_price),
       cache_write_1h_price: model.cache_write_1h_price === null ? null : brlString(model.cache_write_1h_price),
       ...batchPriceView(model),
+      batch_mode: model.batch_mode,
     };
     return [primary, ...(await listDeployments(db, modelId)).map(deploymentView)];
   });
   ctx.out(
     { model: modelId, deployments: rows },
     plainTable(
-      ['ID', 'NAME', 'PROTOCOL', 'BASE URL', 'KEY VARIABLE', 'UPSTREAM', 'WEIGHT', 'IN BRL/1M', 'OUT BRL/1M'],
+      ['ID', 'NAME', 'PROTOCOL', 'BASE URL', 'KEY VARIABLE', 'UPSTREAM', 'WEIGHT', 'IN BRL/1M', 'OUT BRL/1M', 'BATCH'],
       rows.map((d) => [
         d.id,
         d.name,
@@ -173,6 +190,7 @@ export async function deploymentList(ctx: CliContext, args: string[]): Promise<v
         String(d.weight),
         d.input_price ?? 'model',
         d.output_price ?? 'model',
+        d.batch_mode,
       ]),
       [6],
       '(no deployments)',

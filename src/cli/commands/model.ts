@@ -2,6 +2,7 @@ import { subjects } from '../../bus/subjects.ts';
 import { type GivenModel, setModel } from '../../catalog/model-set.ts';
 import {
   ALIAS_RE,
+  BATCH_MODES,
   getModel,
   listAliases,
   listModels,
@@ -45,6 +46,7 @@ const MODEL_SET_FLAGS = [
   'cache-write-price',
   'cache-write-1h-price',
   ...BATCH_PRICE_FLAGS,
+  'batch',
   'max-output-tokens',
   'context-length',
   'modalities',
@@ -148,6 +150,7 @@ function modelFlags(
     cache_write_price: fromUsd ? fromUsd.cache_write_price : optionalPrice(flags, 'cache-write-price', cmd),
     cache_write_1h_price: fromUsd ? fromUsd.cache_write_1h_price : optionalPrice(flags, 'cache-write-1h-price', cmd),
     ...batchPriceFlags(flags, cmd),
+    batch_mode: oneOf(flags, 'batch', BATCH_MODES, cmd),
     protocol,
     kind,
     upstream_model: str(flags, 'upstream-model') || undefined,
@@ -240,6 +243,7 @@ export function modelView(m: ModelRecord) {
     cache_write_price: m.cache_write_price === null ? null : brlString(m.cache_write_price),
     cache_write_1h_price: m.cache_write_1h_price === null ? null : brlString(m.cache_write_1h_price),
     ...batchPriceView(m),
+    batch_mode: m.batch_mode,
     max_output_tokens: m.max_output_tokens,
     context_length: m.context_length,
     context_length_set: m.context_length_set,
