@@ -452,13 +452,21 @@ export class BatchRunner {
  * in one transaction on the batch's row (endBatch); a runner that comes second finds it ended.
  */
 export async function finalizeIfDone(db: Db, batchId: string, retentionDays: number): Promise<BatchRow | null> {
-  const { rows: counts } = await db.query<{ ended: number; total: number; status: string }>(
-    `select b.total, b.status, (select count(*)::int from batch_results r where r.batch_id = b.id and r.ok is not null) as ended
-         from batches b where b.id = $1`,
+  // Called as each line ends: the counters first (one row), so a running batch of 50,000 lines is not
+  // counted whole 50,000 times. In a queue-mode batch in progress and inside its window every ended
+  // line is counted in completed or failed; only lines not run (a cancel, the window passed) and
+  // vendor mode's are not, and those take the count of ended rows.
+  const { rows: heads } = await db.query<{ total: number; counted: number; status: string; mode: string; live: boolean }>(
+    'select total, completed + failed as counted, status, mode, expires_at > now() as live from batches where id = $1',
     [batchId],
   );
-  const c = counts[0];
-  if (!c || c.ended < c.total || !['in_progress', 'cancelling'].includes(c.status)) return null;
+  const h = heads[0];
+  if (!h || !['in_progress', 'cancelling'].includes(h.status)) return null;
+  if (h.status === 'in_progress' && h.mode === 'queue' && h.live && h.counted < h.total) return null;
+  if (h.counted < h.total) {
+    const { rows } = await db.query<{ ended: number }>('select count(*)::int as ended from batch_results where batch_id = $1 and ok is not null', [batchId]);
+    if (rows[0].ended < h.total) return null;
+  }
   const client = await db.connect();
   try {
     await client.query('begin');
