@@ -192,13 +192,20 @@ export class BatchRunner {
       [row.id],
     );
     const js = this.nc.jetstream();
+    // an ack that times out (a busy server) is asked again with the same message id: JetStream's
+    // duplicate window (2 min) keeps one copy, and a line delivered twice would run once all the same
+    const publish = async (line: number) => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await js.publish(subjects.batchLines, JSON.stringify({ batch_id: row.id, line }), { msgID: `${row.id}.${line}`, timeout: 10_000 });
+        } catch (err) {
+          if (attempt >= 3 || (err as { code?: string }).code !== 'TIMEOUT') throw err;
+        }
+      }
+    };
     try {
       for (let at = 0; at < count; at += 256) {
-        const chunk = Array.from({ length: Math.min(256, count - at) }, (_, i) => {
-          const line = at + i;
-          return js.publish(subjects.batchLines, JSON.stringify({ batch_id: row.id, line }), { msgID: `${row.id}.${line}`, timeout: 5000 });
-        });
-        await Promise.all(chunk);
+        await Promise.all(Array.from({ length: Math.min(256, count - at) }, (_, i) => publish(at + i)));
       }
     } catch (err) {
       log.warn('batch lines not queued: the batch failed', { batch_id: row.id, err: err as Error });
