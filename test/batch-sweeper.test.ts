@@ -165,6 +165,10 @@ describe("metering's batch sweeper", () => {
     await claimed(open, 0, 'gen-running-0');
     const justPassed = await batchRow(t, fileId, { total: 2, status: 'in_progress', expiresIn: '-100 milliseconds' });
     await claimed(justPassed, 0, 'gen-running-1');
+    // a vendor-mode batch long past catraca's window: its chunks run on at the vendor, its own loop ends it
+    const vendorMode = await batchRow(t, fileId, { total: 2, status: 'in_progress', expiresIn: '-1 hour' });
+    await stack.db.query("update batches set mode = 'vendor' where id = $1", [vendorMode]);
+    await claimed(vendorMode, 0, 'gen-at-the-vendor-0');
     // several sweeps (every 500 ms) within the ack wait after justPassed's window
     await sleep(1200);
     const { rows } = await stack.db.query(
@@ -181,7 +185,12 @@ describe("metering's batch sweeper", () => {
     // once the ack wait has passed too, the sweeper ends the second
     await waitStatus(justPassed, 'expired', 10_000);
     expect((await stack.db.query('select status from batches where id = $1', [open])).rows[0].status).toBe('in_progress');
-    await stack.db.query("update batches set status = 'cancelled', cancelled_at = now() where id = $1", [open]); // not left for later sweeps
+    const { rows: vendor } = await stack.db.query(
+      'select status, failed, (select count(*)::int from batch_results r where r.batch_id = b.id and r.ok is null) as running from batches b where id = $1',
+      [vendorMode],
+    );
+    expect(vendor).toEqual([{ status: 'in_progress', failed: 0, running: 1 }]);
+    await stack.db.query("update batches set status = 'cancelled', cancelled_at = now() where id = any($1)", [[open, vendorMode]]); // not left for later sweeps
   }, 30_000);
 
   it('deletes the rows of batches ended BATCH_RETENTION_DAYS ago, keeps newer ones and unfinished ones', async () => {
@@ -197,6 +206,12 @@ describe("metering's batch sweeper", () => {
     const oldCancelled = await ended('cancelled', 'cancelled_at', '30 days 1 minute');
     const oldAnthropic = await ended('expired', 'expired_at', '45 days', 'anthropic');
     const recent = await ended('completed', 'completed_at', '29 days');
+    // vendor mode's chunks go with their batch's rows
+    for (const id of [old, recent])
+      await stack.db.query(
+        "insert into vendor_batch_chunks (batch_id, chunk, model_id, deployment, pool, lines) values ($1, 0, 'sim/echo', 'primary', 'sim', '{0}')",
+        [id],
+      );
     const unfinished = await batchRow(t, fileId, { total: 1, status: 'in_progress', expiresIn: '1 hour' });
     await stack.db.query("update batches set created_at = now() - interval '60 days', in_progress_at = now() - interval '60 days' where id = $1", [unfinished]);
     const deadline = Date.now() + 10_000;
@@ -212,6 +227,8 @@ describe("metering's batch sweeper", () => {
       [old, oldCancelled, oldAnthropic, recent, unfinished],
     ]);
     expect(results).toEqual([{ batch_id: recent }]);
+    const { rows: chunks } = await stack.db.query('select batch_id from vendor_batch_chunks where batch_id = any($1)', [[old, recent]]);
+    expect(chunks).toEqual([{ batch_id: recent }]);
     const refused = await clientOf(t.key)
       .batches.retrieve(old)
       .catch((e: InstanceType<typeof OpenAI.APIError>) => e.status);

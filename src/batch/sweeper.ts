@@ -13,8 +13,10 @@ const log = createLogger('metering');
 //    (failed; it may have run: its request id is named), every line never taken `batch_expired`
 //    (`batch_cancelled` for a batch being cancelled), its output and error files written, the batch
 //    `expired` (`cancelled`). The runners expire a line they take after `expires_at` themselves;
-//    this ends what no runner will take again.
-//  - the rows of a batch (batches, batch_results: each line's answer) ended more than
+//    this ends what no runner will take again. Queue mode only: a vendor-mode batch's lines may run at
+//    the vendor past catraca's window (each chunk has the vendor's own 24 h), and the front doors'
+//    vendor loop ends it when the vendor has (src/batch/vendor.ts).
+//  - the rows of a batch (batches, batch_results: each line's answer, vendor_batch_chunks) ended more than
 //    BATCH_RETENTION_DAYS ago are deleted, as its files expire then.
 
 export interface BatchSweepSettings {
@@ -26,7 +28,7 @@ export interface BatchSweepSettings {
 /** Ends at most `limit` batches past their window that no runner will end; returns how many. */
 export async function expireStuckBatches(db: Db, settings: BatchSweepSettings, limit = 10): Promise<number> {
   const { rows: due } = await db.query<{ id: string }>(
-    `select id from batches where status in ('validating', 'in_progress', 'cancelling')
+    `select id from batches where status in ('validating', 'in_progress', 'cancelling') and mode = 'queue'
         and expires_at <= now() - make_interval(secs => $1::double precision / 1000) order by expires_at limit $2`,
     [settings.ackWaitMs, limit],
   );
@@ -81,6 +83,7 @@ export async function deleteOldBatches(db: Db, retentionDays: number, limit = 10
           and coalesce(completed_at, expired_at, cancelled_at, finalizing_at, in_progress_at, created_at) <= now() - make_interval(days => $1::int)
         order by id limit $2 for update skip locked),
      r as (delete from batch_results where batch_id in (select id from old)),
+     c as (delete from vendor_batch_chunks where batch_id in (select id from old)),
      b as (delete from batches where id in (select id from old) returning 1)
      select count(*)::int as n from b`,
     [retentionDays, limit],

@@ -6,3 +6,6 @@ alter table batches
   add column model text,
   add column output_expires_seconds integer check (output_expires_seconds between 3600 and 2592000);
 create index if not exists ledger_batch_id on ledger (batch_id) where batch_id is not null;
+
+-- metering's retention sweep deletes a vendor-mode batch's chunks with its rows (src/batch/sweeper.ts)
+grant select, delete on vendor_batch_chunks to catraca_metering;
