@@ -1,5 +1,5 @@
 import type { NatsConnection } from 'nats';
-import { admit, releaseHold } from '../billing/ledger.ts';
+import { admitVendorLine, releaseHold } from '../billing/ledger.ts';
 import { costMicros, formatBrl, holdPrices, priceStrings } from '../billing/money.ts';
 import { decodeJson, encode } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
@@ -29,8 +29,10 @@ const log = createLogger('gateway');
 //
 //   - before a chunk is submitted, each of its lines is held for its worst case at the
 //     deployment's batch prices (its prompt bound and its output cap, the cap sent to the vendor),
-//     one hold per line (its request id), living VENDOR_HOLD_TTL_MS (the vendor's 24 h window and an
-//     hour more) so it cannot expire while the vendor's batch runs;
+//     one hold per line (its request id, kind 'batch'), living VENDOR_HOLD_TTL_MS (the vendor's 24 h
+//     window and an hour more) so it cannot expire while the vendor's batch runs; it counts in the
+//     balance and the key's limit available to every other request, not in the key's max_concurrent
+//     (catraca_admit_vendor_line: the vendor runs the line, it is no request in flight here);
 //   - a chunk is the lines, in order, that the balance covers (at most BATCH_VENDOR_CHUNK_LINES); the
 //     first line refused waits for the next chunk, once this one ended and its holds settled; when
 //     no chunk is running and the next line still cannot be covered, it and every line after it end
@@ -295,14 +297,8 @@ export class VendorBatches {
       if (taken.length > 0 && bytes + size > SUBMIT_BYTES) break;
       bytes += size;
       const requestId = newRequestId();
-      const result = await admit(db, {
-        requestId,
-        tenantId: key.tenant_id,
-        keyId: key.id,
-        min: p.ok.hold,
-        max: p.ok.hold,
-        ttlMs: VENDOR_HOLD_TTL_MS,
-      });
+      // a hold of kind 'batch': in the balance and the key's limit, not in the key's max_concurrent
+      const result = await admitVendorLine(db, { requestId, tenantId: key.tenant_id, keyId: key.id, amount: p.ok.hold, ttlMs: VENDOR_HOLD_TTL_MS });
       if (result.status === 'ok') {
         taken.push({ line: i, requestId, vendor: p.ok.vendor });
         continue;
