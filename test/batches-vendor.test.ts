@@ -379,6 +379,54 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     }
   }, 150_000);
 
+  it("a door that dies after the vendor took a chunk, before storing the vendor's id: the chunk is found at the vendor by its metadata and adopted, not run twice", async () => {
+    const t = await stack.tenant('10');
+    expect(t.tenantId).toMatch(/^[\w-]+$/);
+    const before = { ...mock.stats.batch };
+    // the crash window: the first store of a vendor batch id for this tenant's batch fails (as if
+    // the door had died right after the worker's submit); the loop then takes the chunk again
+    await stack.db.query('create sequence if not exists test_vendor_store_fails');
+    await stack.db.query(`create or replace function test_vendor_store_fails_once() returns trigger language plpgsql security definer as $$
+      begin
+        if new.vendor_batch_id is not null and old.vendor_batch_id is null then
+          if exists (select 1 from batches b where b.id = new.batch_id and b.tenant_id = '${t.tenantId}') then
+            if nextval('test_vendor_store_fails') = 1 then
+              raise exception 'injected: the door stopped before storing the vendor batch id';
+            end if;
+          end if;
+        end if;
+        return new;
+      end $$`);
+    await stack.db.query(
+      'create trigger test_vendor_store_fails_once before update on vendor_batch_chunks for each row execute function test_vendor_store_fails_once()',
+    );
+    try {
+      const client = clientOf(t.key);
+      const created = await create(
+        client,
+        Array.from({ length: 4 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 16 })),
+      );
+      const b = await ended(client, created.id);
+      expect(b.status).toBe('completed');
+      expect(b.request_counts).toEqual({ total: 4, completed: 4, failed: 0 });
+      // two stores of the vendor's id: the first failed, the second (the adopted batch's) held
+      expect((await stack.db.query('select last_value::int as n from test_vendor_store_fails')).rows[0]).toEqual({ n: 2 });
+      // the vendor got one batch, named after the chunk, and ran each line once; the list was read to find it
+      expect(mock.stats.batch.batches - before.batches).toBe(1);
+      expect(mock.stats.batch.succeeded - before.succeeded).toBe(4);
+      expect(mock.stats.batch.batchLists - before.batchLists).toBe(1);
+      const listed = (await (await fetch(`${mock.url}/batches?limit=100`, { headers: { authorization: `Bearer ${UPSTREAM_KEY}` } })).json()) as {
+        data: Array<{ id: string; metadata: Record<string, string> | null }>;
+      };
+      const named = listed.data.filter((x) => x.metadata?.catraca_chunk === `${created.id}:0`);
+      expect(named.map((x) => x.id)).toEqual((await chunksOf(created.id)).map((c) => c.vendor_batch_id));
+      expect(named.map((x) => x.metadata)).toEqual([{ catraca: 'vendor-mode', catraca_chunk: `${created.id}:0` }]);
+      await expectBilled(t.tenantId, 10_000_000n, b.id, await contentLines(client, b.output_file_id));
+    } finally {
+      await stack.db.query('drop trigger if exists test_vendor_store_fails_once on vendor_batch_chunks');
+    }
+  }, 60_000);
+
   it('a line the vendor answers with an error is an error line: its hold goes back, nothing charged', async () => {
     const t = await stack.tenant('10');
     const client = clientOf(t.key);

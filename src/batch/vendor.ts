@@ -58,6 +58,8 @@ export const VENDOR_HOLD_TTL_MS = 25 * 3600 * 1000;
 const REQUEST_TIMEOUT_MS = 50_000;
 /** the most bytes of lines one chunk sends the worker (NATS's default max_payload is 1 MiB) */
 const SUBMIT_BYTES = 768 * 1024;
+/** how much earlier than the chunk's row a vendor's batch of it may say it was created (clocks disagree) */
+const ADOPT_SLACK_S = 600;
 /** while a door works on a batch, no other door takes it */
 const CLAIM_SECONDS = 60;
 
@@ -97,6 +99,7 @@ interface ChunkRow {
   lines: number[];
   vendor_batch_id: string | null;
   cancel_sent: boolean;
+  created_at: Date;
 }
 
 type Prepared = { line: number; custom_id: string; ok: { hold: bigint; vendor: VendorLine } } | { line: number; custom_id: string; error: CatracaError };
@@ -410,11 +413,19 @@ export class VendorBatches {
     return { ref: { id: model.id, deployment: d.id, prices: priceStrings(d.batchPrices) }, model };
   }
 
-  /** Sends the chunk to the vendor (again, after a door stopped before recording the vendor's id). */
+  /**
+   * Sends the chunk to the vendor. Only the door that took the chunk, on its first attempt, knows the
+   * vendor cannot have it yet; any other attempt (after a door or worker died, or a submit's answer
+   * was lost, before the vendor's id was stored) asks the worker to look for the chunk at the vendor
+   * first (`adopt_since`: OpenAI's batches carry the chunk's name in their metadata) and to adopt
+   * the vendor's batch it finds rather than submit the chunk twice.
+   */
   private async submit(batch: BatchRow, chunk: ChunkRow): Promise<void> {
     const m = await this.modelRef(chunk);
     if (!m) throw new Error(`model ${chunk.model_id} (${chunk.deployment}) is gone from the catalog`);
     let lines = this.pendingLines.get(`${batch.id}/${chunk.chunk}`);
+    const first = lines !== undefined;
+    this.pendingLines.delete(`${batch.id}/${chunk.chunk}`);
     if (!lines) {
       const key = await getKey(this.door.db, batch.key_id);
       const file = await this.linesOf(batch.input_file_id);
@@ -425,7 +436,19 @@ export class VendorBatches {
         if (p && 'ok' in p) lines.push(p.ok.vendor);
       }
     }
-    const reply = await this.ask(chunk.pool, { op: 'submit', model: m.ref, endpoint: batch.endpoint, lines }, batch.id);
+    const reply = await this.ask(
+      chunk.pool,
+      {
+        op: 'submit',
+        model: m.ref,
+        endpoint: batch.endpoint,
+        lines,
+        chunk: `${batch.id}:${chunk.chunk}`,
+        // the vendor's clock and ours may disagree: ten minutes of slack
+        ...(first ? {} : { adopt_since: Math.floor(chunk.created_at.getTime() / 1000) - ADOPT_SLACK_S }),
+      },
+      batch.id,
+    );
     if (!reply.ok) {
       if (reply.code === 'invalid_job' || reply.code === 'batch_not_supported' || reply.code === 'upstream_not_configured') {
         // the vendor was never given these lines: they end as errors, their holds go back
@@ -435,7 +458,7 @@ export class VendorBatches {
       }
       throw new Error(`vendor batch submit failed: ${reply.code}: ${reply.message}`);
     }
-    this.pendingLines.delete(`${batch.id}/${chunk.chunk}`);
+    if (reply.adopted) log.info('vendor batch: a chunk found at the vendor was adopted, not submitted again', { batch_id: batch.id, chunk: chunk.chunk });
     await this.door.db.query('update vendor_batch_chunks set vendor_batch_id = $3, vendor_status = $4 where batch_id = $1 and chunk = $2', [
       batch.id,
       chunk.chunk,
