@@ -3,7 +3,7 @@ import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MockUpstream } from '../bench/mock-upstream/server.ts';
 import { ledgerCheck } from '../src/billing/ledger-check.ts';
-import { costMicros, holdPrices, type Prices } from '../src/billing/money.ts';
+import { costMicros, formatBrl, holdPrices, type Prices } from '../src/billing/money.ts';
 import { catalogEntry } from '../src/catalog/catalog.ts';
 import { getModel, listDeployments, upsertModel } from '../src/db/models.ts';
 import { outputTokens } from '../src/gateway/hold.ts';
@@ -122,6 +122,13 @@ async function holdOf(maxTokens: number): Promise<bigint> {
   const m = catalogEntry((await getModel(stack.db, 'vbatch/gpt'))!, await listDeployments(stack.db, 'vbatch/gpt'));
   const req = chat.parse({ model: 'vbatch/gpt', max_tokens: maxTokens, messages: [{ role: 'user', content: TEXT }] });
   return costMicros(chat.inputBound(req, m), outputTokens(chat.outputCap(req), m).wanted, holdPrices(BATCH));
+}
+
+/** An online request's hold (its max_tokens given: its worst case at the online prices). */
+async function onlineHoldOf(maxTokens: number): Promise<bigint> {
+  const m = catalogEntry((await getModel(stack.db, 'vbatch/gpt'))!, await listDeployments(stack.db, 'vbatch/gpt'));
+  const req = chat.parse({ model: 'vbatch/gpt', max_tokens: maxTokens, messages: [{ role: 'user', content: TEXT }] });
+  return costMicros(chat.inputBound(req, m), outputTokens(chat.outputCap(req), m).wanted, holdPrices(ONLINE));
 }
 
 /** Each answered line debited once at the batch prices (its vendor's usage), batch_id recorded; no hold left; balance = ledger. */
@@ -352,7 +359,7 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
       expect((await chunksOf(created.id)).map((c) => [c.n, c.vendor_batch_id !== null])).toEqual([[5, true]]);
       // each line is held, and its hold outlives the vendor's 24 h window: the sweeper cannot release it while the vendor runs
       const { rows: holds } = await stack.db.query<{ n: number; least_hours: number }>(
-        "select count(*)::int as n, extract(epoch from min(expires_at) - now()) / 3600 as least_hours from holds where tenant_id = $1 and kind = 'request'",
+        "select count(*)::int as n, extract(epoch from min(expires_at) - now()) / 3600 as least_hours from holds where tenant_id = $1 and kind = 'batch'",
         [t.tenantId],
       );
       expect(holds[0].n).toBe(5);
@@ -371,6 +378,54 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
       mock.batchTiming.lineMs = 0;
     }
   }, 150_000);
+
+  it("a door that dies after the vendor took a chunk, before storing the vendor's id: the chunk is found at the vendor by its metadata and adopted, not run twice", async () => {
+    const t = await stack.tenant('10');
+    expect(t.tenantId).toMatch(/^[\w-]+$/);
+    const before = { ...mock.stats.batch };
+    // the crash window: the first store of a vendor batch id for this tenant's batch fails (as if
+    // the door had died right after the worker's submit); the loop then takes the chunk again
+    await stack.db.query('create sequence if not exists test_vendor_store_fails');
+    await stack.db.query(`create or replace function test_vendor_store_fails_once() returns trigger language plpgsql security definer as $$
+      begin
+        if new.vendor_batch_id is not null and old.vendor_batch_id is null then
+          if exists (select 1 from batches b where b.id = new.batch_id and b.tenant_id = '${t.tenantId}') then
+            if nextval('test_vendor_store_fails') = 1 then
+              raise exception 'injected: the door stopped before storing the vendor batch id';
+            end if;
+          end if;
+        end if;
+        return new;
+      end $$`);
+    await stack.db.query(
+      'create trigger test_vendor_store_fails_once before update on vendor_batch_chunks for each row execute function test_vendor_store_fails_once()',
+    );
+    try {
+      const client = clientOf(t.key);
+      const created = await create(
+        client,
+        Array.from({ length: 4 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 16 })),
+      );
+      const b = await ended(client, created.id);
+      expect(b.status).toBe('completed');
+      expect(b.request_counts).toEqual({ total: 4, completed: 4, failed: 0 });
+      // two stores of the vendor's id: the first failed, the second (the adopted batch's) held
+      expect((await stack.db.query('select last_value::int as n from test_vendor_store_fails')).rows[0]).toEqual({ n: 2 });
+      // the vendor got one batch, named after the chunk, and ran each line once; the list was read to find it
+      expect(mock.stats.batch.batches - before.batches).toBe(1);
+      expect(mock.stats.batch.succeeded - before.succeeded).toBe(4);
+      expect(mock.stats.batch.batchLists - before.batchLists).toBe(1);
+      const listed = (await (await fetch(`${mock.url}/batches?limit=100`, { headers: { authorization: `Bearer ${UPSTREAM_KEY}` } })).json()) as {
+        data: Array<{ id: string; metadata: Record<string, string> | null }>;
+      };
+      const named = listed.data.filter((x) => x.metadata?.catraca_chunk === `${created.id}:0`);
+      expect(named.map((x) => x.id)).toEqual((await chunksOf(created.id)).map((c) => c.vendor_batch_id));
+      expect(named.map((x) => x.metadata)).toEqual([{ catraca: 'vendor-mode', catraca_chunk: `${created.id}:0` }]);
+      await expectBilled(t.tenantId, 10_000_000n, b.id, await contentLines(client, b.output_file_id));
+    } finally {
+      await stack.db.query('drop trigger if exists test_vendor_store_fails_once on vendor_batch_chunks');
+    }
+  }, 60_000);
 
   it('a line the vendor answers with an error is an error line: its hold goes back, nothing charged', async () => {
     const t = await stack.tenant('10');
@@ -405,6 +460,67 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     ]);
     expect(mock.stats.batch.lines - before).toBe(1);
     await expectBilled(t.tenantId, 10_000_000n, b.id, await contentLines(client, b.output_file_id));
+  }, 60_000);
+});
+
+describe('vendor batch holds and the key limits', () => {
+  it("a key with max_concurrent 1 running a vendor batch is still answered online: the batch's holds are no requests in flight, yet their money stays held", async () => {
+    const h = await holdOf(64);
+    const o16 = await onlineHoldOf(16);
+    const o64 = await onlineHoldOf(64);
+    expect(o64).toBeGreaterThan(o16);
+    // the three lines' holds, and exactly one online request of 16 tokens more
+    const vendorHeld = 3n * h;
+    const granted = vendorHeld + o16;
+    const t = await stack.tenant((Number(granted) / 1e6).toFixed(6), { maxConcurrent: 1 });
+    const client = clientOf(t.key);
+    mock.batchTiming.lineMs = 1000;
+    try {
+      const created = await create(
+        client,
+        Array.from({ length: 3 }, (_, i) => chatLine(i, 'vbatch/gpt', { max_tokens: 64 })),
+      );
+      expect((await chunksOf(created.id)).map((c) => [c.n, c.vendor_batch_id !== null])).toEqual([[3, true]]);
+      const { rows: holds } = await stack.db.query<{ kind: string; n: number; held: string }>(
+        'select kind, count(*)::int as n, sum(amount_micros)::text as held from holds where tenant_id = $1 group by kind',
+        [t.tenantId],
+      );
+      expect(holds).toEqual([{ kind: 'batch', n: 3, held: String(vendorHeld) }]);
+      const messages = [{ role: 'user' as const, content: TEXT }];
+      // not 429 concurrency_limited: 402, what is available being the balance less the vendor holds
+      const refused = await client.chat.completions.create({ model: 'vbatch/gpt', max_tokens: 64, messages }).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      expect(refused).toBeInstanceOf(OpenAI.APIError);
+      const err = refused as InstanceType<typeof OpenAI.APIError>;
+      expect([err.status, err.code]).toEqual([402, 'insufficient_balance']);
+      expect(err.message).toContain(`with your available balance of R$ ${formatBrl(granted - vendorHeld)}.`);
+      // one that fits in it is answered while the vendor still runs the batch
+      const answered = await client.chat.completions.create({ model: 'vbatch/gpt', max_tokens: 16, messages });
+      expect(answered.usage?.completion_tokens).toBe(4);
+      expect((await client.batches.retrieve(created.id)).status).toBe('in_progress');
+      const b = await ended(client, created.id);
+      expect(b.request_counts).toEqual({ total: 3, completed: 3, failed: 0 });
+      const output = await contentLines(client, b.output_file_id);
+      await stack.waitSettled(
+        output.map((l) => l.response!.request_id),
+        20_000,
+      );
+      await stack.waitNoHolds(t.tenantId, 20_000);
+      const batchCost = output.reduce((s, l) => s + costMicros(l.response!.body.usage!.prompt_tokens, l.response!.body.usage!.completion_tokens, BATCH), 0n);
+      const onlineCost = costMicros(answered.usage!.prompt_tokens, answered.usage!.completion_tokens, ONLINE);
+      const { rows: debits } = await stack.db.query<{ n: number; sum: string }>(
+        "select count(*)::int as n, sum(amount_micros)::text as sum from ledger where tenant_id = $1 and kind = 'debit'",
+        [t.tenantId],
+      );
+      expect(debits[0]).toEqual({ n: 4, sum: String(batchCost + onlineCost) });
+      expect(await balanceOf(t.tenantId)).toBe(granted - batchCost - onlineCost);
+      await expectBalanceEqualsLedger(stack, t.tenantId);
+      expect((await ledgerCheck(stack.db, { tenantId: t.tenantId })).ok).toBe(true);
+    } finally {
+      mock.batchTiming.lineMs = 0;
+    }
   }, 60_000);
 });
 

@@ -1,6 +1,7 @@
 import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findBatch } from '../../src/providers/openai/batch.ts';
 import { mockPromptTokens, startMockUpstream, type MockUpstream } from './server.ts';
 
 // The mock's vendor batch APIs, judged by the official clients: OpenAI's Files + Batch API and
@@ -118,6 +119,44 @@ describe('mock vendor: OpenAI Batch API', () => {
     } finally {
       mock.batchTiming.lineMs = 0;
     }
+  });
+});
+
+describe('mock vendor: OpenAI batches listed with their metadata', () => {
+  it("lists the key's batches newest first in pages (the SDK pages through them), each with its metadata; refuses bad metadata; findBatch finds one by it", async () => {
+    const key = `sk-mock-list-${Math.random().toString(36).slice(2, 8)}`;
+    const client = new OpenAI({ baseURL: mock.url, apiKey: key, maxRetries: 0 });
+    const file = await client.files.create({ file: await toFile(Buffer.from(`${line('a', 'mock-gpt', 'hi')}\n`), 'in.jsonl'), purpose: 'batch' });
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const b = await client.batches.create({
+        input_file_id: file.id,
+        endpoint: '/v1/chat/completions',
+        completion_window: '24h',
+        metadata: { catraca_chunk: `batch_x:${i}` },
+      });
+      expect(b.metadata).toEqual({ catraca_chunk: `batch_x:${i}` });
+      ids.push(b.id);
+    }
+    const first = await client.batches.list({ limit: 2 });
+    expect(first.data.map((b) => b.id)).toEqual([ids[4], ids[3]]);
+    expect(first.has_more).toBe(true);
+    const all = [];
+    for await (const b of await client.batches.list({ limit: 2 })) all.push([b.id, b.metadata?.catraca_chunk]);
+    expect(all).toEqual([...ids.keys()].reverse().map((i) => [ids[i], `batch_x:${i}`]));
+    // another key sees none of them
+    expect((await openai.batches.list({ limit: 100 })).data.filter((b) => ids.includes(b.id))).toEqual([]);
+    const refused = await client.batches
+      .create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h', metadata: { ['k'.repeat(65)]: 'v' } })
+      .then(
+        () => null,
+        (e: unknown) => e as InstanceType<typeof OpenAI.APIError>,
+      );
+    expect([refused?.status, (refused?.error as { param?: string } | undefined)?.param]).toEqual([400, 'metadata']);
+    // the worker's look-up: by metadata, through pages, down to `since`
+    const since = Math.floor(Date.now() / 1000) - 60;
+    expect((await findBatch(mock.url, key, { key: 'catraca_chunk', value: 'batch_x:0', since }))?.id).toBe(ids[0]);
+    expect(await findBatch(mock.url, key, { key: 'catraca_chunk', value: 'batch_x:9', since })).toBeNull();
   });
 });
 

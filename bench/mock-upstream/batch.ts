@@ -6,6 +6,9 @@ import type http from 'node:http';
 //   POST /v1/files                  multipart/form-data, `purpose` ("batch") and `file` (JSONL): the File object
 //   GET  /v1/files/{id}             the File object;  GET /v1/files/{id}/content: its bytes
 //   POST /v1/batches                {input_file_id, endpoint, completion_window: "24h", metadata?}: the Batch, `validating`
+//                                   (metadata: at most 16 pairs, keys of at most 64 characters, string values of at most 512)
+//   GET  /v1/batches?limit&after    the key's batches, newest first: {object: "list", data, first_id, last_id, has_more}
+//                                   (limit 1–100, default 20; after: a batch id, the page after it)
 //   GET  /v1/batches/{id}           validating → in_progress → finalizing → completed (or failed, cancelling → cancelled)
 //   POST /v1/batches/{id}/cancel    `cancelling`, then `cancelled` with the output of the lines that ran
 // Anthropic (Message Batches):
@@ -39,6 +42,8 @@ export interface MockBatchStats {
   batches: number;
   /** Anthropic message batches created */
   messageBatches: number;
+  /** GET /v1/batches answered (OpenAI's list) */
+  batchLists: number;
   /** lines run (answered by the online route) */
   lines: number;
   succeeded: number;
@@ -56,6 +61,7 @@ export const newBatchStats = (): MockBatchStats => ({
   files: 0,
   batches: 0,
   messageBatches: 0,
+  batchLists: 0,
   lines: 0,
   succeeded: 0,
   failed: 0,
@@ -208,6 +214,7 @@ export class MockBatches {
       return openaiError(res, 404, `Invalid URL (${method} ${path})`);
     }
     if (method === 'POST' && parts.length === 2) return this.createBatch(req, res, key, body);
+    if (method === 'GET' && parts.length === 2) return this.listBatches(req, res, key);
     const batch = this.batches.get(parts[2] ?? '');
     if (!batch || batch.owner !== key) return openaiError(res, 404, `No batch found with id '${parts[2]}'.`, 'batch_id', 'batch_not_found');
     if (method === 'GET' && parts.length === 3) return send(res, 200, batchObject(batch));
@@ -243,6 +250,20 @@ export class MockBatches {
     send(res, 200, fileObject(f));
   }
 
+  /** GET /v1/batches: the key's batches, newest first, in pages (`limit`, `after`), as OpenAI lists them. */
+  private listBatches(req: http.IncomingMessage, res: http.ServerResponse, key: string): void {
+    const q = new URL(req.url ?? '/', 'http://mock').searchParams;
+    const limit = q.has('limit') ? Number(q.get('limit')) : 20;
+    if (!Number.isInteger(limit) || limit < 1 || limit > 100) return openaiError(res, 400, "Invalid 'limit': integer between 1 and 100 expected.", 'limit');
+    this.ctx.stats.batchLists++;
+    const mine = [...this.batches.values()].filter((b) => b.owner === key).reverse();
+    const after = q.get('after');
+    const from = after ? mine.findIndex((b) => b.id === after) + 1 : 0;
+    if (after && from === 0) return send(res, 200, { object: 'list', data: [], first_id: null, last_id: null, has_more: false });
+    const data = mine.slice(from, from + limit).map(batchObject);
+    send(res, 200, { object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: from + limit < mine.length });
+  }
+
   private createBatch(req: http.IncomingMessage, res: http.ServerResponse, key: string, raw: Buffer): void {
     let body: Record<string, unknown>;
     try {
@@ -255,6 +276,17 @@ export class MockBatches {
       return openaiError(res, 400, `Invalid value for 'endpoint': expected one of ${ENDPOINTS.join(', ')}.`, 'endpoint');
     }
     if (completion_window !== '24h') return openaiError(res, 400, "Invalid value for 'completion_window': expected '24h'.", 'completion_window');
+    if (metadata !== undefined && metadata !== null) {
+      const pairs = typeof metadata === 'object' && !Array.isArray(metadata) ? Object.entries(metadata) : null;
+      if (!pairs || pairs.length > 16 || pairs.some(([k, v]) => k.length > 64 || typeof v !== 'string' || v.length > 512)) {
+        return openaiError(
+          res,
+          400,
+          "Invalid 'metadata': at most 16 key-value pairs, keys of at most 64 characters and string values of at most 512.",
+          'metadata',
+        );
+      }
+    }
     const file = this.files.get(String(input_file_id));
     if (!file || file.owner !== key) return openaiError(res, 404, `No such File object: ${input_file_id}`, 'input_file_id');
     if (file.purpose !== 'batch') return openaiError(res, 400, `File ${file.id} has purpose '${file.purpose}', not 'batch'.`, 'input_file_id');

@@ -24,7 +24,21 @@ export const VendorLineSchema = z.object({
 export type VendorLine = z.infer<typeof VendorLineSchema>;
 
 export const VendorBatchRequestSchema = z.discriminatedUnion('op', [
-  z.object({ op: z.literal('submit'), model: ModelRef, endpoint: z.string(), lines: z.array(VendorLineSchema).min(1) }),
+  z.object({
+    op: z.literal('submit'),
+    model: ModelRef,
+    endpoint: z.string(),
+    lines: z.array(VendorLineSchema).min(1),
+    /** the chunk's name (`<batch id>:<chunk>`): OpenAI's batch is created with metadata {catraca_chunk: it} */
+    chunk: z.string().optional(),
+    /**
+     * The chunk may be at the vendor already (an earlier submit whose answer was not stored: a door
+     * or worker died, a timeout): before submitting, look among the vendor's batches created since
+     * this time (epoch seconds) for one named `chunk`, and adopt it. OpenAI only (Anthropic's
+     * message batches have no metadata: docs/batch.md).
+     */
+    adopt_since: z.number().int().optional(),
+  }),
   z.object({
     op: z.literal('poll'),
     model: ModelRef,
@@ -63,6 +77,8 @@ export const VendorBatchReplySchema = z.discriminatedUnion('ok', [
     next_offset: z.number().int().positive().optional(),
     /** why the vendor failed the whole batch (its `errors`), when it did */
     failure: z.string().optional(),
+    /** a submit found the chunk at the vendor already (`adopt_since`) and submitted nothing */
+    adopted: z.boolean().optional(),
   }),
   z.object({ ok: z.literal(false), code: z.string(), message: z.string() }),
 ]);

@@ -1,5 +1,5 @@
 import type { NatsConnection } from 'nats';
-import { admit, releaseHold } from '../billing/ledger.ts';
+import { admitVendorLine, releaseHold } from '../billing/ledger.ts';
 import { costMicros, formatBrl, holdPrices, priceStrings } from '../billing/money.ts';
 import { decodeJson, encode } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
@@ -29,8 +29,10 @@ const log = createLogger('gateway');
 //
 //   - before a chunk is submitted, each of its lines is held for its worst case at the
 //     deployment's batch prices (its prompt bound and its output cap, the cap sent to the vendor),
-//     one hold per line (its request id), living VENDOR_HOLD_TTL_MS (the vendor's 24 h window and an
-//     hour more) so it cannot expire while the vendor's batch runs;
+//     one hold per line (its request id, kind 'batch'), living VENDOR_HOLD_TTL_MS (the vendor's 24 h
+//     window and an hour more) so it cannot expire while the vendor's batch runs; it counts in the
+//     balance and the key's limit available to every other request, not in the key's max_concurrent
+//     (catraca_admit_vendor_line: the vendor runs the line, it is no request in flight here);
 //   - a chunk is the lines, in order, that the balance covers (at most BATCH_VENDOR_CHUNK_LINES); the
 //     first line refused waits for the next chunk, once this one ended and its holds settled; when
 //     no chunk is running and the next line still cannot be covered, it and every line after it end
@@ -56,6 +58,8 @@ export const VENDOR_HOLD_TTL_MS = 25 * 3600 * 1000;
 const REQUEST_TIMEOUT_MS = 50_000;
 /** the most bytes of lines one chunk sends the worker (NATS's default max_payload is 1 MiB) */
 const SUBMIT_BYTES = 768 * 1024;
+/** how much earlier than the chunk's row a vendor's batch of it may say it was created (clocks disagree) */
+const ADOPT_SLACK_S = 600;
 /** while a door works on a batch, no other door takes it */
 const CLAIM_SECONDS = 60;
 
@@ -95,6 +99,7 @@ interface ChunkRow {
   lines: number[];
   vendor_batch_id: string | null;
   cancel_sent: boolean;
+  created_at: Date;
 }
 
 type Prepared = { line: number; custom_id: string; ok: { hold: bigint; vendor: VendorLine } } | { line: number; custom_id: string; error: CatracaError };
@@ -295,14 +300,8 @@ export class VendorBatches {
       if (taken.length > 0 && bytes + size > SUBMIT_BYTES) break;
       bytes += size;
       const requestId = newRequestId();
-      const result = await admit(db, {
-        requestId,
-        tenantId: key.tenant_id,
-        keyId: key.id,
-        min: p.ok.hold,
-        max: p.ok.hold,
-        ttlMs: VENDOR_HOLD_TTL_MS,
-      });
+      // a hold of kind 'batch': in the balance and the key's limit, not in the key's max_concurrent
+      const result = await admitVendorLine(db, { requestId, tenantId: key.tenant_id, keyId: key.id, amount: p.ok.hold, ttlMs: VENDOR_HOLD_TTL_MS });
       if (result.status === 'ok') {
         taken.push({ line: i, requestId, vendor: p.ok.vendor });
         continue;
@@ -414,11 +413,19 @@ export class VendorBatches {
     return { ref: { id: model.id, deployment: d.id, prices: priceStrings(d.batchPrices) }, model };
   }
 
-  /** Sends the chunk to the vendor (again, after a door stopped before recording the vendor's id). */
+  /**
+   * Sends the chunk to the vendor. Only the door that took the chunk, on its first attempt, knows the
+   * vendor cannot have it yet; any other attempt (after a door or worker died, or a submit's answer
+   * was lost, before the vendor's id was stored) asks the worker to look for the chunk at the vendor
+   * first (`adopt_since`: OpenAI's batches carry the chunk's name in their metadata) and to adopt
+   * the vendor's batch it finds rather than submit the chunk twice.
+   */
   private async submit(batch: BatchRow, chunk: ChunkRow): Promise<void> {
     const m = await this.modelRef(chunk);
     if (!m) throw new Error(`model ${chunk.model_id} (${chunk.deployment}) is gone from the catalog`);
     let lines = this.pendingLines.get(`${batch.id}/${chunk.chunk}`);
+    const first = lines !== undefined;
+    this.pendingLines.delete(`${batch.id}/${chunk.chunk}`);
     if (!lines) {
       const key = await getKey(this.door.db, batch.key_id);
       const file = await this.linesOf(batch.input_file_id);
@@ -429,7 +436,19 @@ export class VendorBatches {
         if (p && 'ok' in p) lines.push(p.ok.vendor);
       }
     }
-    const reply = await this.ask(chunk.pool, { op: 'submit', model: m.ref, endpoint: batch.endpoint, lines }, batch.id);
+    const reply = await this.ask(
+      chunk.pool,
+      {
+        op: 'submit',
+        model: m.ref,
+        endpoint: batch.endpoint,
+        lines,
+        chunk: `${batch.id}:${chunk.chunk}`,
+        // the vendor's clock and ours may disagree: ten minutes of slack
+        ...(first ? {} : { adopt_since: Math.floor(chunk.created_at.getTime() / 1000) - ADOPT_SLACK_S }),
+      },
+      batch.id,
+    );
     if (!reply.ok) {
       if (reply.code === 'invalid_job' || reply.code === 'batch_not_supported' || reply.code === 'upstream_not_configured') {
         // the vendor was never given these lines: they end as errors, their holds go back
@@ -439,7 +458,7 @@ export class VendorBatches {
       }
       throw new Error(`vendor batch submit failed: ${reply.code}: ${reply.message}`);
     }
-    this.pendingLines.delete(`${batch.id}/${chunk.chunk}`);
+    if (reply.adopted) log.info('vendor batch: a chunk found at the vendor was adopted, not submitted again', { batch_id: batch.id, chunk: chunk.chunk });
     await this.door.db.query('update vendor_batch_chunks set vendor_batch_id = $3, vendor_status = $4 where batch_id = $1 and chunk = $2', [
       batch.id,
       chunk.chunk,

@@ -37,6 +37,23 @@ export async function admit(
 }
 
 /**
+ * Admission of one line of a vendor-mode batch (catraca_admit_vendor_line): exactly `amount` held,
+ * as catraca_admit, the hold of kind 'batch': it counts in the balance and the key's limit, not in
+ * the key's max_concurrent (the vendor runs the line, not catraca).
+ */
+export async function admitVendorLine(
+  db: DbClient,
+  a: { requestId: string; tenantId: string; keyId: string; amount: bigint; ttlMs: number },
+): Promise<AdmitResult> {
+  const { rows } = await db.query({
+    name: 'catraca_admit_vendor_line',
+    text: 'select * from catraca_admit_vendor_line($1, $2, $3, $4, $5)',
+    values: [a.requestId, a.tenantId, a.keyId, a.amount, a.ttlMs],
+  });
+  return rows[0];
+}
+
+/**
  * Admission of a key with finer limits (catraca_admit_limited): its concurrency, tokens per minute
  * and per-end-user daily cap are checked under the key's row lock, then the money as catraca_admit.
  */
@@ -205,10 +222,10 @@ export async function settleBatch(db: DbClient, items: Settlement[]): Promise<Se
   return rows.map(({ request_id: _id, ...r }) => r as SettleResult);
 }
 
-/** Open per-request holds and balance leases: how many, and how much they reserve (micro-BRL). */
+/** Open per-request holds (a request's, or a vendor-mode batch line's: kind 'batch') and balance leases: how many, and how much they reserve (micro-BRL). */
 export async function openHolds(db: DbClient): Promise<{ holds: { count: number; micros: bigint }; leases: { count: number; micros: bigint } }> {
   const { rows } = await db.query(
-    `select count(*) filter (where kind = 'request')::int as holds, coalesce(sum(amount_micros) filter (where kind = 'request'), 0)::bigint as held,
+    `select count(*) filter (where kind <> 'lease')::int as holds, coalesce(sum(amount_micros) filter (where kind <> 'lease'), 0)::bigint as held,
             count(*) filter (where kind = 'lease')::int as leases, coalesce(sum(amount_micros) filter (where kind = 'lease'), 0)::bigint as leased
        from holds`,
   );

@@ -10,6 +10,7 @@ import {
   batchResults,
   cancelBatch as openaiCancel,
   createBatch as openaiCreate,
+  findBatch,
   OPENAI_BATCH_ENDED,
   retrieveBatch as openaiRetrieve,
   uploadBatchFile,
@@ -37,6 +38,9 @@ export interface VendorBatchServiceOptions {
   env: Record<string, string | undefined>;
   log: Logger;
 }
+
+/** The metadata key naming the chunk an OpenAI batch was submitted for (`<batch id>:<chunk>`). */
+export const CHUNK_METADATA = 'catraca_chunk';
 
 const refusal = (code: string, message: string): VendorBatchReply => ({ ok: false, code, message });
 
@@ -115,9 +119,17 @@ export class VendorBatchService {
     const { baseUrl, key } = this.keyOf(entry);
     switch (r.op) {
       case 'submit': {
+        if (r.chunk && r.adopt_since !== undefined) {
+          // an earlier submit of this chunk may have reached the vendor: its batch carries the chunk's name
+          const found = await findBatch(baseUrl, key, { key: CHUNK_METADATA, value: r.chunk, since: r.adopt_since });
+          if (found) {
+            this.o.log.info('vendor batch: the chunk was at the vendor already, adopted', { chunk: r.chunk, vendor_batch_id: found.id });
+            return { ok: true, vendor_batch_id: found.id, status: found.status, ended: false, adopted: true };
+          }
+        }
         const lines = r.lines.map((l) => ({ custom_id: l.custom_id, method: 'POST', url: r.endpoint, body: vendorBody(entry, l.body, l.max_tokens) }));
         const fileId = await uploadBatchFile(baseUrl, key, lines, 'catraca-batch.jsonl');
-        const b = await openaiCreate(baseUrl, key, fileId, r.endpoint, { catraca: 'vendor-mode' });
+        const b = await openaiCreate(baseUrl, key, fileId, r.endpoint, { catraca: 'vendor-mode', ...(r.chunk ? { [CHUNK_METADATA]: r.chunk } : {}) });
         return { ok: true, vendor_batch_id: b.id, status: b.status, ended: false };
       }
       case 'cancel': {

@@ -213,6 +213,7 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       expect((await ledger.admit(db, { requestId: `r_${uniq()}`, ...a })).status).toBe('ok');
       expect((await ledger.admitBatch(db, [{ requestId: `r_${uniq()}`, ...a }]))[0].status).toBe('ok');
       expect((await ledger.admitLimited(db, { requestId: `r_${uniq()}`, ...a, tokens: 10, endUser: 'u1' })).status).toBe('ok');
+      expect((await ledger.admitVendorLine(db, { requestId: `r_${uniq()}`, tenantId: f.tenant, keyId: f.keyId, amount: 10n, ttlMs: 60000 })).status).toBe('ok');
     },
     'leases: open, close; release a hold': async (db) => {
       const lease = `lease_${uniq()}`;
@@ -682,6 +683,7 @@ const EXECUTE: Record<string, { roles: LoginRole[]; definer: boolean }> = {
   catraca_admit: { roles: ['gateway'], definer: true },
   catraca_admit_batch: { roles: ['gateway'], definer: true },
   catraca_admit_limited: { roles: ['gateway'], definer: true },
+  catraca_admit_vendor_line: { roles: ['gateway'], definer: true },
   catraca_lease_open: { roles: ['gateway'], definer: true },
   catraca_lease_close: { roles: ['gateway'], definer: true },
   catraca_release: { roles: ['gateway'], definer: true },

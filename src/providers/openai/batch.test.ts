@@ -1,5 +1,7 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { describe, expect, it } from 'vitest';
-import { parseResultLines, resultOf, usageOfBody } from './batch.ts';
+import { findBatch, parseResultLines, resultOf, usageOfBody } from './batch.ts';
 
 // Mapping a vendor's batch results back, line by line (docs/batch.md "vendor mode").
 describe('OpenAI batch results', () => {
@@ -48,5 +50,61 @@ describe('OpenAI batch results', () => {
     expect(usageOfBody({ usage: { prompt_tokens: 6, total_tokens: 6 } })).toEqual({ prompt_tokens: 6, completion_tokens: 0 });
     expect(usageOfBody({ id: 'x' })).toBeNull();
     expect(usageOfBody({ usage: { prompt_tokens: -1 } })).toBeNull();
+  });
+});
+
+// The look-up of a chunk submitted before (src/runner/vendor-batch.ts): GET /batches, newest first,
+// page after page (`after` = the last id), down to `since`.
+describe('findBatch', () => {
+  /** A vendor with batches b9 (newest, created at 1 009) … b0 (1 000), listed 3 a page whatever the limit; the pages asked for. */
+  async function vendor(): Promise<{ url: string; asked: string[]; close: () => Promise<void> }> {
+    const all = Array.from({ length: 10 }, (_, i) => ({
+      id: `b${9 - i}`,
+      status: 'in_progress',
+      created_at: 1009 - i,
+      metadata: { catraca_chunk: `c${9 - i}` },
+    }));
+    const asked: string[] = [];
+    const server = http.createServer((req, res) => {
+      const q = new URL(req.url ?? '/', 'http://x').searchParams;
+      asked.push(`${req.headers.authorization} ${q.get('limit')} ${q.get('after') ?? '-'}`);
+      const from = q.has('after') ? all.findIndex((b) => b.id === q.get('after')) + 1 : 0;
+      const data = all.slice(from, from + 3);
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify({ object: 'list', data, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null, has_more: from + 3 < all.length }));
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    return {
+      url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
+      asked,
+      close: () => new Promise((r) => server.close(() => r())),
+    };
+  }
+
+  it('pages through the batches until one carries the metadata', async () => {
+    const v = await vendor();
+    try {
+      expect((await findBatch(v.url, 'sk-x', { key: 'catraca_chunk', value: 'c4', since: 0 }))?.id).toBe('b4');
+      expect(v.asked).toEqual(['Bearer sk-x 100 -', 'Bearer sk-x 100 b7']);
+    } finally {
+      await v.close();
+    }
+  });
+
+  it('stops at the first page reaching back past `since`, or at the last page, or after `pages`: null', async () => {
+    const v = await vendor();
+    try {
+      // b3 (1 003) is older than since: the page ending with b4 (1 004) is the last read
+      expect(await findBatch(v.url, null, { key: 'catraca_chunk', value: 'c3', since: 1005 })).toBeNull();
+      expect(v.asked).toEqual(['undefined 100 -', 'undefined 100 b7']);
+      v.asked.length = 0;
+      expect(await findBatch(v.url, null, { key: 'catraca_chunk', value: 'none', since: 0 })).toBeNull();
+      expect(v.asked).toEqual(['undefined 100 -', 'undefined 100 b7', 'undefined 100 b4', 'undefined 100 b1']);
+      v.asked.length = 0;
+      expect(await findBatch(v.url, null, { key: 'catraca_chunk', value: 'c0', since: 0 }, 2)).toBeNull();
+      expect(v.asked).toEqual(['undefined 100 -', 'undefined 100 b7']);
+    } finally {
+      await v.close();
+    }
   });
 });

@@ -14,6 +14,9 @@ const TIMEOUT_MS = 40_000;
 export interface OpenAIBatchObject {
   id: string;
   status: string;
+  /** epoch seconds */
+  created_at?: number;
+  metadata?: Record<string, string> | null;
   output_file_id: string | null;
   error_file_id: string | null;
   errors?: { data?: Array<{ code?: string; message?: string; line?: number | null }> } | null;
@@ -77,6 +80,38 @@ export function createBatch(
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ input_file_id: inputFileId, endpoint, completion_window: '24h', metadata }),
   });
+}
+
+/** The most pages of 100 batches a look-up reads (findBatch): 2 000 batches created since `since`. */
+export const FIND_BATCH_PAGES = 20;
+
+/**
+ * The newest batch (GET /batches lists them newest first, 100 a page) whose metadata has `key` =
+ * `value`, among those created at or after `since` (epoch seconds); null when none is (or the
+ * search read FIND_BATCH_PAGES pages without reaching `since`).
+ */
+export async function findBatch(
+  baseUrl: string,
+  key: string | null,
+  match: { key: string; value: string; since: number },
+  pages = FIND_BATCH_PAGES,
+): Promise<OpenAIBatchObject | null> {
+  let after: string | undefined;
+  for (let p = 0; p < pages; p++) {
+    const page = await json<{ data?: OpenAIBatchObject[]; has_more?: boolean; last_id?: string | null }>(
+      baseUrl,
+      key,
+      `batches?limit=100${after ? `&after=${encodeURIComponent(after)}` : ''}`,
+    );
+    const data = page.data ?? [];
+    for (const b of data) {
+      if (b.metadata?.[match.key] === match.value) return b;
+    }
+    const last = data.at(-1);
+    if (!page.has_more || !last || (last.created_at ?? 0) < match.since) return null;
+    after = page.last_id ?? last.id;
+  }
+  return null;
 }
 
 export const retrieveBatch = (baseUrl: string, key: string | null, id: string): Promise<OpenAIBatchObject> =>
