@@ -195,6 +195,8 @@ describe('vendor batch mode (OpenAI Batch API)', () => {
     expect((await chunksOf(b.id)).map((c) => c.n)).toEqual([5]);
     expect(mock.stats.lastBody).toEqual({ model: 'mock-gpt', messages: [{ role: 'user', content: TEXT }], max_tokens: 16 });
     await expectBilled(t.tenantId, 10_000_000n, b.id, output);
+    // remembered as a vendor-mode batch for the console's margin (migration 091), beyond the batch's retention
+    expect((await stack.db.query('select batch_id from vendor_batch_ids where batch_id = $1', [b.id])).rows).toEqual([{ batch_id: b.id }]);
     // /v1/generation of a line: a batch line of this batch
     const gen = await fetch(`${stack.urlOf(stack.gateways[0])}/generation?id=${output[0].response!.request_id}`, {
       headers: { authorization: `Bearer ${t.key}` },
@@ -586,6 +588,7 @@ describe("vendor batch mode (Anthropic's Message Batches)", () => {
     expect(new Set(debits.map((d) => d.batch_id))).toEqual(new Set([created.id]));
     expect(await balanceOf(t.tenantId)).toBe(10_000_000n - total);
     await expectBalanceEqualsLedger(stack, t.tenantId);
+    expect((await stack.db.query('select batch_id from vendor_batch_ids where batch_id = $1', [created.id])).rows).toEqual([{ batch_id: created.id }]);
   }, 60_000);
 
   it('cancel mid-batch goes to the vendor: the requests it ran are billed, the others canceled', async () => {
@@ -650,5 +653,7 @@ describe('batch mode none', () => {
     const errors = await contentLines(client, b.error_file_id);
     expect(errors.map((l) => [l.response?.status_code, errorOf(l).code])).toEqual([[400, 'batch_not_supported']]);
     expect(await balanceOf(t.tenantId)).toBe(10_000_000n);
+    // a queue-mode batch: not a vendor-mode one for the console's margin
+    expect((await stack.db.query('select batch_id from vendor_batch_ids where batch_id = $1', [b.id])).rows).toEqual([]);
   }, 60_000);
 });

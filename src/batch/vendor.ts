@@ -5,6 +5,7 @@ import { decodeJson, encode } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
 import { asDeployment, type CatalogEntry, type Deployment } from '../catalog/catalog.ts';
 import type { ApiKeyRecord } from '../db/keys.ts';
+import type { DbClient } from '../db/pool.ts';
 import { getKey } from '../db/keys.ts';
 import { CatracaError, errors } from '../errors.ts';
 import { newRequestId } from '../gateway/exchange.ts';
@@ -90,6 +91,23 @@ export function batchNotSupported(model: CatalogEntry | undefined): CatracaError
   );
 }
 
+/**
+ * A `validating` batch becomes a vendor-mode batch (`in_progress`, claimed for `claimSeconds`), and
+ * is remembered in vendor_batch_ids in the same statement: the console's margin costs its lines at
+ * the vendor's batch cost, after the sweeper deleted its row (migration 091). Null: not `validating`.
+ */
+export async function startVendorMode(db: DbClient, batchId: string, claimSeconds: number): Promise<BatchRow | null> {
+  const { rows } = await db.query<BatchRow>(
+    `with b as (
+       update batches set mode = 'vendor', status = 'in_progress', in_progress_at = now(), vendor_next_at = now() + make_interval(secs => $2::int)
+        where id = $1 and status = 'validating' returning *),
+     v as (insert into vendor_batch_ids (batch_id) select id from b)
+     select * from b`,
+    [batchId, claimSeconds],
+  );
+  return rows[0] ?? null;
+}
+
 interface ChunkRow {
   batch_id: string;
   chunk: number;
@@ -146,12 +164,7 @@ export class VendorBatches {
     if (typeof first !== 'string') return null;
     const model = await this.door.deps.catalog.resolve(first);
     if (!model || !vendorDeployment(model, row.api)) return null;
-    const { rows } = await this.door.db.query<BatchRow>(
-      `update batches set mode = 'vendor', status = 'in_progress', in_progress_at = now(), vendor_next_at = now() + make_interval(secs => $2::int)
-        where id = $1 and status = 'validating' returning *`,
-      [row.id, CLAIM_SECONDS],
-    );
-    const started = rows[0];
+    const started = await startVendorMode(this.door.db, row.id, CLAIM_SECONDS);
     if (!started) return null;
     try {
       await this.work(started, key);

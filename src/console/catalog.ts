@@ -22,27 +22,62 @@ export interface VendorCost {
   cache_write_1h_price: bigint | null;
   output_price: bigint;
   usd_brl_micros: bigint | null;
+  /** what the vendor bills for a line of its own batch API (vendor mode); null: the online price above (migration 091) */
+  batch_input_price: bigint | null;
+  batch_cached_input_price: bigint | null;
+  batch_cache_write_price: bigint | null;
+  batch_cache_write_1h_price: bigint | null;
+  batch_output_price: bigint | null;
   set_by: string | null;
 }
 
-export type VendorCostInput = Omit<VendorCost, 'id' | 'model_id' | 'valid_from' | 'set_by'>;
+type BatchPrices = 'batch_input_price' | 'batch_cached_input_price' | 'batch_cache_write_price' | 'batch_cache_write_1h_price' | 'batch_output_price';
+/** The batch prices may be left out (null: the online prices). */
+export type VendorCostInput = Omit<VendorCost, 'id' | 'model_id' | 'valid_from' | 'set_by' | BatchPrices> & Partial<Pick<VendorCost, BatchPrices>>;
+
+const COLUMNS =
+  'id::text as id, model_id, valid_from, currency, input_price, cached_input_price, cache_write_price, cache_write_1h_price, output_price, usd_brl_micros, batch_input_price, batch_cached_input_price, batch_cache_write_price, batch_cache_write_1h_price, batch_output_price, set_by';
 
 /** The vendor cost in force for each model (the newest row of each). */
 export async function currentVendorCosts(db: DbClient): Promise<Map<string, VendorCost>> {
-  const { rows } = await db.query(
-    'select distinct on (model_id) id::text as id, model_id, valid_from, currency, input_price, cached_input_price, cache_write_price, cache_write_1h_price, output_price, usd_brl_micros, set_by from model_vendor_costs order by model_id, valid_from desc, id desc',
-  );
+  const { rows } = await db.query(`select distinct on (model_id) ${COLUMNS} from model_vendor_costs order by model_id, valid_from desc, id desc`);
   return new Map(rows.map((r) => [r.model_id, r as VendorCost]));
 }
 
 export async function setVendorCost(db: DbClient, modelId: string, c: VendorCostInput, operatorId: string): Promise<VendorCost> {
   const { rows } = await db.query(
-    `insert into model_vendor_costs (model_id, currency, input_price, cached_input_price, cache_write_price, cache_write_1h_price, output_price, usd_brl_micros, set_by)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-     returning id::text as id, model_id, valid_from, currency, input_price, cached_input_price, cache_write_price, cache_write_1h_price, output_price, usd_brl_micros, set_by`,
-    [modelId, c.currency, c.input_price, c.cached_input_price, c.cache_write_price, c.cache_write_1h_price, c.output_price, c.usd_brl_micros, operatorId],
+    `insert into model_vendor_costs (model_id, currency, input_price, cached_input_price, cache_write_price, cache_write_1h_price, output_price, usd_brl_micros,
+                                     batch_input_price, batch_cached_input_price, batch_cache_write_price, batch_cache_write_1h_price, batch_output_price, set_by)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+     returning ${COLUMNS}`,
+    [
+      modelId,
+      c.currency,
+      c.input_price,
+      c.cached_input_price,
+      c.cache_write_price,
+      c.cache_write_1h_price,
+      c.output_price,
+      c.usd_brl_micros,
+      c.batch_input_price ?? null,
+      c.batch_cached_input_price ?? null,
+      c.batch_cache_write_price ?? null,
+      c.batch_cache_write_1h_price ?? null,
+      c.batch_output_price ?? null,
+      operatorId,
+    ],
   );
   return rows[0];
+}
+
+/** A model's vendor costs over time, newest first (each row in force from its valid_from until the next), with who set each. */
+export async function vendorCostHistory(db: DbClient, modelId: string, limit = 50): Promise<Array<VendorCost & { set_by_email: string | null }>> {
+  const { rows } = await db.query(
+    `select ${COLUMNS}, (select o.email from operators o where o.id = set_by) as set_by_email
+       from model_vendor_costs where model_id = $1 order by valid_from desc, model_vendor_costs.id desc limit $2`,
+    [modelId, limit],
+  );
+  return rows;
 }
 
 export interface CatalogModel {

@@ -13,11 +13,14 @@ import { TZ } from './tenants.ts';
 //                price, cache reads at the cached-input price, cache writes at their write prices
 //                (each at the input price where none is set), output (reasoning included) at the
 //                output price; in USD × the exchange rate recorded with the prices, or in BRL.
+//                A line of a batch that ran in `vendor` mode (its id in vendor_batch_ids, migration
+//                091: the vendor ran it through its own batch API and bills its batch price) is
+//                costed at the batch prices of the same row (batch_input_price …), each one not set
+//                falling back to the online price of that row; a `queue`-mode line (catraca ran it
+//                at the vendor's online API) and an online request at the online prices.
 //   margin       revenue − vendor cost
 //   batch        the same three for the group's batch lines (debits naming a batch, ledger.batch_id):
-//                revenue at what they were billed (the batch prices), vendor cost at the model's
-//                vendor cost — no batch vendor cost (a vendor's batch discount) is configured
-//                anywhere yet, so a batch line costs what the same tokens online cost
+//                revenue at what they were billed (the batch prices), vendor cost as above
 //                (docs/batch.md). Online = the totals less these.
 // Exact: per request Σ tokens × price (micro-units per 1M tokens) × F, where F is the rate in
 // micro-BRL per USD (or 1 000 000 for BRL), summed over the group as an integer, then rounded
@@ -52,11 +55,18 @@ export interface MarginFilter {
   model?: string;
 }
 
-const PICO_TERM = `(greatest(coalesce(l.input_tokens, 0) - coalesce(l.cached_tokens, 0) - coalesce(l.cache_write_tokens, 0) - coalesce(l.cache_write_1h_tokens, 0), 0)::numeric * c.input_price
-     + coalesce(l.cached_tokens, 0)::numeric * coalesce(c.cached_input_price, c.input_price)
-     + coalesce(l.cache_write_tokens, 0)::numeric * coalesce(c.cache_write_price, c.input_price)
-     + coalesce(l.cache_write_1h_tokens, 0)::numeric * coalesce(c.cache_write_1h_price, c.input_price)
-     + coalesce(l.output_tokens, 0)::numeric * c.output_price)
+/**
+ * A price of the row `c` for the line `l`: a line of a batch that ran in vendor mode (`v`, its id in
+ * vendor_batch_ids) at the row's batch price where one is set, else (and every other line) at its
+ * online price.
+ */
+const price = (batch: string, online: string) => `(case when v.batch_id is not null then coalesce(c.${batch}, ${online}) else ${online} end)`;
+
+const PICO_TERM = `(greatest(coalesce(l.input_tokens, 0) - coalesce(l.cached_tokens, 0) - coalesce(l.cache_write_tokens, 0) - coalesce(l.cache_write_1h_tokens, 0), 0)::numeric * ${price('batch_input_price', 'c.input_price')}
+     + coalesce(l.cached_tokens, 0)::numeric * ${price('batch_cached_input_price', 'coalesce(c.cached_input_price, c.input_price)')}
+     + coalesce(l.cache_write_tokens, 0)::numeric * ${price('batch_cache_write_price', 'coalesce(c.cache_write_price, c.input_price)')}
+     + coalesce(l.cache_write_1h_tokens, 0)::numeric * ${price('batch_cache_write_1h_price', 'coalesce(c.cache_write_1h_price, c.input_price)')}
+     + coalesce(l.output_tokens, 0)::numeric * ${price('batch_output_price', 'c.output_price')})
    * (case when c.currency = 'USD'
            -- the dollar at the rate catraca priced at when the request was made (src/fx/: PTAX or pinned), else the cost's own
            then coalesce((select f.usd_brl_micros from fx_rates f where f.valid_from <= l.created_at order by f.valid_from desc, f.id desc limit 1), c.usd_brl_micros)
@@ -74,6 +84,7 @@ export async function marginRows(db: DbClient, f: MarginFilter): Promise<MarginR
          from ledger l
          left join lateral (select * from model_vendor_costs c where c.model_id = l.model and c.valid_from <= l.created_at
                              order by c.valid_from desc, c.id desc limit 1) c on true
+         left join vendor_batch_ids v on v.batch_id = l.batch_id
         where l.kind = 'debit' and l.source = 'request'
           and l.created_at >= ($1::date::timestamp at time zone '${TZ}') and l.created_at < (($2::date + 1)::timestamp at time zone '${TZ}')
           and ($3::text is null or l.tenant_id = $3) and ($4::text is null or l.model = $4))

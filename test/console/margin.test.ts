@@ -355,7 +355,8 @@ describe('adjustments count against the request they name', () => {
 describe('batch lines beside the online requests', () => {
   /**
    * Batch lines are debits naming their batch (ledger.batch_id); billed at the batch prices, costed at
-   * the model's vendor cost (no batch vendor cost is configured anywhere). By hand (São Paulo
+   * the model's vendor cost (queue mode: their batch is not in vendor_batch_ids; vendor-mode lines at
+   * the vendor's batch prices are in batch-margin.test.ts). By hand (São Paulo
    * 2025-03-07, BRL vendor cost 1.00 in / 2.00 out per 1M tokens):
    *   o1  online, debited 10 000; vendor (1000×1 000 000 + 500×2 000 000) × 10⁶ / 10¹² = 2 000
    *   b1  batch line, debited 5 000; same tokens: 2 000

@@ -54,7 +54,8 @@ import * as deliveries from '../../src/notify/deliveries.ts';
 import { ledgerCheck } from '../../src/billing/ledger-check.ts';
 import { audit, listAudit } from '../../src/console/audit.ts';
 import { createOperator, disableOperator, listOperators, operatorSessions } from '../../src/console/auth.ts';
-import { loadCatalog, setVendorCost } from '../../src/console/catalog.ts';
+import { loadCatalog, setVendorCost, vendorCostHistory } from '../../src/console/catalog.ts';
+import { startVendorMode } from '../../src/batch/vendor.ts';
 import { listAllBatches } from '../../src/console/batches.ts';
 import { marginRows, shortfalls } from '../../src/console/money.ts';
 import { chargeStates, listCharges, reconcilerStatus } from '../../src/console/pix.ts';
@@ -202,6 +203,16 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
       await listModels(db);
       await listAliases(db);
       await listDeployments(db, 'roles/echo');
+    },
+    'vendor mode: a batch started at the vendor, remembered in vendor_batch_ids (migration 091)': async (db) => {
+      // (the batch as POST /v1/batches leaves it, made in this rolled-back transaction)
+      const id = `batch_roles_${uniq()}`;
+      await db.query(
+        `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, status, total, expires_at)
+         values ($1, $2, $3, 'file-roles', '/v1/chat/completions', '24h', 'validating', 1, now() + interval '1 day')`,
+        [id, f.tenant, f.keyId],
+      );
+      expect((await startVendorMode(db, id, 60))?.status).toBe('in_progress');
     },
     'batches: the caps on batches in flight, under a lock of the tenant': async (db) => {
       await db.query('begin');
@@ -462,9 +473,15 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
           cache_write_1h_price: null,
           output_price: 1n,
           usd_brl_micros: 5_000_000n,
+          batch_input_price: 1n,
+          batch_cached_input_price: null,
+          batch_cache_write_price: null,
+          batch_cache_write_1h_price: null,
+          batch_output_price: 1n,
         },
         f.operatorId,
       );
+      await vendorCostHistory(db, 'roles/echo');
       await loadCatalog(db);
       await marginRows(db, { from: '2026-01-01', to: '2026-01-31' });
       await shortfalls(db);
@@ -518,6 +535,9 @@ const REFUSED: Record<LoginRole, Record<string, () => [string, unknown[]?]>> = {
     'copy … to program': () => [`copy (select 1) to program 'id'`],
     'read webhook secrets': () => ['select secret from notify_endpoints'],
     catraca_notify_balance: () => ['select * from catraca_notify_balance($1)', [[T()]]],
+    // vendor_batch_ids is written once per batch, never changed: the margin's record of vendor mode
+    'forget a vendor-mode batch': () => ['delete from vendor_batch_ids'],
+    'rewrite a vendor-mode batch': () => [`update vendor_batch_ids set batch_id = 'batch_forged'`],
   },
   metering: {
     catraca_credit: () => [`select * from catraca_credit($1, 1000000, 'grant', null, null)`, [T()]],
@@ -579,6 +599,9 @@ const REFUSED: Record<LoginRole, Record<string, () => [string, unknown[]?]>> = {
     'change a charge': () => [`update pix_charges set status = 'CONCLUIDA' where txid = $1`, [f.txid]],
     'lift a key limit': () => ['update api_keys set limit_micros = null where id = $1', [K()]],
     'rewrite vendor costs': () => ['update model_vendor_costs set input_price = 0'],
+    'rewrite batch vendor costs': () => ['update model_vendor_costs set batch_input_price = 0'],
+    'mark a batch as run at the vendor': () => [`insert into vendor_batch_ids (batch_id) values ('batch_forged')`],
+    'forget a vendor-mode batch': () => ['delete from vendor_batch_ids'],
     're-enable a disabled operator': () => ['update operators set disabled_at = null where id = $1', [f.operatorId]],
     'disable an operator without its audit row': () => ['update operators set disabled_at = now() where id = $1', [f.operatorId]],
     'insert into the audit log directly': () => [`insert into console_audit (operator_id, action, ip) values ($1, 'login', '198.51.100.9')`, [f.operatorId]],

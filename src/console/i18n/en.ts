@@ -172,6 +172,7 @@ export const en: ConsoleMessages = {
   'catalog.model_price': "model's",
   'catalog.no_vendor_cost': 'no vendor cost',
   'catalog.rate': 'rate {rate} per US$',
+  'catalog.vendor_batch': 'batch: {input} / {output}',
   'catalog.no_nats': 'NATS unavailable',
   'catalog.no_nats_long': "NATS did not answer: the workers' health and keys are not shown, and changes reach the front doors only when their caches expire.",
   'catalog.no_calls': 'no calls yet',
@@ -214,6 +215,21 @@ export const en: ConsoleMessages = {
   'vendor.since': 'In force since {when}.',
   'vendor.bad_currency': 'Choose USD or BRL.',
   'vendor.rate_required': 'Enter the exchange rate (R$ per US$).',
+  'vendor.batch_title': 'Batch cost (vendor mode)',
+  'vendor.batch_text':
+    "What the vendor charges for the lines run through its own batch API (batches in vendor mode, e.g. 50 % less), in the same currency and rate. Empty: the same field's online cost. Batches in queue mode run on the online API and cost the online price.",
+  'vendor.batch_input': 'Batch cost (input)',
+  'vendor.batch_cached': 'Batch cost (cached input)',
+  'vendor.batch_cache_write': 'Batch cost (cache write)',
+  'vendor.batch_cache_write_1h': 'Batch cost (cache write for 1 hour)',
+  'vendor.batch_output': 'Batch cost (output)',
+  'vendor.history': 'Vendor cost history',
+  'vendor.history_text':
+    'Each row applies from its date until the next. Prices: input / cached input / cache write / 1-hour cache write / output; — is the price it falls back to (the input; in batch, the online one).',
+  'vendor.valid_from': 'In force since',
+  'vendor.online': 'Online',
+  'vendor.batch': 'Batch',
+  'vendor.set_by': 'Set by',
   'money.title': 'Revenue, cost and margin',
   'money.from': 'From',
   'money.to': 'To',
@@ -239,7 +255,7 @@ export const en: ConsoleMessages = {
   'money.batch_margin': 'Batch margin',
   'money.batch_lines': '{n} batch lines',
   'money.batch_note':
-    'Batches: the batch lines (already in the totals above), billed at the batch prices; their vendor cost is the online one (no vendor batch cost is configured).',
+    "Batches: the batch lines (already in the totals above), billed at the batch prices. Vendor cost: the lines of vendor-mode batches (run on the vendor's batch API) at the model's batch cost, each empty price at the online one; the lines of queue-mode batches at the online cost.",
   'nav.batches': 'Batches',
   'batches.title': 'Batches',
   'batches.note':

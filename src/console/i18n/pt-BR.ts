@@ -171,6 +171,7 @@ export const ptBR = {
   'catalog.model_price': 'do modelo',
   'catalog.no_vendor_cost': 'sem custo de fornecedor',
   'catalog.rate': 'câmbio {rate} por US$',
+  'catalog.vendor_batch': 'em lote: {input} / {output}',
   'catalog.no_nats': 'NATS indisponível',
   'catalog.no_nats_long': 'O NATS não respondeu: saúde e chaves dos workers não aparecem, e mudanças só chegam às portas quando os caches expirarem.',
   'catalog.no_calls': 'sem chamadas ainda',
@@ -213,6 +214,21 @@ export const ptBR = {
   'vendor.since': 'Em vigor desde {when}.',
   'vendor.bad_currency': 'Escolha USD ou BRL.',
   'vendor.rate_required': 'Informe o câmbio (R$ por US$).',
+  'vendor.batch_title': 'Custo em lote (modo vendor)',
+  'vendor.batch_text':
+    'O que o fornecedor cobra pelas linhas que rodam na API de lotes dele (lotes em modo vendor, p. ex. 50 % a menos), na mesma moeda e câmbio. Vazio: o custo online do mesmo campo. Lotes em modo queue rodam na API online e custam o online.',
+  'vendor.batch_input': 'Custo em lote (entrada)',
+  'vendor.batch_cached': 'Custo em lote (entrada em cache)',
+  'vendor.batch_cache_write': 'Custo em lote (escrita em cache)',
+  'vendor.batch_cache_write_1h': 'Custo em lote (escrita em cache por 1 hora)',
+  'vendor.batch_output': 'Custo em lote (saída)',
+  'vendor.history': 'Histórico do custo no fornecedor',
+  'vendor.history_text':
+    'Cada linha vale da data dela até a seguinte. Preços: entrada / entrada em cache / escrita em cache / escrita por 1 hora / saída; — é o preço de que ele depende (a entrada; em lote, o online).',
+  'vendor.valid_from': 'Em vigor desde',
+  'vendor.online': 'Online',
+  'vendor.batch': 'Em lote',
+  'vendor.set_by': 'Definido por',
   'money.title': 'Receita, custo e margem',
   'money.from': 'De',
   'money.to': 'Até',
@@ -238,7 +254,7 @@ export const ptBR = {
   'money.batch_margin': 'Margem de lotes',
   'money.batch_lines': '{n} linhas de lotes',
   'money.batch_note':
-    'Lotes: as linhas de lotes (já incluídas nos totais acima), cobradas aos preços de lote; o custo no fornecedor é o mesmo das requisições online (não há custo de lote do fornecedor configurado).',
+    'Lotes: as linhas de lotes (já incluídas nos totais acima), cobradas aos preços de lote. Custo no fornecedor: as linhas de lotes em modo vendor (rodados na API de lotes do fornecedor) pelo custo em lote do modelo, cada preço vazio pelo online; as de lotes em modo queue pelo custo online.',
   'nav.batches': 'Lotes',
   'batches.title': 'Lotes',
   'batches.note':

@@ -9,7 +9,7 @@ import { createLogger } from '../../log.ts';
 import { type Form, one, redirect } from '../../web/http.ts';
 import { audit } from '../audit.ts';
 import { broadcast } from '../bus.ts';
-import { currentVendorCosts, loadCatalog, setVendorCost, type VendorCostInput, workerState } from '../catalog.ts';
+import { currentVendorCosts, loadCatalog, setVendorCost, type VendorCostInput, vendorCostHistory, workerState } from '../catalog.ts';
 import { type CCtx, type ConsoleEnv, operatorOf } from '../http.ts';
 import type { T } from '../i18n/index.ts';
 import type { ConsoleRenderer } from '../render.ts';
@@ -19,7 +19,8 @@ import { amountError } from './tenants.ts';
 // The catalog: models and deployments with their prices, health and key variables; a model's sale
 // prices (input, cached input, output: the only columns of models the console's role may update),
 // then catalog.changed on NATS so every door and worker reloads at once, as after `catraca model
-// set`; vendor costs for the margin views. Every change is audited.
+// set`; vendor costs for the margin views (online, and the vendor's batch prices for the lines of
+// vendor-mode batches), with their history. Every change is audited.
 
 const log = createLogger('console');
 const MODEL = '/catalog/models/:vendor{[a-z0-9][a-z0-9._-]*}/:name{[A-Za-z0-9][A-Za-z0-9._:-]*}';
@@ -60,12 +61,12 @@ export function catalogRoutes(d: CatalogRoutesDeps, r: ConsoleRenderer): Hono<Co
   const show = async (c: CCtx, id: string, status = 200, o: { error?: string; form?: Record<string, string> } = {}) => {
     const model = await getModel(db, id);
     if (!model) return r.notFound(c);
-    const [deployments, costs] = await Promise.all([listDeployments(db, id), currentVendorCosts(db)]);
+    const [deployments, history] = await Promise.all([listDeployments(db, id), vendorCostHistory(db, id)]);
     const done = c.var.url.searchParams.get('done');
     const flash =
       done === 'prices' ? c.var.t('catalog.saved') : done === 'vendor' ? c.var.t('vendor.saved') : done === 'deployment' ? c.var.t('catalog.saved') : null;
     const warn = c.var.url.searchParams.has('nats') ? c.var.t('done.not_broadcast') : null;
-    return r.page(c, status, id, (vc) => modelPage(vc, { model, deployments, vendorCost: costs.get(id) ?? null, form: o.form }), {
+    return r.page(c, status, id, (vc) => modelPage(vc, { model, deployments, vendorCost: history[0] ?? null, history, form: o.form }), {
       flash,
       error: o.error ?? warn,
     });
@@ -128,11 +129,37 @@ async function saveVendorCost(c: CCtx, db: pg.Pool, show: Show): Promise<Respons
   const id = modelIdOf(c);
   const { t, form, ip } = c.var;
   const keep = Object.fromEntries(
-    ['currency', 'v_input', 'v_cached', 'v_cache_write', 'v_cache_write_1h', 'v_output', 'usd_brl'].map((k) => [k, one(form, k)]),
+    [
+      'currency',
+      'v_input',
+      'v_cached',
+      'v_cache_write',
+      'v_cache_write_1h',
+      'v_output',
+      'usd_brl',
+      'v_batch_input',
+      'v_batch_cached',
+      'v_batch_cache_write',
+      'v_batch_cache_write_1h',
+      'v_batch_output',
+    ].map((k) => [k, one(form, k)]),
   );
   const currency = one(form, 'currency');
   if (currency !== 'USD' && currency !== 'BRL') return show(c, id, 400, { error: t('vendor.bad_currency'), form: keep });
-  const p = prices(t, form, { v_input: false, v_cached: true, v_cache_write: true, v_cache_write_1h: true, v_output: false, usd_brl: true });
+  // the batch prices (the vendor's own batch API, vendor mode) are all optional: empty is the online price
+  const p = prices(t, form, {
+    v_input: false,
+    v_cached: true,
+    v_cache_write: true,
+    v_cache_write_1h: true,
+    v_output: false,
+    usd_brl: true,
+    v_batch_input: true,
+    v_batch_cached: true,
+    v_batch_cache_write: true,
+    v_batch_cache_write_1h: true,
+    v_batch_output: true,
+  });
   if (!p.ok) return show(c, id, 400, { error: p.error, form: keep });
   if (currency === 'USD' && !p.values.usd_brl) return show(c, id, 400, { error: t('vendor.rate_required'), form: keep });
   const cost: VendorCostInput = {
@@ -143,6 +170,11 @@ async function saveVendorCost(c: CCtx, db: pg.Pool, show: Show): Promise<Respons
     cache_write_1h_price: p.values.v_cache_write_1h,
     output_price: p.values.v_output!,
     usd_brl_micros: currency === 'USD' ? p.values.usd_brl : null,
+    batch_input_price: p.values.v_batch_input,
+    batch_cached_input_price: p.values.v_batch_cached,
+    batch_cache_write_price: p.values.v_batch_cache_write,
+    batch_cache_write_1h_price: p.values.v_batch_cache_write_1h,
+    batch_output_price: p.values.v_batch_output,
   };
   const operatorId = operatorOf(c).operator.id;
   const saved = await withTransaction(db, async (tx) => {

@@ -44,7 +44,40 @@ function vendorCell(c: ViewCtx, v: VendorCost | null): SafeHtml {
   if (!v) return html`<span class="muted" data-testid="vendor-cost">${c.t('catalog.no_vendor_cost')}</span>`;
   return html`<span data-testid="vendor-cost">${vendorPrice(c, v, v.input_price)} / ${v.cached_input_price === null ? '—' : vendorPrice(c, v, v.cached_input_price)} / ${vendorPrice(c, v, v.output_price)}</span>${
     v.currency === 'USD' ? html`<br><small>${c.t('catalog.rate', { rate: price(c.lang, v.usd_brl_micros ?? 0n) })}</small>` : ''
+  }${
+    hasBatchPrices(v)
+      ? html`<br><small data-testid="vendor-batch-cost">${c.t('catalog.vendor_batch', {
+          input: vendorPrice(c, v, v.batch_input_price ?? v.input_price),
+          output: vendorPrice(c, v, v.batch_output_price ?? v.output_price),
+        })}</small>`
+      : ''
   }`;
+}
+
+const BATCH_PRICES = ['batch_input_price', 'batch_cached_input_price', 'batch_cache_write_price', 'batch_cache_write_1h_price', 'batch_output_price'] as const;
+const hasBatchPrices = (v: VendorCost) => BATCH_PRICES.some((k) => v[k] !== null && v[k] !== undefined);
+
+/** input / cached / cache write / 1 h write / output; — where a price is not set (it falls back). */
+function priceList(c: ViewCtx, v: VendorCost, prices: Array<bigint | null | undefined>): string {
+  return prices.map((p) => (p === null || p === undefined ? '—' : vendorPrice(c, v, p))).join(' / ');
+}
+
+function historyTable(c: ViewCtx, rows: Array<VendorCost & { set_by_email?: string | null }>): SafeHtml {
+  return table(
+    c,
+    'vendor-history',
+    [c.t('vendor.valid_from'), c.t('vendor.currency'), c.t('vendor.online'), c.t('vendor.batch'), c.t('vendor.rate'), c.t('vendor.set_by')],
+    rows.map(
+      (v) => html`<tr data-testid="vendor-history-row" data-id="${v.id}"><td>${dateTime(c.lang, v.valid_from)}</td><td>${v.currency}</td>
+<td data-testid="history-online">${priceList(c, v, [v.input_price, v.cached_input_price, v.cache_write_price, v.cache_write_1h_price, v.output_price])}</td>
+<td data-testid="history-batch">${priceList(
+        c,
+        v,
+        BATCH_PRICES.map((k) => v[k]),
+      )}</td>
+<td>${v.usd_brl_micros === null ? '—' : price(c.lang, v.usd_brl_micros)}</td><td>${v.set_by_email ?? v.set_by ?? '—'}</td></tr>`,
+    ),
+  );
 }
 
 function deploymentLine(c: ViewCtx, m: ModelRecord, d: DeploymentRecord | null, ws: WorkerState): SafeHtml {
@@ -96,6 +129,8 @@ export interface ModelPageData {
   model: ModelRecord;
   deployments: DeploymentRecord[];
   vendorCost: VendorCost | null;
+  /** the model's vendor costs, newest first */
+  history?: Array<VendorCost & { set_by_email?: string | null }>;
   form?: Record<string, string>;
 }
 
@@ -124,9 +159,17 @@ export function modelPage(c: ViewCtx, d: ModelPageData): SafeHtml {
 <label>${c.t('vendor.cache_write_1h')}<input type="text" name="v_cache_write_1h" inputmode="decimal" value="${val('v_cache_write_1h', priceValue(v?.cache_write_1h_price))}"></label>
 <label>${c.t('vendor.output')}<input type="text" name="v_output" inputmode="decimal" required value="${val('v_output', priceValue(v?.output_price))}"></label>
 <label>${c.t('vendor.rate')}<input type="text" name="usd_brl" inputmode="decimal" value="${val('usd_brl', priceValue(v?.usd_brl_micros))}"><small>${c.t('vendor.rate_hint')}</small></label>
+<fieldset data-testid="vendor-batch"><legend>${c.t('vendor.batch_title')}</legend><p class="muted"><small>${c.t('vendor.batch_text')}</small></p>
+<label>${c.t('vendor.batch_input')}<input type="text" name="v_batch_input" inputmode="decimal" value="${val('v_batch_input', priceValue(v?.batch_input_price))}"></label>
+<label>${c.t('vendor.batch_cached')}<input type="text" name="v_batch_cached" inputmode="decimal" value="${val('v_batch_cached', priceValue(v?.batch_cached_input_price))}"></label>
+<label>${c.t('vendor.batch_cache_write')}<input type="text" name="v_batch_cache_write" inputmode="decimal" value="${val('v_batch_cache_write', priceValue(v?.batch_cache_write_price))}"></label>
+<label>${c.t('vendor.batch_cache_write_1h')}<input type="text" name="v_batch_cache_write_1h" inputmode="decimal" value="${val('v_batch_cache_write_1h', priceValue(v?.batch_cache_write_1h_price))}"></label>
+<label>${c.t('vendor.batch_output')}<input type="text" name="v_batch_output" inputmode="decimal" value="${val('v_batch_output', priceValue(v?.batch_output_price))}"></label>
+</fieldset>
 <button type="submit">${c.t('vendor.save')}</button></form>
 ${v ? html`<p class="muted"><small>${c.t('vendor.since', { when: dateTime(c.lang, v.valid_from) })}</small></p>` : ''}</section>
 </div>
+${d.history?.length ? html`<section class="card"><h2>${c.t('vendor.history')}</h2><p class="muted"><small>${c.t('vendor.history_text')}</small></p>${historyTable(c, d.history)}</section>` : ''}
 ${d.deployments.length ? html`<section class="card"><h2>${c.t('catalog.deployments')}</h2>${d.deployments.map((dep) => deploymentForm(c, dep))}</section>` : ''}
 <p><a href="/catalog">${c.t('catalog.back')}</a></p>`;
 }
