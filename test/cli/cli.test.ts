@@ -5,13 +5,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { connect, type NatsConnection } from 'nats';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, test } from 'vitest';
+import { afterAll, beforeAll, describe, expect, test, vi } from 'vitest';
 import { decodeJson } from '../../src/bus/messages.ts';
 import { subjects } from '../../src/bus/subjects.ts';
 import { migrate } from '../../src/db/migrate.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { seedCatalog } from '../../src/stack/seed.ts';
 import { cli, ROOT } from '../helpers/cli.ts';
+
+// Each test runs the CLI as child processes (one tsx start each, ~2 s alone); under the load of the
+// other test files beside it (CI runs four at once on two cores) one start has taken 15 s, so a test
+// of several CLI runs has a longer budget than the suite's 30 s.
+vi.setConfig({ testTimeout: 180_000 });
 
 let db: pg.Pool;
 beforeAll(async () => {
@@ -158,7 +163,7 @@ describe.concurrent('key create --expires, key list', () => {
     });
     const { rows: n } = await db.query('select count(*)::int as n from api_keys where tenant_id = $1', [tenant]);
     expect(n[0].n).toBe(3);
-  }, 60000);
+  }, 180_000);
 
   test('key list shows id, label, hint, models, limits, expiry and revocation, never the key', async () => {
     const tenant = await newTenant();
@@ -227,7 +232,7 @@ describe.concurrent('key create --expires, key list', () => {
     const unknown = await cli(['key', 'list', '--tenant', 'ten_nobody', '--json']);
     expect([unknown.code, unknown.stdout, unknown.stderr]).toEqual([1, '', 'catraca: no tenant with id "ten_nobody"\n']);
     expect((await cli(['key', 'list', '--json'])).stderr).toContain('key list: --tenant is required');
-  }, 60000);
+  }, 180_000);
 });
 
 describe.concurrent('tenant list, model list', () => {
@@ -248,7 +253,7 @@ describe.concurrent('tenant list, model list', () => {
     });
     const human = await cli(['tenant', 'list']);
     expect(human.stdout).toMatch(new RegExp(`${tenant} +Listada +2\\.50 +0\\.00 +1 `));
-  }, 60000); // five CLI processes in a row, under the load of the other test files
+  }, 180_000); // five CLI processes in a row, under the load of the other test files
 
   test('model list shows the catalog with exact prices', async () => {
     const r = await cli(['model', 'list', '--json']);

@@ -7,7 +7,7 @@ import { createOperator, totpFor } from '../../src/console/auth.ts';
 import { type ConsoleServer, startConsole } from '../../src/console/server.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
-import { type BatchWorld, batchWorld } from '../portal/batches-fixture.ts';
+import { type BatchWorld, batchWorld, brDay, enDay } from '../portal/batches-fixture.ts';
 import { PortalClient } from '../portal/client.ts';
 
 const admin = createPool(process.env.DATABASE_URL!, 3);
@@ -61,10 +61,10 @@ describe('the console’s Lotes page', () => {
     const name = (await admin.query('select name from tenants where id = $1', [w.tenantId])).rows[0].name;
     expect(rows(res.text)).toEqual([
       ['Lote', 'Cliente', 'API · endpoint', 'Situação', 'Criado em', 'Linhas', 'Concluídas', 'Com erro', 'Debitadas', 'Gasto'],
-      [w.running, name, 'OpenAI /v1/embeddings', 'Em andamento', '04/06/2025, 09:00', '1.000', '10', '0', '1', 'R$ 0,004999'],
-      [w.messages, name, 'Anthropic /v1/messages', 'Concluído', '03/06/2025, 11:30', '2', '1', '1', '1', 'R$ 0,015005'],
+      [w.running, name, 'OpenAI /v1/embeddings', 'Em andamento', `${brDay(4)}, 09:00`, '1.000', '10', '0', '1', 'R$ 0,004999'],
+      [w.messages, name, 'Anthropic /v1/messages', 'Concluído', `${brDay(3)}, 11:30`, '2', '1', '1', '1', 'R$ 0,015005'],
       // 1 234 567 + 2 345 678: the tenant's online debit (R$ 7) is no batch's
-      [w.chat, name, 'OpenAI /v1/chat/completions', 'Concluído', '02/06/2025, 10:00', '3', '2', '1', '2', 'R$ 3,580245'],
+      [w.chat, name, 'OpenAI /v1/chat/completions', 'Concluído', `${brDay(2)}, 10:00`, '3', '2', '1', '2', 'R$ 3,580245'],
     ]);
     expect(res.text).toContain(`<a href="/tenants/${w.tenantId}">`);
     expect(res.text).toContain('<a href="/batches" aria-current="page">Lotes</a>');

@@ -22,7 +22,7 @@ export function cli(args: string[], env: Record<string, string | undefined> = {}
   const merged = { ...base, ...env };
   for (const k of Object.keys(merged)) if (merged[k] === undefined) delete merged[k];
   return new Promise((resolve) => {
-    execFile(process.execPath, [BIN, ...args], { cwd, env: merged as NodeJS.ProcessEnv, timeout: 20000 }, (err, stdout, stderr) => {
+    execFile(process.execPath, [BIN, ...args], { cwd, env: merged as NodeJS.ProcessEnv, timeout: 90_000 }, (err, stdout, stderr) => {
       const code = err ? ((err as { code?: number }).code ?? 1) : 0;
       let json: unknown;
       try {

@@ -12,6 +12,24 @@ import { insertEntries, uniq } from './usage-fixture.ts';
 
 export const PASSWORD = 'correct horse battery';
 
+/**
+ * The fixture's days: day n is n days after a UTC midnight ten days ago — recent, so that metering's
+ * batch sweeper (BATCH_RETENTION_DAYS, run by other test files' stacks on the same database) keeps
+ * them. The hours are fixed (13:00Z is 10:00 in São Paulo); brDay/enDay give the date as the pages show it.
+ */
+const today = new Date();
+const BASE_MS = Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), today.getUTCDate()) - 10 * 86_400_000;
+export const dayAt = (day: number, time: string) => new Date(BASE_MS + day * 86_400_000 + Date.parse(`1970-01-01T${time}Z`)).toISOString();
+const dayOf = (day: number) => new Date(BASE_MS + day * 86_400_000);
+const pad = (n: number) => String(n).padStart(2, '0');
+export const brDay = (day: number) => {
+  const d = dayOf(day);
+  return `${pad(d.getUTCDate())}/${pad(d.getUTCMonth() + 1)}/${d.getUTCFullYear()}`;
+};
+export const enDay = (day: number) => {
+  const d = dayOf(day);
+  return `${d.getUTCMonth() + 1}/${d.getUTCDate()}/${String(d.getUTCFullYear()).slice(2)}`;
+};
 export const batchId = (at: string, prefix = 'batch') => `${prefix}_${Date.parse(at).toString(16).padStart(12, '0')}${randomBytes(6).toString('hex')}`;
 const fileId = () => `file-${Date.now().toString(16).padStart(12, '0')}${randomBytes(6).toString('hex')}`;
 
@@ -54,7 +72,7 @@ async function insertBatch(
   await db.query(
     `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, status, total, completed, failed, output_file_id, error_file_id,
                           created_at, in_progress_at, completed_at, expires_at, api)
-     values ($1, $2, $3, 'file-input', $4, '24h', $5, $6, $7, $8, $9, $10, $11, $11, $12, $11::timestamptz + interval '24 hours', $13)`,
+     values ($1, $2, $3, 'file-input', $4, '24h', $5, $6, $7, $8, $9, $10, $11, $11, $12, case when $5 in ('validating', 'in_progress', 'cancelling') then now() + interval '1 day' else $11::timestamptz + interval '24 hours' end, $13)`,
     [b.id, b.tenantId, b.keyId, b.endpoint, b.status, b.total, b.completed, b.failed, b.output ?? null, b.errors ?? null, b.at, b.ended ?? null, b.api],
   );
 }
@@ -84,9 +102,9 @@ export async function batchWorld(db: pg.Pool, passwordHash: string): Promise<Bat
     sessions[role] = (await createSession(db, id)).token;
   }
   const keyId = (await createApiKey(db, { tenantId, label: 'batch-key' })).record.id;
-  const chat = batchId('2025-06-02T13:00:00Z');
-  const messages = batchId('2025-06-03T14:30:00Z', 'msgbatch');
-  const running = batchId('2025-06-04T12:00:00Z');
+  const chat = batchId(dayAt(2, '13:00:00'));
+  const messages = batchId(dayAt(3, '14:30:00'), 'msgbatch');
+  const running = batchId(dayAt(4, '12:00:00'));
   const output = fileId();
   const errors = fileId();
   await insertFile(db, output, tenantId, keyId, OUTPUT_JSONL);
@@ -98,8 +116,8 @@ export async function batchWorld(db: pg.Pool, passwordHash: string): Promise<Bat
     api: 'openai',
     endpoint: '/v1/chat/completions',
     status: 'completed',
-    at: '2025-06-02T13:00:00Z',
-    ended: '2025-06-02T13:07:00Z',
+    at: dayAt(2, '13:00:00'),
+    ended: dayAt(2, '13:07:00'),
     total: 3,
     completed: 2,
     failed: 1,
@@ -113,8 +131,8 @@ export async function batchWorld(db: pg.Pool, passwordHash: string): Promise<Bat
     api: 'anthropic',
     endpoint: '/v1/messages',
     status: 'completed',
-    at: '2025-06-03T14:30:00Z',
-    ended: '2025-06-03T14:31:00Z',
+    at: dayAt(3, '14:30:00'),
+    ended: dayAt(3, '14:31:00'),
     total: 2,
     completed: 1,
     failed: 1,
@@ -132,7 +150,7 @@ export async function batchWorld(db: pg.Pool, passwordHash: string): Promise<Bat
     api: 'openai',
     endpoint: '/v1/embeddings',
     status: 'in_progress',
-    at: '2025-06-04T12:00:00Z',
+    at: dayAt(4, '12:00:00'),
     total: 1000,
     completed: 10,
     failed: 0,
@@ -150,13 +168,13 @@ export async function batchWorld(db: pg.Pool, passwordHash: string): Promise<Bat
     tokens: { input: 10, output: 5 },
   });
   await insertEntries(db, tenantId, [
-    { at: '2025-06-01T10:00:00Z', kind: 'credit', source: 'grant', micros: 100_000_000n, balanceAfter: 100_000_000n },
-    line('2025-06-02T13:01:00Z', 1_234_567n, chat),
-    line('2025-06-02T13:02:00Z', 2_345_678n, chat),
-    line('2025-06-03T14:30:30Z', 15_005n, messages),
-    line('2025-06-04T12:01:00Z', 4_999n, running),
+    { at: dayAt(1, '10:00:00'), kind: 'credit', source: 'grant', micros: 100_000_000n, balanceAfter: 100_000_000n },
+    line(dayAt(2, '13:01:00'), 1_234_567n, chat),
+    line(dayAt(2, '13:02:00'), 2_345_678n, chat),
+    line(dayAt(3, '14:30:30'), 15_005n, messages),
+    line(dayAt(4, '12:01:00'), 4_999n, running),
     // an online request: no batch's spend
-    { ...line('2025-06-04T12:02:00Z', 7_000_000n, undefined), balanceAfter: 100_000_000n - 1_234_567n - 2_345_678n - 15_005n - 4_999n - 7_000_000n },
+    { ...line(dayAt(4, '12:02:00'), 7_000_000n, undefined), balanceAfter: 100_000_000n - 1_234_567n - 2_345_678n - 15_005n - 4_999n - 7_000_000n },
   ]);
   return { tenantId, emails, sessions, chat, messages, running, output, errors };
 }
@@ -166,7 +184,7 @@ export async function manyBatches(db: pg.Pool, tenantId: string, n = 25): Promis
   const keyId = (await createApiKey(db, { tenantId, label: 'many' })).record.id;
   const ids: string[] = [];
   for (let i = 0; i < n; i++) {
-    const at = new Date(Date.parse('2025-07-01T12:00:00Z') + i * 25 * 60000).toISOString();
+    const at = new Date(Date.parse(dayAt(5, '12:00:00')) + i * 25 * 60000).toISOString();
     const id = batchId(at);
     await insertBatch(db, {
       id,

@@ -10,7 +10,7 @@ import { createPool } from '../../src/db/pool.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
 import { type Portal, startPortal } from '../../src/portal/server.ts';
 import { hashPassword } from '../../src/web/sign-in.ts';
-import { type BatchWorld, batchWorld, ERRORS_JSONL, manyBatches, OUTPUT_JSONL } from './batches-fixture.ts';
+import { type BatchWorld, batchWorld, ERRORS_JSONL, manyBatches, OUTPUT_JSONL, brDay, enDay } from './batches-fixture.ts';
 import { PortalClient } from './client.ts';
 
 const db = createPool(process.env.DATABASE_URL!, 4);
@@ -59,11 +59,11 @@ describe('the Lotes page', () => {
     expect(tableRows(page.text, 'batches')).toEqual([
       ['Lote', 'API · endpoint', 'Situação', 'Criado em Encerrado em', 'Linhas', 'Concluídas', 'Com erro', 'Gasto', 'Arquivos'],
       // 4 999 µBRL: R$ 0,00 to the centavo; still running, no files
-      [w.running, 'OpenAI /v1/embeddings', 'Em andamento', '04/06/2025, 09:00', '1.000', '10', '0', 'R$ 0,00', ''],
+      [w.running, 'OpenAI /v1/embeddings', 'Em andamento', `${brDay(4)}, 09:00`, '1.000', '10', '0', 'R$ 0,00', ''],
       // 15 005 µBRL rounds half up to R$ 0,02
-      [w.messages, 'Anthropic /v1/messages', 'Concluído', '03/06/2025, 11:30 03/06/2025, 11:31', '2', '1', '1', 'R$ 0,02', 'Resultados'],
+      [w.messages, 'Anthropic /v1/messages', 'Concluído', `${brDay(3)}, 11:30 ${brDay(3)}, 11:31`, '2', '1', '1', 'R$ 0,02', 'Resultados'],
       // 1 234 567 + 2 345 678 = 3 580 245 µBRL; the online debit of 7 R$ is no batch's
-      [w.chat, 'OpenAI /v1/chat/completions', 'Concluído', '02/06/2025, 10:00 02/06/2025, 10:07', '3', '2', '1', 'R$ 3,58', 'Saída · Erros'],
+      [w.chat, 'OpenAI /v1/chat/completions', 'Concluído', `${brDay(2)}, 10:00 ${brDay(2)}, 10:07`, '3', '2', '1', 'R$ 3,58', 'Saída · Erros'],
     ]);
     expect(page.text).toContain(`href="/batches/${w.chat}/output"`);
     expect(page.text).toContain(`href="/batches/${w.chat}/errors"`);
@@ -78,7 +78,7 @@ describe('the Lotes page', () => {
     const page = await as(w, 'owner').get('/batches?lang=en');
     const rows = tableRows(page.text, 'batches');
     expect(rows[0]).toEqual(['Batch', 'API · endpoint', 'Status', 'Created Ended', 'Lines', 'Completed', 'Failed', 'Spend', 'Files']);
-    expect(rows[3].slice(2)).toEqual(['Completed', '6/2/25, 10:00 AM 6/2/25, 10:07 AM', '3', '2', '1', 'R$ 3.58', 'Output · Errors']);
+    expect(rows[3].slice(2)).toEqual(['Completed', `${enDay(2)}, 10:00 AM ${enDay(2)}, 10:07 AM`, '3', '2', '1', 'R$ 3.58', 'Output · Errors']);
   });
 
   it('every role sees the page; billing sees no Files column (it may not download)', async () => {
@@ -178,6 +178,6 @@ describe('downloads', () => {
     await db.query("update batches set status = 'in_progress', completed_at = null where id = $1", [other.messages]);
     expect((await as(other, 'owner').get(`/batches/${other.messages}/results`)).status).toBe(404);
     const page = await as(other, 'owner').get('/batches');
-    expect(tableRows(page.text, 'batches')[2].slice(2, 4)).toEqual(['Em andamento', '03/06/2025, 11:30']);
+    expect(tableRows(page.text, 'batches')[2].slice(2, 4)).toEqual(['Em andamento', `${brDay(3)}, 11:30`]);
   });
 });

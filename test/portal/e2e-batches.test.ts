@@ -14,7 +14,7 @@ import { type Portal, startPortal } from '../../src/portal/server.ts';
 import { hashPassword } from '../../src/web/sign-in.ts';
 import { launchChromium, newPage, signIn } from '../helpers/browser.ts';
 import { CHROMIUM, describeWith } from '../helpers/tools.ts';
-import { type BatchWorld, batchWorld, OUTPUT_JSONL, PASSWORD } from './batches-fixture.ts';
+import { type BatchWorld, batchWorld, OUTPUT_JSONL, PASSWORD, brDay, enDay } from './batches-fixture.ts';
 
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
 
@@ -51,7 +51,7 @@ describeWith(CHROMIUM, 'Lotes in Chromium', () => {
       w.chat,
       'OpenAI /v1/chat/completions',
       'Concluído',
-      '02/06/2025, 10:00 02/06/2025, 10:07',
+      `${brDay(2)}, 10:00 ${brDay(2)}, 10:07`,
       '3',
       '2',
       '1',
@@ -80,7 +80,7 @@ describeWith(CHROMIUM, 'Lotes in Chromium', () => {
       w.chat,
       'OpenAI /v1/chat/completions',
       'Concluído',
-      '02/06/2025, 10:00 02/06/2025, 10:07',
+      `${brDay(2)}, 10:00 ${brDay(2)}, 10:07`,
       '3',
       '2',
       '1',
