@@ -416,8 +416,9 @@ describe('Batch API, one line at a time: a balance that runs out mid-batch; the 
   }, 90_000);
 
   it('a key limit refusing a line fails that line only: the batch is not out of balance', async () => {
-    // a key limit of R$ 0,001 and a balance of R$ 10: the key's limit refuses, the balance never does
-    const t = await stack.tenant('10', { limitMicros: 1_000n });
+    // a key limit of R$ 0,0006 and a balance of R$ 10: the key's limit refuses, the balance never does
+    // (60 lines cost ~1 000 µBRL: the limit is crossed about halfway, never at the very end)
+    const t = await stack.tenant('10', { limitMicros: 600n });
     const client = clientOf(t.key);
     const { batch } = await runBatch(
       client,

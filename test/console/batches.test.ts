@@ -7,7 +7,7 @@ import { createOperator, totpFor } from '../../src/console/auth.ts';
 import { type ConsoleServer, startConsole } from '../../src/console/server.ts';
 import { createPool } from '../../src/db/pool.ts';
 import { derivedRoleUrl } from '../../src/db/roles.ts';
-import { type BatchWorld, batchWorld, brDay, enDay } from '../portal/batches-fixture.ts';
+import { type BatchWorld, batchWorld, brDay } from '../portal/batches-fixture.ts';
 import { PortalClient } from '../portal/client.ts';
 
 const admin = createPool(process.env.DATABASE_URL!, 3);

@@ -14,7 +14,7 @@ import { type Portal, startPortal } from '../../src/portal/server.ts';
 import { hashPassword } from '../../src/web/sign-in.ts';
 import { launchChromium, newPage, signIn } from '../helpers/browser.ts';
 import { CHROMIUM, describeWith } from '../helpers/tools.ts';
-import { type BatchWorld, batchWorld, OUTPUT_JSONL, PASSWORD, brDay, enDay } from './batches-fixture.ts';
+import { type BatchWorld, batchWorld, OUTPUT_JSONL, PASSWORD, brDay } from './batches-fixture.ts';
 
 const ARTIFACTS = join(process.cwd(), 'test-artifacts', 'portal');
 
