@@ -1,7 +1,7 @@
 import type { VendorResult } from '../../batch/vendor-wire.ts';
 import type { UsageCount } from '../../bus/messages.ts';
 import { parseResultLines } from '../openai/batch.ts';
-import { UpstreamError } from '../types.ts';
+import { batchApiFetch } from '../shared/batch-http.ts';
 import { ANTHROPIC_VERSION } from './api.ts';
 import { inputCounts } from './response.ts';
 
@@ -9,9 +9,6 @@ import { inputCounts } from './response.ts';
 // the requests sent inline (POST {base}/messages/batches), the batch polled until
 // processing_status is `ended`, its results read (JSONL, results_url's path), a cancel forwarded.
 // base_url ends in /v1, as for the online calls (api.ts).
-
-// below the front door's 50 s wait for the answer (src/batch/vendor.ts)
-const TIMEOUT_MS = 40_000;
 
 export interface MessageBatchObject {
   id: string;
@@ -27,21 +24,7 @@ async function call(baseUrl: string, key: string | null, pathOrUrl: string, init
   };
   if (key) headers['x-api-key'] = key;
   const url = /^https?:\/\//.test(pathOrUrl) ? pathOrUrl : `${baseUrl.replace(/\/+$/, '')}/${pathOrUrl}`;
-  let r: Response;
-  try {
-    r = await fetch(url, { ...init, headers, signal: AbortSignal.timeout(TIMEOUT_MS) });
-  } catch (err) {
-    throw new UpstreamError(502, 'upstream_unreachable', `The vendor's batch API could not be reached: ${(err as Error).message}`);
-  }
-  if (!r.ok) {
-    const text = await r.text().catch(() => '');
-    let message = text.slice(0, 500);
-    try {
-      message = JSON.parse(text)?.error?.message ?? message;
-    } catch {}
-    throw new UpstreamError(r.status >= 500 ? 502 : r.status, 'upstream_error', `The vendor's batch API answered ${r.status}: ${message}`);
-  }
-  return r;
+  return batchApiFetch(url, init, headers);
 }
 
 export async function createMessageBatch(

@@ -1,15 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import type { VendorResult } from '../../batch/vendor-wire.ts';
 import type { UsageCount } from '../../bus/messages.ts';
-import { UpstreamError } from '../types.ts';
+import { batchApiFetch } from '../shared/batch-http.ts';
 
 // OpenAI's Batch API with its Files API, as a worker calls it for `vendor` batch mode
 // (docs/batch.md): the lines uploaded as one JSONL file (purpose "batch"), a batch created on it,
 // polled, cancelled; its output and error files read back into one result per line. base_url ends
 // in /v1, as for the online calls (api.ts).
-
-// below the front door's 50 s wait for the answer (src/batch/vendor.ts)
-const TIMEOUT_MS = 40_000;
 
 export interface OpenAIBatchObject {
   id: string;
@@ -29,21 +26,7 @@ const url = (baseUrl: string, path: string) => `${baseUrl.replace(/\/+$/, '')}/$
 async function call(baseUrl: string, key: string | null, path: string, init: RequestInit = {}): Promise<Response> {
   const headers: Record<string, string> = { 'user-agent': 'catraca-worker/0.1', ...(init.headers as Record<string, string>) };
   if (key) headers.authorization = `Bearer ${key}`;
-  let r: Response;
-  try {
-    r = await fetch(url(baseUrl, path), { ...init, headers, signal: AbortSignal.timeout(TIMEOUT_MS) });
-  } catch (err) {
-    throw new UpstreamError(502, 'upstream_unreachable', `The vendor's batch API could not be reached: ${(err as Error).message}`);
-  }
-  if (!r.ok) {
-    const text = await r.text().catch(() => '');
-    let message = text.slice(0, 500);
-    try {
-      message = JSON.parse(text)?.error?.message ?? message;
-    } catch {}
-    throw new UpstreamError(r.status >= 500 ? 502 : r.status, 'upstream_error', `The vendor's batch API answered ${r.status}: ${message}`);
-  }
-  return r;
+  return batchApiFetch(url(baseUrl, path), init, headers);
 }
 
 async function json<T>(baseUrl: string, key: string | null, path: string, init: RequestInit = {}): Promise<T> {
