@@ -196,22 +196,23 @@ describe("metering's batch sweeper", () => {
   it('deletes the rows of batches ended BATCH_RETENTION_DAYS ago, keeps newer ones and unfinished ones', async () => {
     const t = await stack.tenant('1');
     const fileId = await inputFile(t, 1);
-    const ended = async (status: string, column: string, ago: string, api = 'openai') => {
+    const ended = async (status: string, column: string, ago: string, api = 'openai', vendorChunk = false) => {
       const id = await batchRow(t, fileId, { total: 1, status, expiresIn: '1 hour', api, id: api === 'anthropic' ? newMessageBatchId() : undefined });
-      await stack.db.query(`update batches set ${column} = now() - $2::interval, finalizing_at = now() - $2::interval where id = $1`, [id, ago]);
+      // vendor mode's chunks go with their batch's rows
+      if (vendorChunk)
+        await stack.db.query(
+          "insert into vendor_batch_chunks (batch_id, chunk, model_id, deployment, pool, lines) values ($1, 0, 'sim/echo', 'primary', 'sim', '{0}')",
+          [id],
+        );
+      // the rows first: once the batch is old, the sweeper (every 500 ms) may delete it at any moment
       await answered(id, 0);
+      await stack.db.query(`update batches set ${column} = now() - $2::interval, finalizing_at = now() - $2::interval where id = $1`, [id, ago]);
       return id;
     };
-    const old = await ended('completed', 'completed_at', '31 days');
+    const old = await ended('completed', 'completed_at', '31 days', 'openai', true);
     const oldCancelled = await ended('cancelled', 'cancelled_at', '30 days 1 minute');
     const oldAnthropic = await ended('expired', 'expired_at', '45 days', 'anthropic');
-    const recent = await ended('completed', 'completed_at', '29 days');
-    // vendor mode's chunks go with their batch's rows
-    for (const id of [old, recent])
-      await stack.db.query(
-        "insert into vendor_batch_chunks (batch_id, chunk, model_id, deployment, pool, lines) values ($1, 0, 'sim/echo', 'primary', 'sim', '{0}')",
-        [id],
-      );
+    const recent = await ended('completed', 'completed_at', '29 days', 'openai', true);
     const unfinished = await batchRow(t, fileId, { total: 1, status: 'in_progress', expiresIn: '1 hour' });
     await stack.db.query("update batches set created_at = now() - interval '60 days', in_progress_at = now() - interval '60 days' where id = $1", [unfinished]);
     const deadline = Date.now() + 10_000;
