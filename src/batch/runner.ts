@@ -224,11 +224,12 @@ export class BatchRunner {
 
   /**
    * A continuous pull (nats.js `consume`: a one-off `fetch` drops the messages that arrive as its
-   * request expires, which then wait out the ack wait), at most BATCH_CONCURRENCY buffered; a line
-   * starts only with a free slot and the door's interactive traffic under BATCH_PAUSE_IN_FLIGHT.
+   * request expires, which then wait out the ack wait), one line buffered; a line starts only with a
+   * free slot and the door's interactive traffic under BATCH_PAUSE_IN_FLIGHT.
    */
   private async loop(): Promise<void> {
     const { BATCH_CONCURRENCY, BATCH_PAUSE_IN_FLIGHT } = this.door.config;
+    const ackWaitMs = batchAckWaitMs(this.door.config);
     while (!this.stopped) {
       if (!this.consumer) {
         for (let waited = 0; waited < 5000 && !this.stopped; waited += 100) await sleep(100);
@@ -236,9 +237,20 @@ export class BatchRunner {
         continue;
       }
       try {
-        this.messages = await this.consumer.consume({ max_messages: BATCH_CONCURRENCY });
+        // one line pulled at a time: the line this loop holds (below) is the only one delivered and
+        // not started, so it alone needs telling the server it is in progress
+        this.messages = await this.consumer.consume({ max_messages: 1 });
         for await (const m of this.messages) {
-          while (!this.stopped && (this.running >= BATCH_CONCURRENCY || this.door.inFlight() >= BATCH_PAUSE_IN_FLIGHT)) await sleep(10);
+          // a line held here while interactive traffic keeps the door busy is told to the server as
+          // in progress, or its ack wait would pass and it be delivered again while this copy waits
+          let heldSince = Date.now();
+          while (!this.stopped && (this.running >= BATCH_CONCURRENCY || this.door.inFlight() >= BATCH_PAUSE_IN_FLIGHT)) {
+            await sleep(10);
+            if (Date.now() - heldSince >= ackWaitMs / 3) {
+              m.working();
+              heldSince = Date.now();
+            }
+          }
           if (this.stopped) {
             m.nak();
             break;
