@@ -36,6 +36,9 @@ const HELP = `usage: npx tsx bench/batch-interactive.ts [options]
   --pause-in-flight N    BATCH_PAUSE_IN_FLIGHT of the front door (default: the gateway's default)
   --local-pools LIST     default openai,sim (with --workers 0, the front door serves every job)
   --workers N            default 0
+  --timeline             a line a second on stderr (and in the results file): the interactive requests
+                         that were to start in that second (count, p50, p99, max ms), CPU ms of each
+                         process, PostgreSQL's autovacuum workers and active backends, the batch's lines
 `;
 
 interface BatchCounts {
@@ -77,6 +80,102 @@ function cpuMsPer(a: Record<string, number>, b: Record<string, number>, n: numbe
   return out;
 }
 
+/** --timeline: one row a second, to find what is busy in the seconds interactive p99 rises. */
+class Timeline {
+  readonly rows: Array<Record<string, unknown>> = [];
+  private readonly db;
+  private readonly latencies = new Map<number, number[]>();
+  private phase = 'start';
+  private batchId: string | null = null;
+  private last: Record<string, number>;
+  private readonly t0 = Date.now();
+  private readonly timer: NodeJS.Timeout;
+  private sampling = false;
+
+  constructor(
+    private readonly stack: Awaited<ReturnType<typeof startStack>>,
+    private readonly log: (s: string) => void,
+  ) {
+    this.db = createPool(stack.databaseUrl, 1);
+    this.last = this.cpu();
+    this.timer = setInterval(() => void this.sample(), 1000);
+  }
+
+  label(phase: string) {
+    this.phase = phase;
+  }
+  watchBatch(id: string) {
+    this.batchId = id;
+  }
+  result(intendedAt: number, endedAt: number, ok: boolean) {
+    const second = Math.floor((intendedAt - this.t0) / 1000);
+    const list = this.latencies.get(second) ?? [];
+    list.push(ok ? endedAt - intendedAt : Number.POSITIVE_INFINITY);
+    this.latencies.set(second, list);
+  }
+
+  private cpu(): Record<string, number> {
+    const out = cpuNow(this.stack.procs, this.stack.postmasterPid);
+    const self = process.cpuUsage();
+    out.bench = (self.user + self.system) / 1e6;
+    return out;
+  }
+
+  private async sample() {
+    if (this.sampling) return;
+    this.sampling = true;
+    try {
+      const now = this.cpu();
+      const cpuMs: Record<string, number> = {};
+      for (const k of Object.keys(now)) cpuMs[k] = Math.round((now[k]! - (this.last[k] ?? 0)) * 1000);
+      this.last = now;
+      const { rows: av } = await this.db.query(
+        `select backend_type, state, wait_event_type, wait_event, left(query, 60) as query from pg_stat_activity
+          where pid <> pg_backend_pid() and (backend_type = 'autovacuum worker' or (backend_type = 'client backend' and state = 'active'))`,
+      );
+      const autovacuum = av.filter((r) => r.backend_type === 'autovacuum worker').map((r) => r.query);
+      const active = av.filter((r) => r.backend_type === 'client backend').length;
+      const waits = av.filter((r) => r.wait_event).map((r) => `${r.wait_event_type}:${r.wait_event}`);
+      let batchLines: number | null = null;
+      if (this.batchId) {
+        const { rows } = await this.db.query('select completed + failed as n from batches where id = $1', [this.batchId]);
+        batchLines = rows[0]?.n ?? null;
+      }
+      // the requests meant to start two seconds ago have ended by now (a stream lasts ~110 ms)
+      const second = Math.floor((Date.now() - this.t0) / 1000) - 2;
+      const lat = (this.latencies.get(second) ?? []).sort((a, b) => a - b);
+      this.latencies.delete(second);
+      const q = (p: number) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))]! * 10) / 10 : null);
+      const row = {
+        s: second,
+        phase: this.phase,
+        requests: lat.length,
+        p50: q(0.5),
+        p99: q(0.99),
+        max: lat.length ? Math.round(lat.at(-1)! * 10) / 10 : null,
+        cpu_ms: cpuMs,
+        autovacuum,
+        active_backends: active,
+        waits,
+        batch_lines: batchLines,
+      };
+      this.rows.push(row);
+      this.log(
+        `[timeline] ${row.s}s ${row.phase}: n=${row.requests} p50=${row.p50} p99=${row.p99} max=${row.max} cpu=${JSON.stringify(cpuMs)} av=${JSON.stringify(autovacuum)} active=${active} waits=${JSON.stringify(waits)} batch=${batchLines}`,
+      );
+    } catch (err) {
+      this.log(`[timeline] sample failed: ${(err as Error).message}`);
+    } finally {
+      this.sampling = false;
+    }
+  }
+
+  async stop() {
+    clearInterval(this.timer);
+    await this.db.end();
+  }
+}
+
 async function main(argv: string[]): Promise<number> {
   const { values: v } = parseArgs({
     args: argv,
@@ -90,6 +189,7 @@ async function main(argv: string[]): Promise<number> {
       'pause-in-flight': { type: 'string' },
       'local-pools': { type: 'string' },
       workers: { type: 'string' },
+      timeline: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -133,8 +233,24 @@ async function main(argv: string[]): Promise<number> {
   };
   const startedAt = new Date();
   const url = stack.gatewayUrl;
-  const phase = (label: string, onGatewayMeasure?: (edge: 'start' | 'end') => void) =>
-    measureRoute(stack, { route: route!, round: 1, label, base, pollMs: 10, goals: sc.goals, log, onGatewayMeasure });
+  const timeline = v.timeline ? new Timeline(stack, log) : null;
+  const phase = (label: string, onGatewayMeasure?: (edge: 'start' | 'end') => void) => {
+    timeline?.label(label);
+    return measureRoute(stack, {
+      route: route!,
+      round: 1,
+      label,
+      base,
+      pollMs: 10,
+      goals: sc.goals,
+      log,
+      onGatewayMeasure: (edge) => {
+        timeline?.label(`${label}${edge === 'start' ? ' (measured)' : ' (after)'}`);
+        onGatewayMeasure?.(edge);
+      },
+      onGatewayResult: timeline ? (r) => timeline.result(r.intendedAt, r.endedAt, r.ok) : undefined,
+    });
+  };
   const doc: Record<string, unknown> = { scenario: scenarioName, lines, alone_s: aloneS, gateway_env: gatewayEnv, started_at: startedAt.toISOString() };
   try {
     const quiet = await phase('quiet');
@@ -164,6 +280,7 @@ async function main(argv: string[]): Promise<number> {
       body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }),
     });
     const t2 = Date.now();
+    timeline?.watchBatch(batch.id);
     log(`batch ${batch.id}: ${lines} lines, ${jsonl.length} bytes uploaded in ${t1 - t0} ms, created (enqueued) in ${t2 - t1} ms`);
     let c = await counts(url, key, batch.id);
     while (c.completed + c.failed === 0) {
@@ -292,6 +409,7 @@ async function main(argv: string[]): Promise<number> {
       within_10_pct: within.p50_pct <= 10 && within.p99_pct <= 10,
       ledger,
       raw: { quiet, with_batch: withBatch, quiet_again: quiet2 },
+      ...(timeline ? { timeline: timeline.rows } : {}),
     });
     const out = [
       table(rowsOut),
@@ -307,6 +425,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(out.join('\n\n') + '\n');
     return 0;
   } finally {
+    await timeline?.stop();
     await stack.stop();
   }
 }

@@ -350,6 +350,8 @@ export async function measureRoute(
     log: (s: string) => void;
     /** the gateway phase's measured part begins and ends (bench/batch-interactive.ts reads the batch's progress then) */
     onGatewayMeasure?: (edge: 'start' | 'end') => void;
+    /** each gateway request as it ends (bench/batch-interactive.ts's --timeline) */
+    onGatewayResult?: LoadOptions['onResult'];
   },
 ): Promise<RoutePhase> {
   const { route, base, log } = o;
@@ -411,6 +413,7 @@ export async function measureRoute(
         route: route.api,
         onResult: (r) => {
           if (r.ok && r.requestId) ends.set(r.requestId, r.endedAt);
+          o.onGatewayResult?.(r);
         },
         onMeasure: (edge) => {
           if (edge === 'start') measure0 = sampleCpu(stack.procs, stack.postmasterPid, poller.backendPid);

@@ -63,8 +63,8 @@ export interface LoadOptions {
   client: 'http' | 'fetch';
   /** the public API the requests use (default chat) */
   route?: Route;
-  /** Called when a request ends (warm-up included): end time in epoch ms, the response's x-request-id. */
-  onResult?: (r: { ok: boolean; endedAt: number; requestId: string | null }) => void;
+  /** Called when a request ends (warm-up included): its intended start and end time in epoch ms, the response's x-request-id. */
+  onResult?: (r: { ok: boolean; intendedAt: number; endedAt: number; requestId: string | null }) => void;
   /** Called as the measured phase (after warm-up) starts and once it has ended: CPU sampling. */
   onMeasure?: (edge: 'start' | 'end') => void;
 }
@@ -184,7 +184,8 @@ class Req {
   ) {}
 
   private report(ok: boolean) {
-    if (this.onResult) this.onResult({ ok, endedAt: performance.timeOrigin + performance.now(), requestId: this.requestId });
+    if (this.onResult)
+      this.onResult({ ok, intendedAt: performance.timeOrigin + this.intended, endedAt: performance.timeOrigin + performance.now(), requestId: this.requestId });
   }
 
   /** One read from the socket of a 200 streamed response: parse its events. */
