@@ -116,6 +116,8 @@ class Timeline {
 
   private cpu(): Record<string, number> {
     const out = cpuNow(this.stack.procs, this.stack.postmasterPid);
+    const mock = this.stack.procs.find((p) => p.name === 'mock-upstream');
+    if (mock) out.mock = readCpuSeconds(mock.pid) ?? 0;
     const self = process.cpuUsage();
     out.bench = (self.user + self.system) / 1e6;
     return out;
