@@ -43,7 +43,13 @@ async function inputFile(t: Tenant, lines: number): Promise<string> {
   return (await clientOf(t.key).files.create({ file: await toFile(Buffer.from(body), 'in.jsonl'), purpose: 'batch' })).id;
 }
 
-/** A batch row as the API would have left it, its window ending `expiresIn` from now (negative: passed). */
+const windows = new Map<string, string>();
+
+/**
+ * A batch row as the API would have left it, its window ending `expiresIn` from now. A window
+ * already passed (negative) is set by windowPassed, once the test has written the batch's lines:
+ * metering's sweeper (every 500 ms) would end the batch under the test's feet.
+ */
 async function batchRow(t: Tenant, fileId: string, o: { total: number; status: string; expiresIn: string; completed?: number; api?: string; id?: string }) {
   const id = o.id ?? newBatchId();
   await stack.db.query(
@@ -58,11 +64,16 @@ async function batchRow(t: Tenant, fileId: string, o: { total: number; status: s
       o.status,
       o.total,
       o.completed ?? 0,
-      o.expiresIn,
+      o.expiresIn.startsWith('-') ? '1 hour' : o.expiresIn,
       o.api ?? 'openai',
     ],
   );
+  if (o.expiresIn.startsWith('-')) windows.set(id, o.expiresIn);
   return id;
+}
+
+async function windowPassed(...ids: string[]) {
+  for (const id of ids) await stack.db.query('update batches set expires_at = now() + $2::interval where id = $1', [id, windows.get(id)]);
 }
 
 const answered = (batchId: string, line: number) =>
@@ -99,6 +110,7 @@ describe("metering's batch sweeper", () => {
     const id = await batchRow(t, fileId, { total: 4, status: 'in_progress', expiresIn: '-1 hour', completed: 1 });
     await answered(id, 0);
     await claimed(id, 1, 'gen-stuck-1');
+    await windowPassed(id);
     await waitStatus(id, 'expired');
     const b = await clientOf(t.key).batches.retrieve(id);
     expect(b).toMatchObject({ status: 'expired', request_counts: { total: 4, completed: 1, failed: 1 }, completed_at: null, cancelled_at: null });
@@ -135,6 +147,7 @@ describe("metering's batch sweeper", () => {
     await answered(cancelling, 0);
     const anthropic = await batchRow(t, fileId, { total: 3, status: 'in_progress', expiresIn: '-1 hour', api: 'anthropic', id: newMessageBatchId() });
     await claimed(anthropic, 2, 'gen-stuck-2');
+    await windowPassed(cancelling, anthropic);
     await waitStatus(cancelling, 'cancelled');
     await waitStatus(anthropic, 'expired');
     const c = await clientOf(t.key).batches.retrieve(cancelling);
@@ -169,6 +182,7 @@ describe("metering's batch sweeper", () => {
     const vendorMode = await batchRow(t, fileId, { total: 2, status: 'in_progress', expiresIn: '-1 hour' });
     await stack.db.query("update batches set mode = 'vendor' where id = $1", [vendorMode]);
     await claimed(vendorMode, 0, 'gen-at-the-vendor-0');
+    await windowPassed(justPassed, vendorMode);
     // several sweeps (every 500 ms) within the ack wait after justPassed's window
     await sleep(1200);
     const { rows } = await stack.db.query(
