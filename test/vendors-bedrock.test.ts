@@ -249,7 +249,8 @@ describe('Amazon Bedrock (Converse) deployments', () => {
     const t = await stack.tenant('1.00');
     const before = bedrock.stats.byModel['mock-throttled'] ?? 0;
     const res = await chat(t.key, { model: 'bedrock/failover', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
-    expect(res.status).toBe(200);
+    // the body said, should it fail (a 503 once, under CI's load, not reproduced since)
+    expect([res.status, res.status === 200 ? '' : await res.text()]).toEqual([200, '']);
     expect((await res.json()).choices[0].message.content).toBe('Hello world foo');
     expect(bedrock.stats.byModel['mock-throttled']).toBe(before + 1);
     const v = bedrock.stats.usages.at(-1)!;
