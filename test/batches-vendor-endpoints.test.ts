@@ -253,6 +253,25 @@ describe('vendor batch mode: /v1/embeddings', () => {
     expect(await expectBilled(t.tenantId, granted, b.id, output)).toBe(BigInt(ran) * c);
   }, 60_000);
 
+  it("a chunk carries at most OpenAI's 50 000 embedding inputs: 26 lines of 2 000 inputs go as 25 and 1, none failed by the vendor", async () => {
+    const t = await stack.tenant('10');
+    const client = clientOf(t.key);
+    const before = mock.stats.batch.batches;
+    const inputs = Array.from({ length: 2000 }, (_, i) => `w${i}`);
+    const created = await create(
+      client,
+      '/v1/embeddings',
+      Array.from({ length: 26 }, (_, i) => lineOf('/v1/embeddings', i, { model: 'vbatch-ep/embed', input: inputs, dimensions: 1 })),
+    );
+    const b = await ended(client, created.id, 60_000);
+    expect(b.request_counts).toEqual({ total: 26, completed: 26, failed: 0 });
+    expect(await chunksOf(b.id)).toEqual([25, 1]);
+    expect(mock.stats.batch.batches - before).toBe(2);
+    const output = await contentLines(client, b.output_file_id);
+    expect(output.map((l) => (l.response!.body as { data: unknown[] }).data.length)).toEqual(Array(26).fill(2000));
+    await expectBilled(t.tenantId, 10_000_000n, b.id, output);
+  }, 90_000);
+
   it('a line the vendor fails gives its hold back; a line this gateway refuses never reaches the vendor', async () => {
     const t = await stack.tenant('10');
     const client = clientOf(t.key);

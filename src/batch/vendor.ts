@@ -15,7 +15,7 @@ import { outputTokens } from '../gateway/hold.ts';
 import { createLogger } from '../log.ts';
 import { chat } from '../protocols/chat/index.ts';
 import { completions } from '../protocols/completions/index.ts';
-import { embeddings } from '../protocols/embeddings/index.ts';
+import { type EmbeddingsParsed, embeddings } from '../protocols/embeddings/index.ts';
 import { messages } from '../protocols/messages/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { usageOfBody } from '../providers/openai/batch.ts';
@@ -77,9 +77,27 @@ const CLAIM_SECONDS = 60;
  * legacy_completions would be translated to chat, which the vendor's batch of /v1/completions does
  * not take). Other batches (OpenAI's /v1/responses: translated to chat online) run in `queue` mode.
  */
-const VENDOR_ENDPOINTS: Record<string, { api: BatchRow['api']; protocol: Protocol<ParsedRequest>; vendor: 'openai' | 'anthropic'; job: JobApi }> = {
+interface VendorEndpoint {
+  api: BatchRow['api'];
+  protocol: Protocol<ParsedRequest>;
+  vendor: 'openai' | 'anthropic';
+  job: JobApi;
+  /** the most inputs the vendor takes in one batch (OpenAI: 50 000 embedding inputs across its requests), and a line's count of them */
+  inputs?: { max: number; of: (req: ParsedRequest) => number };
+}
+
+/** OpenAI's bound on a batch of /v1/embeddings: inputs across all its requests. */
+export const EMBEDDING_INPUTS_PER_VENDOR_BATCH = 50_000;
+
+const VENDOR_ENDPOINTS: Record<string, VendorEndpoint> = {
   '/v1/chat/completions': { api: 'openai', protocol: chat as Protocol<ParsedRequest>, vendor: 'openai', job: 'chat' },
-  '/v1/embeddings': { api: 'openai', protocol: embeddings as Protocol<ParsedRequest>, vendor: 'openai', job: 'embeddings' },
+  '/v1/embeddings': {
+    api: 'openai',
+    protocol: embeddings as Protocol<ParsedRequest>,
+    vendor: 'openai',
+    job: 'embeddings',
+    inputs: { max: EMBEDDING_INPUTS_PER_VENDOR_BATCH, of: (req) => (req as EmbeddingsParsed).inputs.length },
+  },
   '/v1/completions': { api: 'openai', protocol: completions as Protocol<ParsedRequest>, vendor: 'openai', job: 'completions' },
   '/v1/messages': { api: 'anthropic', protocol: messages as Protocol<ParsedRequest>, vendor: 'anthropic', job: 'messages' },
 };
@@ -140,7 +158,9 @@ interface ChunkRow {
   created_at: Date;
 }
 
-type Prepared = { line: number; custom_id: string; ok: { hold: bigint; vendor: VendorLine } } | { line: number; custom_id: string; error: CatracaError };
+type Prepared =
+  | { line: number; custom_id: string; ok: { hold: bigint; vendor: VendorLine; inputs: number } }
+  | { line: number; custom_id: string; error: CatracaError };
 
 const lineError = (e: unknown): CatracaError => (e instanceof CatracaError ? e : errors.internal());
 
@@ -312,6 +332,7 @@ export class VendorBatches {
     const taken: Array<{ line: number; requestId: string; vendor: VendorLine }> = [];
     let refusedAll: CatracaError | null = null;
     let bytes = 0;
+    let inputs = 0;
     for (const i of pending) {
       if (taken.length >= max) break;
       const p = await this.prepare(v, key, model, d, i, lines![i]);
@@ -332,7 +353,10 @@ export class VendorBatches {
         continue;
       }
       if (taken.length > 0 && bytes + size > SUBMIT_BYTES) break;
+      // the vendor fails a whole batch over its bound on inputs (embeddings): the line waits for the next chunk
+      if (taken.length > 0 && v.inputs && inputs + p.ok.inputs > v.inputs.max) break;
       bytes += size;
+      inputs += p.ok.inputs;
       const requestId = newRequestId();
       // a hold of kind 'batch': in the balance and the key's limit, not in the key's max_concurrent
       const result = await admitVendorLine(db, { requestId, tenantId: key.tenant_id, keyId: key.id, amount: p.ok.hold, ttlMs: VENDOR_HOLD_TTL_MS });
@@ -403,7 +427,7 @@ export class VendorBatches {
   private readonly pendingLines = new Map<string, VendorLine[]>();
 
   private async prepare(
-    { protocol, job }: { protocol: Protocol<ParsedRequest>; job: JobApi },
+    { protocol, job, inputs }: VendorEndpoint,
     key: ApiKeyRecord,
     model: CatalogEntry,
     d: Deployment,
@@ -430,7 +454,7 @@ export class VendorBatches {
       // the vendor's batch runs one endpoint: a line its deployment would have translated cannot go in it
       if (made.api !== job) throw errors.badRequest(`The model "${model.id}" cannot run this request in a vendor batch.`, 'model', 'batch_not_supported');
       const { body } = made;
-      return { line, custom_id: l.custom_id, ok: { hold, vendor: { custom_id: `l${line}`, body, max_tokens: wanted } } };
+      return { line, custom_id: l.custom_id, ok: { hold, vendor: { custom_id: `l${line}`, body, max_tokens: wanted }, inputs: inputs?.of(req) ?? 1 } };
     } catch (err) {
       return { line, custom_id: l.custom_id, error: lineError(err) };
     }
