@@ -28,9 +28,10 @@ const log = createLogger('gateway');
 
 // `vendor` batch mode, the front door's side (docs/batch.md "vendor mode"). A batch whose model has
 // a deployment in `vendor` mode is not put on the BATCH queue: its lines go, in chunks, to that
-// deployment's own batch API (OpenAI's Batch API for /v1/batches of chat completions, embeddings and
-// legacy completions: VENDOR_ENDPOINTS; Anthropic's Message Batches for /v1/messages/batches), through a worker of the model's pool (the worker holds
-// the key: src/runner/vendor-batch.ts). The money:
+// deployment's own batch API (OpenAI's Batch API for /v1/batches of chat completions, embeddings
+// and legacy completions: VENDOR_ENDPOINTS; Anthropic's Message Batches for /v1/messages/batches),
+// through a worker of the model's pool (the worker holds the key: src/runner/vendor-batch.ts). The
+// money:
 //
 //   - before a chunk is submitted, each of its lines is held for its worst case at the
 //     deployment's batch prices (its prompt bound and its output cap, the cap sent to the vendor; an
