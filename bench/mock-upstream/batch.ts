@@ -20,7 +20,8 @@ import type http from 'node:http';
 // What they check, as the vendors do: the key (Bearer for OpenAI, x-api-key or Bearer for Anthropic; a file or
 // batch of another key is a 404), the input file's purpose, `completion_window`, every line a JSON
 // object with a unique custom_id, method POST and the batch's endpoint as url, one model in the
-// whole file (OpenAI fails the batch in `validating`, with `errors`); Anthropic's custom_id
+// whole file, at most 50 000 embedding inputs across a batch of /v1/embeddings (OpenAI fails the
+// batch in `validating`, with `errors`); Anthropic's custom_id
 // pattern (1–64 of [a-zA-Z0-9_-]) and uniqueness (400).
 //
 // Each line runs as the same request to this mock's own online route (stream off), one after the
@@ -563,6 +564,15 @@ function batchObject(b: OpenAIBatch) {
 }
 
 type Line = { custom_id: string; url: string; body: Record<string, unknown> };
+
+/** OpenAI's documented bound on a batch of /v1/embeddings (its error's code is this mock's own: OpenAI documents the limit, not the error). */
+export const EMBEDDING_INPUTS_PER_BATCH = 50_000;
+
+/** An embeddings request's inputs: a string or one array of token ids is one; an array of strings or of token-id arrays, its length. */
+function embeddingInputs(input: unknown): number {
+  if (!Array.isArray(input)) return 1;
+  return input.length > 0 && input.every((t) => typeof t === 'number') ? 1 : input.length;
+}
 type LineError = { code: string; message: string; line: number | null; param: string | null };
 
 /** The input file's lines as OpenAI checks them in `validating`; the first fault fails the batch. */
@@ -598,5 +608,18 @@ export function validateLines(bytes: Buffer, endpoint: string): { ok: Line[] } |
     out.push({ custom_id: l.custom_id, url: l.url, body });
   }
   if (out.length === 0) return { error: { code: 'empty_file', message: 'The batch input file is empty.', line: null, param: null } };
+  if (endpoint === '/v1/embeddings') {
+    const inputs = out.reduce((n, l) => n + embeddingInputs(l.body.input), 0);
+    if (inputs > EMBEDDING_INPUTS_PER_BATCH) {
+      return {
+        error: {
+          code: 'too_many_embedding_inputs',
+          message: `A batch of /v1/embeddings takes at most ${EMBEDDING_INPUTS_PER_BATCH} embedding inputs across its requests; this one has ${inputs}.`,
+          line: null,
+          param: null,
+        },
+      };
+    }
+  }
   return { ok: out };
 }

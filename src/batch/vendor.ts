@@ -3,6 +3,8 @@ import { admitVendorLine, releaseHold } from '../billing/ledger.ts';
 import { costMicros, formatBrl, holdPrices, priceStrings } from '../billing/money.ts';
 import { decodeJson, encode } from '../bus/messages.ts';
 import { subjects } from '../bus/subjects.ts';
+import type { JobApi } from '../bus/messages.ts';
+import { speaksNatively } from '../catalog/apis.ts';
 import { asDeployment, type CatalogEntry, type Deployment } from '../catalog/catalog.ts';
 import type { ApiKeyRecord } from '../db/keys.ts';
 import type { DbClient } from '../db/pool.ts';
@@ -12,6 +14,8 @@ import { newRequestId } from '../gateway/exchange.ts';
 import { outputTokens } from '../gateway/hold.ts';
 import { createLogger } from '../log.ts';
 import { chat } from '../protocols/chat/index.ts';
+import { completions } from '../protocols/completions/index.ts';
+import { type EmbeddingsParsed, embeddings } from '../protocols/embeddings/index.ts';
 import { messages } from '../protocols/messages/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { usageOfBody } from '../providers/openai/batch.ts';
@@ -24,12 +28,14 @@ const log = createLogger('gateway');
 
 // `vendor` batch mode, the front door's side (docs/batch.md "vendor mode"). A batch whose model has
 // a deployment in `vendor` mode is not put on the BATCH queue: its lines go, in chunks, to that
-// deployment's own batch API (OpenAI's Batch API for /v1/batches of chat completions, Anthropic's
-// Message Batches for /v1/messages/batches), through a worker of the model's pool (the worker holds
-// the key: src/runner/vendor-batch.ts). The money:
+// deployment's own batch API (OpenAI's Batch API for /v1/batches of chat completions, embeddings
+// and legacy completions: VENDOR_ENDPOINTS; Anthropic's Message Batches for /v1/messages/batches),
+// through a worker of the model's pool (the worker holds the key: src/runner/vendor-batch.ts). The
+// money:
 //
 //   - before a chunk is submitted, each of its lines is held for its worst case at the
-//     deployment's batch prices (its prompt bound and its output cap, the cap sent to the vendor),
+//     deployment's batch prices (its prompt bound and its output cap, the cap sent to the vendor; an
+//     embeddings line its input's bound alone, as its route holds it),
 //     one hold per line (its request id, kind 'batch'), living VENDOR_HOLD_TTL_MS (the vendor's 24 h
 //     window and an hour more) so it cannot expire while the vendor's batch runs; it counts in the
 //     balance and the key's limit available to every other request, not in the key's max_concurrent
@@ -65,18 +71,51 @@ const ADOPT_SLACK_S = 600;
 const CLAIM_SECONDS = 60;
 
 /**
- * What vendor mode submits, by the API that made the batch: OpenAI's batches of chat completions to
- * an OpenAI-protocol deployment's Batch API; Anthropic's message batches to an Anthropic-protocol
- * deployment's Message Batches API. Other batches run in `queue` mode.
+ * What vendor mode submits, by the batch's endpoint: OpenAI's batches of chat completions,
+ * embeddings and legacy completions to an OpenAI-protocol deployment's Batch API; Anthropic's
+ * message batches to an Anthropic-protocol deployment's Message Batches API. The deployment must
+ * speak the endpoint's job API natively (a legacy completion to a model without
+ * legacy_completions would be translated to chat, which the vendor's batch of /v1/completions does
+ * not take). Other batches (OpenAI's /v1/responses: translated to chat online) run in `queue` mode.
  */
-const VENDOR_APIS: Record<BatchRow['api'], { endpoint: string; protocol: Protocol<ParsedRequest>; vendor: 'openai' | 'anthropic' }> = {
-  openai: { endpoint: '/v1/chat/completions', protocol: chat as Protocol<ParsedRequest>, vendor: 'openai' },
-  anthropic: { endpoint: '/v1/messages', protocol: messages as Protocol<ParsedRequest>, vendor: 'anthropic' },
+interface VendorEndpoint {
+  api: BatchRow['api'];
+  protocol: Protocol<ParsedRequest>;
+  vendor: 'openai' | 'anthropic';
+  job: JobApi;
+  /** the most inputs the vendor takes in one batch (OpenAI: 50 000 embedding inputs across its requests), and a line's count of them */
+  inputs?: { max: number; of: (req: ParsedRequest) => number };
+}
+
+/** OpenAI's bound on a batch of /v1/embeddings: inputs across all its requests. */
+export const EMBEDDING_INPUTS_PER_VENDOR_BATCH = 50_000;
+
+const VENDOR_ENDPOINTS: Record<string, VendorEndpoint> = {
+  '/v1/chat/completions': { api: 'openai', protocol: chat as Protocol<ParsedRequest>, vendor: 'openai', job: 'chat' },
+  '/v1/embeddings': {
+    api: 'openai',
+    protocol: embeddings as Protocol<ParsedRequest>,
+    vendor: 'openai',
+    job: 'embeddings',
+    inputs: { max: EMBEDDING_INPUTS_PER_VENDOR_BATCH, of: (req) => (req as EmbeddingsParsed).inputs.length },
+  },
+  '/v1/completions': { api: 'openai', protocol: completions as Protocol<ParsedRequest>, vendor: 'openai', job: 'completions' },
+  '/v1/messages': { api: 'anthropic', protocol: messages as Protocol<ParsedRequest>, vendor: 'anthropic', job: 'messages' },
 };
 
-/** Where a model's batches of `api` go to the vendor: its first deployment (primary first) in `vendor` mode speaking that vendor's API. */
-export function vendorDeployment(model: CatalogEntry, api: BatchRow['api'] = 'openai'): Deployment | null {
-  return model.deployments.find((d) => d.batchMode === 'vendor' && d.protocol === VENDOR_APIS[api].vendor) ?? null;
+const vendorApiOf = (row: Pick<BatchRow, 'api' | 'endpoint'>) => {
+  const v = Object.hasOwn(VENDOR_ENDPOINTS, row.endpoint) ? VENDOR_ENDPOINTS[row.endpoint] : undefined;
+  return v?.api === row.api ? v : null;
+};
+
+/**
+ * Where a model's batches of `endpoint` go to the vendor: its first deployment (primary first) in
+ * `vendor` mode speaking that vendor's API, and the endpoint's job API natively.
+ */
+export function vendorDeployment(model: CatalogEntry, endpoint = '/v1/chat/completions'): Deployment | null {
+  const v = Object.hasOwn(VENDOR_ENDPOINTS, endpoint) ? VENDOR_ENDPOINTS[endpoint] : undefined;
+  if (!v) return null;
+  return model.deployments.find((d) => d.batchMode === 'vendor' && d.protocol === v.vendor && speaksNatively(asDeployment(model, d), v.job)) ?? null;
 }
 
 /** The answer of a batch line naming a model whose primary deployment is `none` (null: the line may run). */
@@ -120,7 +159,9 @@ interface ChunkRow {
   created_at: Date;
 }
 
-type Prepared = { line: number; custom_id: string; ok: { hold: bigint; vendor: VendorLine } } | { line: number; custom_id: string; error: CatracaError };
+type Prepared =
+  | { line: number; custom_id: string; ok: { hold: bigint; vendor: VendorLine; inputs: number } }
+  | { line: number; custom_id: string; error: CatracaError };
 
 const lineError = (e: unknown): CatracaError => (e instanceof CatracaError ? e : errors.internal());
 
@@ -159,11 +200,11 @@ export class VendorBatches {
    * batch runs in `queue` mode.
    */
   async tryStart(key: ApiKeyRecord, row: BatchRow, lines: BatchLine[]): Promise<BatchRow | null> {
-    if (VENDOR_APIS[row.api]?.endpoint !== row.endpoint) return null;
+    if (!vendorApiOf(row)) return null;
     const first = lines[0]?.body?.model;
     if (typeof first !== 'string') return null;
     const model = await this.door.deps.catalog.resolve(first);
-    if (!model || !vendorDeployment(model, row.api)) return null;
+    if (!model || !vendorDeployment(model, row.endpoint)) return null;
     const started = await startVendorMode(this.door.db, row.id, CLAIM_SECONDS);
     if (!started) return null;
     try {
@@ -280,8 +321,9 @@ export class VendorBatches {
       return null;
     }
     const model = await this.door.deps.catalog.resolve(String(lines![0].body.model));
-    const d = model ? vendorDeployment(model, batch.api) : null;
-    if (!model || !d) {
+    const d = model ? vendorDeployment(model, batch.endpoint) : null;
+    const v = vendorApiOf(batch);
+    if (!model || !d || !v) {
       // the catalog changed since the batch began: what is left runs nowhere
       const e = errors.badRequest('The model of this batch no longer takes vendor batches.', 'model', 'batch_not_supported');
       for (const i of pending) await this.endLine(batch.id, i, lines![i].custom_id, null, e.status, e.toJSON(), null, true);
@@ -291,9 +333,10 @@ export class VendorBatches {
     const taken: Array<{ line: number; requestId: string; vendor: VendorLine }> = [];
     let refusedAll: CatracaError | null = null;
     let bytes = 0;
+    let inputs = 0;
     for (const i of pending) {
       if (taken.length >= max) break;
-      const p = await this.prepare(VENDOR_APIS[batch.api].protocol, key, model, d, i, lines![i]);
+      const p = await this.prepare(v, key, model, d, i, lines![i]);
       if ('error' in p) {
         await this.endLine(batch.id, i, p.custom_id, null, p.error.status, p.error.toJSON(), null, true);
         continue;
@@ -311,7 +354,10 @@ export class VendorBatches {
         continue;
       }
       if (taken.length > 0 && bytes + size > SUBMIT_BYTES) break;
+      // the vendor fails a whole batch over its bound on inputs (embeddings): the line waits for the next chunk
+      if (taken.length > 0 && v.inputs && inputs + p.ok.inputs > v.inputs.max) break;
       bytes += size;
+      inputs += p.ok.inputs;
       const requestId = newRequestId();
       // a hold of kind 'batch': in the balance and the key's limit, not in the key's max_concurrent
       const result = await admitVendorLine(db, { requestId, tenantId: key.tenant_id, keyId: key.id, amount: p.ok.hold, ttlMs: VENDOR_HOLD_TTL_MS });
@@ -382,7 +428,7 @@ export class VendorBatches {
   private readonly pendingLines = new Map<string, VendorLine[]>();
 
   private async prepare(
-    protocol: Protocol<ParsedRequest>,
+    { protocol, job, inputs }: VendorEndpoint,
     key: ApiKeyRecord,
     model: CatalogEntry,
     d: Deployment,
@@ -405,8 +451,11 @@ export class VendorBatches {
       const { wanted } = outputTokens(protocol.outputCap(req), model);
       const hold = costMicros(inputTokens, wanted, holdPrices(d.batchPrices));
       // the body as the vendor deployment's protocol takes it (a deployment may speak another than the primary)
-      const { body } = protocol.job(req, asDeployment(model, d));
-      return { line, custom_id: l.custom_id, ok: { hold, vendor: { custom_id: `l${line}`, body, max_tokens: wanted } } };
+      const made = protocol.job(req, asDeployment(model, d));
+      // the vendor's batch runs one endpoint: a line its deployment would have translated cannot go in it
+      if (made.api !== job) throw errors.badRequest(`The model "${model.id}" cannot run this request in a vendor batch.`, 'model', 'batch_not_supported');
+      const { body } = made;
+      return { line, custom_id: l.custom_id, ok: { hold, vendor: { custom_id: `l${line}`, body, max_tokens: wanted }, inputs: inputs?.of(req) ?? 1 } };
     } catch (err) {
       return { line, custom_id: l.custom_id, error: lineError(err) };
     }
@@ -445,7 +494,8 @@ export class VendorBatches {
       const d = m.model.deployments.find((x) => x.id === chunk.deployment)!;
       lines = [];
       for (const i of chunk.lines) {
-        const p = key && file ? await this.prepare(VENDOR_APIS[batch.api].protocol, key, m.model, d, i, file[i]) : null;
+        const v = vendorApiOf(batch);
+        const p = key && file && v ? await this.prepare(v, key, m.model, d, i, file[i]) : null;
         if (p && 'ok' in p) lines.push(p.ok.vendor);
       }
     }

@@ -1,7 +1,7 @@
 import type { Msg, NatsConnection, Subscription } from 'nats';
 import { priceStrings, samePrices } from '../billing/money.ts';
 import { type VendorBatchReply, type VendorBatchRequest, VendorBatchRequestSchema, type VendorResult } from '../batch/vendor-wire.ts';
-import { decodeJson, encode, type Job, type UsageCount } from '../bus/messages.ts';
+import { decodeJson, encode, type Job, type JobApi, type UsageCount } from '../bus/messages.ts';
 import { RequestMux } from '../bus/requests.ts';
 import { subjects } from '../bus/subjects.ts';
 import { asDeployment, type CatalogEntry, type Deployment, type ModelSource } from '../catalog/catalog.ts';
@@ -16,10 +16,12 @@ import {
   uploadBatchFile,
   usageOfBody,
 } from '../providers/openai/batch.ts';
+import { completionsRequestBody } from '../providers/openai/completions.ts';
+import { embeddingsRequestBody } from '../providers/openai/embeddings.ts';
 import { buildUpstreamBody } from '../providers/openai/request.ts';
 import { cancelMessageBatch, createMessageBatch, messageBatchResults, messageUsage, retrieveMessageBatch } from '../providers/anthropic/batch.ts';
 import { buildMessagesBody } from '../providers/anthropic/messages.ts';
-import { newCall, UpstreamError } from '../providers/types.ts';
+import { newCall, type UpstreamCall, UpstreamError } from '../providers/types.ts';
 import { UsagePublisher } from './usage-publisher.ts';
 
 // `vendor` batch mode, the worker's side (docs/batch.md): a front door asks a worker of the model's
@@ -127,7 +129,13 @@ export class VendorBatchService {
             return { ok: true, vendor_batch_id: found.id, status: found.status, ended: false, adopted: true };
           }
         }
-        const lines = r.lines.map((l) => ({ custom_id: l.custom_id, method: 'POST', url: r.endpoint, body: vendorBody(entry, l.body, l.max_tokens) }));
+        if (!Object.hasOwn(VENDOR_BODIES, r.endpoint)) return refusal('batch_not_supported', `Vendor batches of ${r.endpoint} are not built.`);
+        const lines = r.lines.map((l) => ({
+          custom_id: l.custom_id,
+          method: 'POST',
+          url: r.endpoint,
+          body: vendorBody(entry, l.body, l.max_tokens, r.endpoint),
+        }));
         const fileId = await uploadBatchFile(baseUrl, key, lines, 'catraca-batch.jsonl');
         const b = await openaiCreate(baseUrl, key, fileId, r.endpoint, { catraca: 'vendor-mode', ...(r.chunk ? { [CHUNK_METADATA]: r.chunk } : {}) });
         return { ok: true, vendor_batch_id: b.id, status: b.status, ended: false };
@@ -221,10 +229,19 @@ export class VendorBatchService {
   }
 }
 
+/** How a line's job body becomes the vendor's, by the batch's endpoint: the same transform as an online call of its job API. */
+const VENDOR_BODIES: Record<string, { api: JobApi; build: (call: UpstreamCall) => Record<string, unknown> }> = {
+  '/v1/chat/completions': { api: 'chat', build: buildUpstreamBody },
+  '/v1/embeddings': { api: 'embeddings', build: embeddingsRequestBody },
+  '/v1/completions': { api: 'completions', build: completionsRequestBody },
+};
+
 /** A line's body as the vendor takes it: the same transform as an online call (allowlist, upstream model, the cap the hold paid for), not streamed. */
-export function vendorBody(entry: CatalogEntry, body: Record<string, unknown>, maxTokens: number): Record<string, unknown> {
-  const job = { v: 1, request_id: '', tenant_id: '', key_id: '', model: { id: entry.id }, body, max_tokens: maxTokens } as unknown as Job;
-  const out = buildUpstreamBody(newCall(job, entry));
+export function vendorBody(entry: CatalogEntry, body: Record<string, unknown>, maxTokens: number, endpoint = '/v1/chat/completions'): Record<string, unknown> {
+  const how = Object.hasOwn(VENDOR_BODIES, endpoint) ? VENDOR_BODIES[endpoint] : undefined;
+  if (!how) throw new UpstreamError(400, 'batch_not_supported', `Vendor batches of ${endpoint} are not built.`);
+  const job = { v: 1, api: how.api, request_id: '', tenant_id: '', key_id: '', model: { id: entry.id }, body, max_tokens: maxTokens } as unknown as Job;
+  const out = how.build(newCall(job, entry));
   delete out.stream;
   delete out.stream_options;
   return out;
