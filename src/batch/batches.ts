@@ -250,8 +250,9 @@ export async function getBatchBody(db: DbClient, key: ApiKeyRecord, id: string) 
 /**
  * POST /v1/batches/{id}/cancel: an unfinished batch becomes `cancelling` (lines running end, lines
  * not started are not run); the runner ends it `cancelled`. Cancelling a batch already ended is a 400.
+ * The portal's "Cancelar" is this same statement, for the tenant of the signed-in member.
  */
-export async function cancelBatch(db: DbClient, key: ApiKeyRecord, id: string, api: BatchRow['api'] = 'openai'): Promise<BatchRow> {
+export async function cancelBatch(db: DbClient, key: Pick<ApiKeyRecord, 'tenant_id'>, id: string, api: BatchRow['api'] = 'openai'): Promise<BatchRow> {
   const { rows } = await db.query<BatchRow>(
     `update batches set status = 'cancelling', cancelling_at = now()
       where id = $1 and tenant_id = $2 and api = $3 and status in ('validating', 'in_progress') returning *`,
