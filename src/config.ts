@@ -329,7 +329,7 @@ export const ConfigSchema = PortalEnvSchema.extend({
   BATCH_ACK_WAIT_MS: int(0),
   /** Unfinished batches (OpenAI's and Anthropic's) a tenant may have at once; one more is a 429 `batch_limit_exceeded`. */
   BATCH_MAX_IN_FLIGHT: z.coerce.number().int().positive().default(100),
-  /** Request lines of a tenant's unfinished batches, all together, at most; a batch that would pass it is a 429 `batch_limit_exceeded`. */
+  /** Request lines not ended yet of a tenant's unfinished batches, all together, at most; a batch that would pass it is a 429 `batch_limit_exceeded`. */
   BATCH_MAX_LINES_IN_FLIGHT: z.coerce.number().int().positive().default(500000),
   /** `vendor` batch mode: how often a vendor's batch is polled (ms), and the most lines submitted in one vendor batch (a chunk). */
   BATCH_VENDOR_POLL_MS: int(10000),

@@ -484,10 +484,11 @@ describe('Batch API, one line at a time: a balance that runs out mid-batch; the 
     await waitEnded(clientOf(other.key), otherBatch.batch.id, 30_000);
   }, 120_000);
 
-  it('BATCH_MAX_LINES_IN_FLIGHT: a batch whose lines would pass the lines of unfinished batches allowed is a 429', async () => {
+  it('BATCH_MAX_LINES_IN_FLIGHT: a batch whose lines would pass the lines not ended of unfinished batches allowed is a 429', async () => {
     const t = await stack.tenant('10');
     const client = clientOf(t.key);
-    const slow = { sim: { first_token_ms: 250 } };
+    // one line at a time, 10 s each: none of the 250 ends while the next batches are asked for (the cap counts the lines not ended)
+    const slow = { sim: { first_token_ms: 10_000 } };
     const big = await runBatch(
       client,
       Array.from({ length: 250 }, (_, i) => chatLine(i, slow)),
@@ -500,7 +501,7 @@ describe('Batch API, one line at a time: a balance that runs out mid-batch; the 
       status: 429,
       error: {
         message:
-          "Your batches in progress hold 250 requests; this batch's 51 would pass the most a tenant may have in progress at once (BATCH_MAX_LINES_IN_FLIGHT = 300). Wait for a batch to end, or cancel one, then try again.",
+          "Your batches in progress hold 250 requests not ended yet; this batch's 51 would pass the most a tenant may have in progress at once (BATCH_MAX_LINES_IN_FLIGHT = 300). Wait for a batch to end, or cancel one, then try again.",
         type: 'rate_limit_error',
         code: 'batch_limit_exceeded',
         param: null,

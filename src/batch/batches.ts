@@ -137,7 +137,7 @@ const CreateSchema = z
   })
   .strict();
 
-/** The per-tenant caps on unfinished batches (BATCH_MAX_IN_FLIGHT) and on their request lines, all together (BATCH_MAX_LINES_IN_FLIGHT). */
+/** The per-tenant caps on unfinished batches (BATCH_MAX_IN_FLIGHT) and on their request lines not ended yet, all together (BATCH_MAX_LINES_IN_FLIGHT). */
 export interface InFlightLimits {
   maxBatches: number;
   maxLines: number;
@@ -149,12 +149,21 @@ export const IN_FLIGHT = "('validating', 'in_progress', 'finalizing', 'cancellin
  * In the transaction that inserts a tenant's new batch of `lines` lines: its unfinished batches (both
  * APIs') counted under a lock of the tenant's, so that two batches created at once cannot both pass
  * the cap; one more than BATCH_MAX_IN_FLIGHT, or lines past BATCH_MAX_LINES_IN_FLIGHT, is a 429.
+ * A batch's lines in flight are those not ended yet: its `total` less the lines counted in
+ * `completed` and `failed`, less the lines ended not run (`batch_cancelled`, `batch_expired`: no
+ * status code, counted in neither). Lines not run exist only once a batch is `cancelling` or past
+ * its window, so only those batches' results are counted.
  */
 export async function admitBatch(client: DbClient, tenantId: string, lines: number, limits: InFlightLimits): Promise<void> {
   await client.query("select pg_advisory_xact_lock(hashtext('catraca.batches'), hashtext($1))", [tenantId]);
   const { rows } = await client.query<{ batches: number; lines: string }>(
-    `select count(*)::int as batches, coalesce(sum(total), 0)::text as lines
-       from batches where tenant_id = $1 and status in ${IN_FLIGHT}`,
+    `select count(*)::int as batches,
+            coalesce(sum(b.total - b.completed - b.failed
+              - case when b.status = 'cancelling' or b.expires_at <= now() then
+                  (select count(*) from batch_results r
+                    where r.batch_id = b.id and r.ok = false and r.status_code is null and r.error->>'code' in ('batch_cancelled', 'batch_expired'))
+                else 0 end), 0)::text as lines
+       from batches b where b.tenant_id = $1 and b.status in ${IN_FLIGHT}`,
     [tenantId],
   );
   const { batches, lines: pending } = { batches: rows[0].batches, lines: Number(rows[0].lines) };
@@ -171,7 +180,7 @@ export async function admitBatch(client: DbClient, tenantId: string, lines: numb
       429,
       'rate_limit_error',
       'batch_limit_exceeded',
-      `Your batches in progress hold ${pending} requests; this batch's ${lines} would pass the most a tenant may have in progress at once (BATCH_MAX_LINES_IN_FLIGHT = ${limits.maxLines}). Wait for a batch to end, or cancel one, then try again.`,
+      `Your batches in progress hold ${pending} requests not ended yet; this batch's ${lines} would pass the most a tenant may have in progress at once (BATCH_MAX_LINES_IN_FLIGHT = ${limits.maxLines}). Wait for a batch to end, or cancel one, then try again.`,
     );
   }
 }
@@ -250,8 +259,9 @@ export async function getBatchBody(db: DbClient, key: ApiKeyRecord, id: string) 
 /**
  * POST /v1/batches/{id}/cancel: an unfinished batch becomes `cancelling` (lines running end, lines
  * not started are not run); the runner ends it `cancelled`. Cancelling a batch already ended is a 400.
+ * The portal's "Cancelar" is this same statement, for the tenant of the signed-in member.
  */
-export async function cancelBatch(db: DbClient, key: ApiKeyRecord, id: string, api: BatchRow['api'] = 'openai'): Promise<BatchRow> {
+export async function cancelBatch(db: DbClient, key: Pick<ApiKeyRecord, 'tenant_id'>, id: string, api: BatchRow['api'] = 'openai'): Promise<BatchRow> {
   const { rows } = await db.query<BatchRow>(
     `update batches set status = 'cancelling', cancelling_at = now()
       where id = $1 and tenant_id = $2 and api = $3 and status in ('validating', 'in_progress') returning *`,

@@ -11,9 +11,9 @@ const EVERYONE = ROLES;
 /**
  * The one table of permissions: action → the roles that may perform it.
  *   owner      everything, members and roles included
- *   admin      keys (all, and their data country), members (not owners), batch results
+ *   admin      keys (all, and their data country), members (not owners), batch files and cancels
  *   billing    top-ups, statement, exports, notifications, notas fiscais
- *   developer  their own keys, usage, batch results
+ *   developer  their own keys, usage, batch files and cancels
  * Every role sees usage and the batches page.
  */
 export const PERMISSIONS = {
@@ -39,8 +39,10 @@ export const PERMISSIONS = {
   invoices: ['owner', 'billing'],
   /** the batches page ("Lotes"): the tenant's batches, their counts, status and spend */
   batches: EVERYONE,
-  /** downloading a batch's output, error and results files: they hold the prompts and answers, so not billing */
+  /** downloading a batch's input, output, error and results files: they hold the prompts and answers, so not billing */
   'batches.results': ['owner', 'admin', 'developer'],
+  /** cancelling a batch still running (the API's cancel): the roles that may read its prompts and answers, so not billing */
+  'batches.cancel': ['owner', 'admin', 'developer'],
   /** the members page: invite, change roles, remove — members who are not owners */
   members: ['owner', 'admin'],
   /** the same for owners: invite or promote an owner, demote or remove one */

@@ -40,11 +40,11 @@ import { cleanUp } from '../../src/portal/cleanup.ts';
 import { putFlash, takeFlash } from '../../src/portal/flash.ts';
 import { acceptInvitation, changeRole, invite, listInvitations, openInvitation, removeMember, revokeInvitation } from '../../src/portal/members.ts';
 import { listMembers } from '../../src/db/members.ts';
-import { batchFile, listBatches } from '../../src/portal/batches.ts';
+import { batchFile, cancelPortalBatch, listBatches } from '../../src/portal/batches.ts';
 import { exportQuery } from '../../src/portal/exports.ts';
 import { dailySpend, ledgerPage, spendByEndUser, spendByKey, spendByModel } from '../../src/portal/usage.ts';
 import { sweepExpiredResponses } from '../../src/db/responses.ts';
-import { admitBatch } from '../../src/batch/batches.ts';
+import { admitBatch, cancelBatch } from '../../src/batch/batches.ts';
 import { deleteOldBatches, expireStuckBatches } from '../../src/batch/sweeper.ts';
 import { deleteResponse, loadResponse, saveResponse } from '../../src/protocols/responses/store.ts';
 import { run as runCli } from '../../src/cli/main.ts';
@@ -306,7 +306,12 @@ const ALLOWED: Record<LoginRole, Record<string, Run>> = {
     },
     'Lotes: the tenant’s batches with their spend, a batch’s files (migration 089)': async (db) => {
       expect((await listBatches(db, f.tenant, 1)).rows).toEqual([]);
-      for (const kind of ['output', 'errors', 'results'] as const) expect(await batchFile(db, f.tenant, `batch_${'0'.repeat(24)}`, kind)).toBeNull();
+      for (const kind of ['input', 'output', 'errors', 'results'] as const) expect(await batchFile(db, f.tenant, `batch_${'0'.repeat(24)}`, kind)).toBeNull();
+    },
+    'Lotes: cancelling a batch, the API’s cancel (migration 095)': async (db) => {
+      expect(await cancelPortalBatch(db, f.tenant, `batch_${'0'.repeat(24)}`)).toBeNull();
+      // the update itself runs (no such batch: a 404 after it), so its privilege is checked
+      await expect(cancelBatch(db, { tenant_id: f.tenant }, `batch_${'0'.repeat(24)}`)).rejects.toMatchObject({ code: 'batch_not_found' });
     },
     // (members.ts runs its own transactions: on the portal's pool, committed, in the fixture's tenant)
     'members: invite, accept, list, change a role, remove; invitations revoked': async () => {
@@ -578,8 +583,15 @@ const REFUSED: Record<LoginRole, Record<string, () => [string, unknown[]?]>> = {
     'change an event': () => [`update notify_events set data = '{}'`],
     'reset the depleted state': () => ['update notify_tenants set depleted_fired = false'],
     catraca_notify_keys: () => ['select * from catraca_notify_keys($1)', [[K()]]],
-    // the Lotes page only reads: no batch changed, no file's key or upload read
-    'change a batch': () => [`update batches set status = 'cancelled' where tenant_id = $1`, [T()]],
+    // the Lotes page reads, and its cancel changes a batch's status alone (migration 095): not its
+    // counts, files or vendor state; no file written, no file's key or upload read
+    'change a batch’s counts': () => [`update batches set completed = total where tenant_id = $1`, [T()]],
+    'change a batch’s files': () => [`update batches set output_file_id = null where tenant_id = $1`, [T()]],
+    'claim a vendor-mode batch': () => [`update batches set vendor_next_at = now() where tenant_id = $1`, [T()]],
+    'write a batch file': () => [
+      `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at) values ('file-forged', $1, $2, 'batch_output', 'x', 0, 0, '', now())`,
+      [T(), K()],
+    ],
     'read which key uploaded a file': () => ['select key_id from batch_files'],
   },
   console: {

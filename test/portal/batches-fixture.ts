@@ -203,3 +203,90 @@ export async function manyBatches(db: pg.Pool, tenantId: string, n = 25): Promis
   }
   return ids;
 }
+
+/** Batches still running, for "Cancelar": each with its input file (an OpenAI `batch` file, an Anthropic batch's requests). */
+export interface RunningBatches {
+  /** OpenAI chat batch in queue mode, `in_progress`: 4 lines, line 0 answered, line 1 claimed and running, lines 2 and 3 not started */
+  queued: string;
+  /** Anthropic message batch, `validating`: 2 requests */
+  validating: string;
+  /** OpenAI chat batch in vendor mode, `in_progress`: 3 lines, lines 0 and 1 at the vendor (batch `vb_<id>` of model vbatch/gpt), line 2 not submitted */
+  vendor: string;
+  /** the contents of the input files as stored */
+  queuedInput: string;
+  validatingInput: string;
+}
+
+export const QUEUED_INPUT = [0, 1, 2, 3]
+  .map((i) =>
+    JSON.stringify({
+      custom_id: `q-${i}`,
+      method: 'POST',
+      url: '/v1/chat/completions',
+      body: { model: 'sim/echo', messages: [{ role: 'user', content: `oi ${i}` }] },
+    }),
+  )
+  .join('\n')
+  .concat('\n');
+/** an Anthropic batch's requests as the API keeps them (src/batch/message-batches.ts) */
+export const MESSAGE_INPUT = ['m-a', 'm-b']
+  .map((id) =>
+    JSON.stringify({
+      custom_id: id,
+      method: 'POST',
+      url: '/v1/messages',
+      body: { model: 'sim/echo', max_tokens: 8, messages: [{ role: 'user', content: id }] },
+    }),
+  )
+  .join('\n')
+  .concat('\n');
+
+export async function runningBatches(db: pg.Pool, tenantId: string): Promise<RunningBatches> {
+  const keyId = (await createApiKey(db, { tenantId, label: 'running' })).record.id;
+  const queued = batchId(dayAt(6, '09:00:00'));
+  const validating = batchId(dayAt(6, '09:30:00'), 'msgbatch');
+  const vendor = batchId(dayAt(6, '10:00:00'));
+  const queuedFile = fileId();
+  const messageFile = fileId();
+  const vendorFile = fileId();
+  for (const [id, purpose, content] of [
+    [queuedFile, 'batch', QUEUED_INPUT],
+    [messageFile, 'message_batch', MESSAGE_INPUT],
+    [vendorFile, 'batch', QUEUED_INPUT.split('\n').slice(0, 3).join('\n').concat('\n')],
+  ]) {
+    await db.query(
+      `insert into batch_files (id, tenant_id, key_id, purpose, filename, bytes, lines, content, expires_at)
+       values ($1, $2, $3, $4, 'input.jsonl', $5, 1, $6, now() + interval '30 days')`,
+      [id, tenantId, keyId, purpose, Buffer.byteLength(content), Buffer.from(content)],
+    );
+  }
+  const running = (id: string, api: 'openai' | 'anthropic', endpoint: string, status: string, input: string, total: number, completed: number, mode: string) =>
+    db.query(
+      `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, status, total, completed, failed, created_at, in_progress_at,
+                            expires_at, api, mode, vendor_next_at)
+       values ($1, $2, $3, $4, $5, '24h', $6, $7, $8, 0, $9, case when $6 = 'in_progress' then $9::timestamptz end, now() + interval '1 day', $10, $11,
+               case when $11 = 'vendor' then now() end)`,
+      [id, tenantId, keyId, input, endpoint, status, total, completed, new Date(Number.parseInt(id.split('_')[1].slice(0, 12), 16)).toISOString(), api, mode],
+    );
+  await running(queued, 'openai', '/v1/chat/completions', 'in_progress', queuedFile, 4, 1, 'queue');
+  await db.query(
+    `insert into batch_results (batch_id, line, custom_id, request_id, status_code, body, error, ok) values
+       ($1, 0, 'q-0', 'gen-q0', 200, '{"ok":0}', null, true),
+       ($1, 1, 'q-1', 'gen-q1', null, null, null, null)`,
+    [queued],
+  );
+  await running(validating, 'anthropic', '/v1/messages', 'validating', messageFile, 2, 0, 'queue');
+  await running(vendor, 'openai', '/v1/chat/completions', 'in_progress', vendorFile, 3, 0, 'vendor');
+  // lines 0 and 1 at the vendor (its batch vb_…), line 2 waiting for the next chunk
+  await db.query(
+    `insert into vendor_batch_chunks (batch_id, chunk, model_id, deployment, pool, lines, vendor_batch_id, vendor_status)
+     values ($1, 0, 'vbatch/gpt', 'vbatch-gpt-1', 'openai', '{0,1}', $2, 'in_progress')`,
+    [vendor, `vb_${vendor}`],
+  );
+  await db.query(`insert into batch_results (batch_id, line, custom_id, request_id) values ($1, 0, 'q-0', $2), ($1, 1, 'q-1', $3)`, [
+    vendor,
+    `gen-${vendor}-0`,
+    `gen-${vendor}-1`,
+  ]);
+  return { queued, validating, vendor, queuedInput: QUEUED_INPUT, validatingInput: MESSAGE_INPUT };
+}

@@ -203,8 +203,19 @@ const CASES: Case[] = [
   // batches: every role sees the page; the result files (prompts and answers) not billing — no such batch: 404
   { route: 'GET /batches', ask: get(() => '/batches'), expect: [303, 200, 200, 200, 200] },
   {
-    route: 'GET /batches/:id{(?:msg)?batch_[0-9a-f]{24}}/:file{output|errors|results}',
+    route: 'GET /batches/:id{(?:msg)?batch_[0-9a-f]{24}}/:file{input|output|errors|results}',
     ask: get(() => `/batches/batch_${'0'.repeat(24)}/output`),
+    expect: [303, 404, 404, 403, 404],
+  },
+  // cancelling a batch: the roles that download its files
+  {
+    route: 'GET /batches/:id{(?:msg)?batch_[0-9a-f]{24}}/cancel',
+    ask: get(() => `/batches/batch_${'0'.repeat(24)}/cancel`),
+    expect: [303, 404, 404, 403, 404],
+  },
+  {
+    route: 'POST /batches/:id{(?:msg)?batch_[0-9a-f]{24}}/cancel',
+    ask: post(() => `/batches/batch_${'0'.repeat(24)}/cancel`),
     expect: [303, 404, 404, 403, 404],
   },
   // the statement and top-ups: owner and billing

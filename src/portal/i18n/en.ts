@@ -485,7 +485,8 @@ export const en: Messages = {
   'batches.title': 'Batches',
   'batches.intro':
     'Your company’s batches (OpenAI’s Batch API and Anthropic’s Message Batches), newest first. A batch’s spend is the sum of its lines’ debits in the statement, at the batch prices.',
-  'batches.results_note': 'Result files hold the prompts and the answers: only owners, admins and developers may download them.',
+  'batches.results_note':
+    'A batch’s files (its input and its results) hold the prompts and the answers: only owners, admins and developers may download them or cancel a batch.',
   'batches.col.id': 'Batch',
   'batches.col.api': 'API · endpoint',
   'batches.col.status': 'Status',
@@ -509,4 +510,14 @@ export const en: Messages = {
   'batches.file.output': 'Output',
   'batches.file.errors': 'Errors',
   'batches.file.results': 'Results',
+  'batches.file.input': 'Input',
+  'batches.col.actions': 'Actions',
+  'batches.cancel': 'Cancel',
+  'batches.cancel_title': 'Cancel batch {id}?',
+  'batches.cancel_text':
+    'Lines already running finish and are billed; lines not started are not run and not billed. The batch stays "Cancelling" until its last running line ends, then "Cancelled", with the files of what ran. This cannot be undone.',
+  'batches.cancel_confirm': 'Yes, cancel it',
+  'batches.cancel_back': 'Back to batches',
+  'batches.cancelled_ok': 'Batch {id} is being cancelled.',
+  'batches.not_cancellable': 'Batch {id} is already "{status}": it can no longer be cancelled.',
 };

@@ -489,7 +489,8 @@ export const ptBR = {
   'batches.title': 'Lotes',
   'batches.intro':
     'Os lotes da empresa (Batch API da OpenAI e Message Batches da Anthropic), dos mais recentes aos mais antigos. O gasto de um lote é a soma dos débitos das suas linhas no extrato, aos preços de lote.',
-  'batches.results_note': 'Os arquivos de resultado trazem os prompts e as respostas: só proprietários, administradores e desenvolvedores podem baixá-los.',
+  'batches.results_note':
+    'Os arquivos de um lote (a entrada e os resultados) trazem os prompts e as respostas: só proprietários, administradores e desenvolvedores podem baixá-los ou cancelar um lote.',
   'batches.col.id': 'Lote',
   'batches.col.api': 'API · endpoint',
   'batches.col.status': 'Situação',
@@ -513,6 +514,16 @@ export const ptBR = {
   'batches.file.output': 'Saída',
   'batches.file.errors': 'Erros',
   'batches.file.results': 'Resultados',
+  'batches.file.input': 'Entrada',
+  'batches.col.actions': 'Ações',
+  'batches.cancel': 'Cancelar',
+  'batches.cancel_title': 'Cancelar o lote {id}?',
+  'batches.cancel_text':
+    'As linhas já em execução terminam e são cobradas; as que ainda não começaram não são executadas nem cobradas. O lote fica "Cancelando" até a última linha em execução terminar, e então "Cancelado", com os arquivos do que foi executado. Não é possível desfazer.',
+  'batches.cancel_confirm': 'Sim, cancelar',
+  'batches.cancel_back': 'Voltar aos lotes',
+  'batches.cancelled_ok': 'O lote {id} está sendo cancelado.',
+  'batches.not_cancellable': 'O lote {id} já está "{status}": não pode mais ser cancelado.',
 };
 
 export type Messages = { [K in keyof typeof ptBR]: string };
