@@ -14,11 +14,15 @@ import { measureRoute, type RoutePhase, startStack } from './run-stack.ts';
 import { scenarios } from './scenarios.ts';
 import { localPoolsFor, parseRoutes } from './stack-routes.ts';
 
-// Interactive traffic beside a queue-mode batch, in one sitting on one stack:
+// Interactive traffic beside a queue-mode batch, in one sitting on one stack, --rounds times:
 //   1. quiet:       stream-500 (or --scenario) through the gateway, no batch;
-//   2. batch alone: a --lines-line chat batch (another tenant's) created and run for --alone s: lines/s;
+//   2. a --lines-line chat batch (another tenant's) created; in the first round it runs alone for
+//      --alone s first (lines/s, CPU per line);
 //   3. with batch:  the same interactive load while the batch keeps running: p50/p99, CPU, lines/s;
-//   4. quiet again: the batch cancelled (its running lines finish), the interactive load once more.
+//      then the batch cancelled (its running lines finish);
+// and a last quiet phase. On this 2-core machine a phase's p99 is set by a second or two of stall
+// that comes in any phase (--timeline shows them), so the verdict pools every measured request of
+// the quiet phases against every one of the phases with a batch, taken in turn.
 // Each interactive phase has its direct phase beside it (bench/run-stack.ts's measureRoute), so the
 // added latency is the gateway's over the mock's own at that moment. The batch's lines go to the
 // same mock model (bench/mock) through the same front door: BATCH_CONCURRENCY lines at once, none
@@ -36,6 +40,7 @@ const HELP = `usage: npx tsx bench/batch-interactive.ts [options]
   --pause-in-flight N    BATCH_PAUSE_IN_FLIGHT of the front door (default: the gateway's default)
   --local-pools LIST     default openai,sim (with --workers 0, the front door serves every job)
   --workers N            default 0
+  --rounds N             quiet and with-a-batch phases taken in turn N times, a quiet one last (default 3)
   --timeline             a line a second on stderr (and in the results file): the interactive requests
                          that were to start in that second (count, p50, p99, max ms), CPU ms of each
                          process, PostgreSQL's autovacuum workers and active backends, the batch's lines
@@ -192,6 +197,7 @@ async function main(argv: string[]): Promise<number> {
       'local-pools': { type: 'string' },
       workers: { type: 'string' },
       timeline: { type: 'boolean' },
+      rounds: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
   });
@@ -205,6 +211,7 @@ async function main(argv: string[]): Promise<number> {
   if (!sc) throw new Error(`unknown scenario ${scenarioName}`);
   const lines = Number(v.lines ?? 50000);
   const aloneS = Number(v.alone ?? 20);
+  const rounds = Number(v.rounds ?? 3);
   const [route] = parseRoutes('chat');
   const gatewayEnv: Record<string, string> = {};
   if (v.concurrency) gatewayEnv.BATCH_CONCURRENCY = v.concurrency;
@@ -236,8 +243,13 @@ async function main(argv: string[]): Promise<number> {
   const startedAt = new Date();
   const url = stack.gatewayUrl;
   const timeline = v.timeline ? new Timeline(stack, log) : null;
+  // every measured gateway request's latency (from its intended start), by phase: pooled below
+  const measured = new Map<string, number[]>();
   const phase = (label: string, onGatewayMeasure?: (edge: 'start' | 'end') => void) => {
     timeline?.label(label);
+    const latencies: number[] = [];
+    measured.set(label, latencies);
+    let measuring = false;
     return measureRoute(stack, {
       route: route!,
       round: 1,
@@ -247,18 +259,27 @@ async function main(argv: string[]): Promise<number> {
       goals: sc.goals,
       log,
       onGatewayMeasure: (edge) => {
+        measuring = edge === 'start';
         timeline?.label(`${label}${edge === 'start' ? ' (measured)' : ' (after)'}`);
         onGatewayMeasure?.(edge);
       },
-      onGatewayResult: timeline ? (r) => timeline.result(r.intendedAt, r.endedAt, r.ok) : undefined,
+      onGatewayResult: (r) => {
+        timeline?.result(r.intendedAt, r.endedAt, r.ok);
+        if (measuring) latencies.push(r.ok ? r.endedAt - r.intendedAt : Number.POSITIVE_INFINITY);
+      },
     });
   };
-  const doc: Record<string, unknown> = { scenario: scenarioName, lines, alone_s: aloneS, gateway_env: gatewayEnv, started_at: startedAt.toISOString() };
+  const doc: Record<string, unknown> = {
+    scenario: scenarioName,
+    lines,
+    rounds,
+    alone_s: aloneS,
+    gateway_env: gatewayEnv,
+    started_at: startedAt.toISOString(),
+  };
+  const db = createPool(stack.databaseUrl, 1);
   try {
-    const quiet = await phase('quiet');
-
-    // the batch: another tenant's, so the interactive tenant's balance and ledger are its own
-    const db = createPool(stack.databaseUrl, 1);
+    // the batches: another tenant's, so the interactive tenant's balance and ledger are its own
     const tenant = await createTenant(db, `bench batch ${startedAt.toISOString()}`);
     await credit(db, { tenantId: tenant.id, amountMicros: 1_000_000_000n * 1_000_000n, source: 'grant', note: 'benchmark batch balance' });
     const { key } = await createApiKey(db, { tenantId: tenant.id, label: 'bench batch', models: null });
@@ -275,60 +296,70 @@ async function main(argv: string[]): Promise<number> {
     form.append('file', new Blob([jsonl], { type: 'application/jsonl' }), 'bench.jsonl');
     const t0 = Date.now();
     const file = await api(url, key, '/files', { method: 'POST', body: form });
-    const t1 = Date.now();
-    const batch = await api(url, key, '/batches', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }),
-    });
-    const t2 = Date.now();
-    timeline?.watchBatch(batch.id);
-    log(`batch ${batch.id}: ${lines} lines, ${jsonl.length} bytes uploaded in ${t1 - t0} ms, created (enqueued) in ${t2 - t1} ms`);
-    let c = await counts(url, key, batch.id);
-    while (c.completed + c.failed === 0) {
-      await new Promise((r) => setTimeout(r, 200));
-      c = await counts(url, key, batch.id);
+    const uploadMs = Date.now() - t0;
+    log(`input file ${file.id}: ${lines} lines, ${jsonl.length} bytes uploaded in ${uploadMs} ms`);
+
+    const phases: Array<{ label: string; kind: 'quiet' | 'batch'; result: RoutePhase; batch_lines_per_s?: number }> = [];
+    const batches: Array<Record<string, unknown>> = [];
+    let alone: Record<string, unknown> | null = null;
+    for (let round = 1; round <= rounds; round++) {
+      const quietLabel = `quiet ${round}`;
+      phases.push({ label: quietLabel, kind: 'quiet', result: await phase(quietLabel) });
+
+      const c0 = Date.now();
+      const batch = await api(url, key, '/batches', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }),
+      });
+      const createMs = Date.now() - c0;
+      timeline?.watchBatch(batch.id);
+      log(`batch ${batch.id}: ${lines} lines created (enqueued) in ${createMs} ms`);
+      let c = await counts(url, key, batch.id);
+      while (c.completed + c.failed === 0) {
+        await new Promise((r) => setTimeout(r, 200));
+        c = await counts(url, key, batch.id);
+      }
+      if (round === 1) {
+        // the batch alone: its pace with the door to itself
+        const a0 = await counts(url, key, batch.id);
+        const cpuA0 = cpuNow(stack.procs, stack.postmasterPid);
+        await new Promise((r) => setTimeout(r, aloneS * 1000));
+        const a1 = await counts(url, key, batch.id);
+        const cpuA1 = cpuNow(stack.procs, stack.postmasterPid);
+        const n = a1.completed + a1.failed - (a0.completed + a0.failed);
+        alone = {
+          lines: n,
+          failed: a1.failed - a0.failed,
+          lines_per_s: Math.round((n / ((a1.at - a0.at) / 1000)) * 10) / 10,
+          cpu_ms_per_line: cpuMsPer(cpuA0, cpuA1, n),
+        };
+        log(`batch alone: ${JSON.stringify(alone)}`);
+      }
+      // interactive beside the batch; its progress over the gateway phase's measured part only
+      let at0: Promise<BatchCounts & { at: number }> | undefined;
+      let at1: Promise<BatchCounts & { at: number }> | undefined;
+      const batchLabel = `with batch ${round}`;
+      const result = await phase(batchLabel, (edge) => {
+        if (edge === 'start') at0 = counts(url, key, batch.id);
+        else at1 = counts(url, key, batch.id);
+      });
+      const b0 = await at0!;
+      const b1 = await at1!;
+      const beside = b1.completed + b1.failed - (b0.completed + b0.failed);
+      const perS = Math.round((beside / ((b1.at - b0.at) / 1000)) * 10) / 10;
+      phases.push({ label: batchLabel, kind: 'batch', result, batch_lines_per_s: perS });
+      await api(url, key, `/batches/${batch.id}/cancel`, { method: 'POST' });
+      let end = await counts(url, key, batch.id);
+      while (end.status !== 'cancelled' && end.status !== 'completed') {
+        await new Promise((r) => setTimeout(r, 200));
+        end = await counts(url, key, batch.id);
+      }
+      log(`batch ${round} ended ${end.status}: completed ${end.completed}, failed ${end.failed}, total ${end.total}; beside the load ${beside} lines`);
+      batches.push({ id: batch.id, create_ms: createMs, beside_lines: beside, beside_lines_per_s: perS, end });
     }
-    // the batch alone
-    const a0 = await counts(url, key, batch.id);
-    const cpuA0 = cpuNow(stack.procs, stack.postmasterPid);
-    await new Promise((r) => setTimeout(r, aloneS * 1000));
-    const a1 = await counts(url, key, batch.id);
-    const cpuA1 = cpuNow(stack.procs, stack.postmasterPid);
-    const aloneLines = a1.completed + a1.failed - (a0.completed + a0.failed);
-    const alone = {
-      lines: aloneLines,
-      failed: a1.failed - a0.failed,
-      lines_per_s: Math.round((aloneLines / ((a1.at - a0.at) / 1000)) * 10) / 10,
-      cpu_ms_per_line: cpuMsPer(cpuA0, cpuA1, aloneLines),
-    };
-    log(`batch alone: ${JSON.stringify(alone)}`);
-    // interactive beside the batch
-    // the batch's progress over the gateway phase's measured part only (not its direct phase)
-    let at0: Promise<BatchCounts & { at: number }> | undefined;
-    let at1: Promise<BatchCounts & { at: number }> | undefined;
-    const withBatch = await phase('with batch', (edge) => {
-      if (edge === 'start') at0 = counts(url, key, batch.id);
-      else at1 = counts(url, key, batch.id);
-    });
-    const b0 = await at0!;
-    const b1 = await at1!;
-    const besideLines = b1.completed + b1.failed - (b0.completed + b0.failed);
-    const beside = {
-      lines: besideLines,
-      failed: b1.failed - b0.failed,
-      lines_per_s: Math.round((besideLines / ((b1.at - b0.at) / 1000)) * 10) / 10,
-      status: b1.status,
-    };
-    log(`batch beside the interactive load (the gateway phase's measured part): ${JSON.stringify(beside)}`);
-    await api(url, key, `/batches/${batch.id}/cancel`, { method: 'POST' });
-    let end = await counts(url, key, batch.id);
-    while (end.status !== 'cancelled' && end.status !== 'completed') {
-      await new Promise((r) => setTimeout(r, 200));
-      end = await counts(url, key, batch.id);
-    }
-    log(`batch ended ${end.status}: completed ${end.completed}, failed ${end.failed}, total ${end.total}`);
-    const quiet2 = await phase('quiet again');
+    const lastLabel = `quiet ${rounds + 1}`;
+    phases.push({ label: lastLabel, kind: 'quiet', result: await phase(lastLabel) });
 
     // every request settled: no hold left (metering may still be settling the last ones)
     for (let i = 0; i < 100; i++) {
@@ -344,7 +375,6 @@ async function main(argv: string[]): Promise<number> {
          from tenants t where t.id = any($1)`,
       [[...stack.tenantIds, tenant.id]],
     );
-    await db.end();
     const ledger = rows.map((r) => ({ ...r, balance_matches_ledger: r.balance === r.ledger_balance }));
     const batchLedger = ledger.find((r) => r.id === tenant.id)!;
 
@@ -354,7 +384,6 @@ async function main(argv: string[]): Promise<number> {
       return {
         p50: gw.total_ms.p50,
         p99: gw.total_ms.p99,
-        ttft_p99: gw.ttft_ms.p99,
         direct_p50: direct.total_ms.p50,
         direct_p99: direct.total_ms.p99,
         errors: gw.errors.total,
@@ -363,62 +392,51 @@ async function main(argv: string[]): Promise<number> {
         stack_ms: p.cpu_ms_per_request.stack_ms,
       };
     };
-    const s = { quiet: summary(quiet), with_batch: summary(withBatch), quiet_again: summary(quiet2) };
     const rowsOut: Cell[][] = [
       ['interactive phase', 'p50 ms', 'p99 ms', 'direct p50 / p99', 'errors', 'gateway ms CPU/req', 'stack ms CPU/req', 'batch lines/s'],
     ];
-    rowsOut.push([
-      'quiet',
-      s.quiet.p50,
-      s.quiet.p99,
-      `${s.quiet.direct_p50} / ${s.quiet.direct_p99}`,
-      s.quiet.errors,
-      s.quiet.gateway_ms ?? 'n/a',
-      s.quiet.stack_ms,
-      0,
-    ]);
-    rowsOut.push([
-      `with a ${lines}-line batch`,
-      s.with_batch.p50,
-      s.with_batch.p99,
-      `${s.with_batch.direct_p50} / ${s.with_batch.direct_p99}`,
-      s.with_batch.errors,
-      s.with_batch.gateway_ms ?? 'n/a',
-      s.with_batch.stack_ms,
-      beside.lines_per_s,
-    ]);
-    rowsOut.push([
-      'quiet again',
-      s.quiet_again.p50,
-      s.quiet_again.p99,
-      `${s.quiet_again.direct_p50} / ${s.quiet_again.direct_p99}`,
-      s.quiet_again.errors,
-      s.quiet_again.gateway_ms ?? 'n/a',
-      s.quiet_again.stack_ms,
-      0,
-    ]);
-    const quietP99 = Math.max(s.quiet.p99, s.quiet_again.p99);
-    const quietP50 = Math.max(s.quiet.p50, s.quiet_again.p50);
+    const perPhase = phases.map((p) => ({ label: p.label, kind: p.kind, ...summary(p.result), batch_lines_per_s: p.batch_lines_per_s ?? 0 }));
+    for (const s of perPhase)
+      rowsOut.push([s.label, s.p50, s.p99, `${s.direct_p50} / ${s.direct_p99}`, s.errors, s.gateway_ms ?? 'n/a', s.stack_ms, s.batch_lines_per_s]);
+    // pooled: every measured request of the quiet phases, and of the phases with a batch
+    const pooled = (kind: 'quiet' | 'batch') => {
+      const all = phases.filter((p) => p.kind === kind).flatMap((p) => measured.get(p.label) ?? []);
+      all.sort((a, b) => a - b);
+      const q = (f: number) => Math.round(all[Math.min(all.length - 1, Math.ceil(f * all.length) - 1)]! * 10) / 10;
+      const ofKind = perPhase.filter((p) => p.kind === kind);
+      const mean = (f: (p: (typeof perPhase)[number]) => number | null) =>
+        Math.round((ofKind.reduce((sum, p) => sum + (f(p) ?? 0), 0) / ofKind.length) * 1000) / 1000;
+      return { requests: all.length, p50: q(0.5), p99: q(0.99), gateway_ms: mean((p) => p.gateway_ms), stack_ms: mean((p) => p.stack_ms) };
+    };
+    const quietAll = pooled('quiet');
+    const batchAll = pooled('batch');
+    const linesPerS = Math.round((batches.reduce((s, b) => s + (b.beside_lines as number), 0) / (rounds * base.durationS)) * 10) / 10;
+    rowsOut.push([`all quiet (${quietAll.requests} requests)`, quietAll.p50, quietAll.p99, '', '', quietAll.gateway_ms, quietAll.stack_ms, 0]);
+    rowsOut.push([`all with a batch (${batchAll.requests} requests)`, batchAll.p50, batchAll.p99, '', '', batchAll.gateway_ms, batchAll.stack_ms, linesPerS]);
     const within = {
-      p50_pct: Math.round(((s.with_batch.p50 - quietP50) / quietP50) * 1000) / 10,
-      p99_pct: Math.round(((s.with_batch.p99 - quietP99) / quietP99) * 1000) / 10,
+      p50_pct: Math.round(((batchAll.p50 - quietAll.p50) / quietAll.p50) * 1000) / 10,
+      p99_pct: Math.round(((batchAll.p99 - quietAll.p99) / quietAll.p99) * 1000) / 10,
     };
     Object.assign(doc, {
       host: { cpus: os.cpus().length, node: process.version },
-      phases: s,
-      batch: { id: batch.id, upload_ms: t1 - t0, create_ms: t2 - t1, alone, beside, end },
+      phases: perPhase,
+      pooled: { quiet: quietAll, with_batch: batchAll },
+      file: { id: file.id, upload_ms: uploadMs },
+      batches,
+      alone,
       interactive_vs_quiet_pct: within,
       within_10_pct: within.p50_pct <= 10 && within.p99_pct <= 10,
       ledger,
-      raw: { quiet, with_batch: withBatch, quiet_again: quiet2 },
+      raw: Object.fromEntries(phases.map((p) => [p.label, p.result])),
       ...(timeline ? { timeline: timeline.rows } : {}),
     });
+    const a = alone as { lines: number; failed: number; lines_per_s: number; cpu_ms_per_line: unknown };
     const out = [
       table(rowsOut),
-      `interactive with the batch vs the worse quiet phase: p50 ${within.p50_pct} %, p99 ${within.p99_pct} % (goal: within 10 %)`,
-      `batch alone: ${alone.lines} lines in ${aloneS} s = ${alone.lines_per_s} lines/s (${alone.failed} failed); CPU ms per line: ${JSON.stringify(alone.cpu_ms_per_line)}`,
-      `batch beside the interactive load: ${beside.lines} lines, ${beside.lines_per_s} lines/s`,
-      `batch ended ${end.status}: ${end.completed} completed, ${end.failed} failed of ${end.total}; its tenant: ${batchLedger.debits} debits, balance = ledger ${batchLedger.balance_matches_ledger}, open holds ${batchLedger.open_holds}`,
+      `interactive with a batch vs quiet, every measured request of ${rounds} rounds pooled: p50 ${within.p50_pct} %, p99 ${within.p99_pct} % (goal: within 10 %)`,
+      `batch alone: ${a.lines} lines in ${aloneS} s = ${a.lines_per_s} lines/s (${a.failed} failed); CPU ms per line: ${JSON.stringify(a.cpu_ms_per_line)}`,
+      `batches beside the interactive load: ${batches.map((b) => `${b.beside_lines} lines`).join(', ')} (${linesPerS} lines/s)`,
+      `its tenant: ${batchLedger.debits} debits, balance = ledger ${batchLedger.balance_matches_ledger}, open holds ${batchLedger.open_holds}`,
       `ledger: ${JSON.stringify(ledger.map((r) => ({ debits: r.debits, open_holds: r.open_holds, balance_matches_ledger: r.balance_matches_ledger })))}`,
     ];
     const resultFile = join(ROOT, 'bench', 'results', `batch-interactive-${startedAt.toISOString().replace(/[:.]/g, '-')}.json`);
@@ -427,6 +445,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(out.join('\n\n') + '\n');
     return 0;
   } finally {
+    await db.end();
     await timeline?.stop();
     await stack.stop();
   }
