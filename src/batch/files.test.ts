@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { CatracaError } from '../errors.ts';
-import { newFileId, parseBatchFile, readUpload } from './files.ts';
+import { BatchFileIndex, newFileId, parseBatchFile, RunnableLineSchema, readUpload } from './files.ts';
 
 const line = (custom_id: string, extra: Record<string, unknown> = {}) =>
   JSON.stringify({ custom_id, method: 'POST', url: '/v1/chat/completions', body: { model: 'sim/echo', messages: [] }, ...extra });
@@ -101,4 +101,25 @@ it('file ids sort by creation time', () => {
   const b = newFileId(1_700_000_000_001);
   expect(a).toMatch(/^file-[0-9a-f]{24}$/);
   expect(a < b).toBe(true);
+});
+
+describe('BatchFileIndex', () => {
+  const line = (i: number, url = '/v1/chat/completions') =>
+    JSON.stringify({ custom_id: `req-${i}`, method: 'POST', url, body: { model: 'sim/echo', messages: [{ role: 'user', content: `é ${i}` }] } });
+
+  it('reads each request line as parseBatchFile does: blank lines, CRLF and a last line without newline', () => {
+    const content = Buffer.from(`${line(0)}\r\n\n  \n${line(1, '/v1/messages')}\n\t\r\n${line(2)}`);
+    const index = new BatchFileIndex(content);
+    expect(index.count).toBe(3);
+    expect([0, 1, 2].map((i) => index.line(i))).toEqual(parseBatchFile(content, 10, RunnableLineSchema));
+    expect(index.customIds()).toEqual(['req-0', 'req-1', 'req-2']);
+    expect([index.line(3), index.line(-1), index.line(1.5)]).toEqual([null, null, null]);
+  });
+
+  it('a line that no longer parses is null, its custom_id by its place', () => {
+    const index = new BatchFileIndex(Buffer.from(`${line(0)}\n{"custom_id": \n`));
+    expect(index.count).toBe(2);
+    expect(index.line(1)).toBeNull();
+    expect(index.customIds()).toEqual(['req-0', 'line-2']);
+  });
 });

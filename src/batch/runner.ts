@@ -28,7 +28,7 @@ import { responses } from '../protocols/responses/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { type BatchRow, batchObject, batchUsage, cancelBatch, insertBatch } from './batches.ts';
 import { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN } from './ending.ts';
-import { type BatchLine, parseBatchFile, RunnableLineSchema } from './files.ts';
+import { BatchFileIndex, type BatchLine } from './files.ts';
 import { batchNotSupported, VendorBatches } from './vendor.ts';
 
 export { batchAckWaitMs, endBatch, LINE_INTERRUPTED, NOT_RUN, type ResultRow, resultLine } from './ending.ts';
@@ -126,7 +126,7 @@ export class BatchRunner {
   private looping?: Promise<void>;
   private connecting?: Promise<boolean>;
   private messages?: ConsumerMessages;
-  private readonly files = new Map<string, BatchLine[]>();
+  private readonly files = new Map<string, BatchFileIndex>();
   private readonly keys = new Map<string, { record: ApiKeyRecord | null; at: number }>();
   /** `vendor` mode: batches sent to a deployment's own batch API (src/batch/vendor.ts) */
   readonly vendor: VendorBatches;
@@ -283,7 +283,8 @@ export class BatchRunner {
     const batch = rows[0];
     if (!batch || !['in_progress', 'cancelling'].includes(batch.status)) return;
     const lines = await this.linesOf(batch.input_file_id);
-    const custom_id = lines?.[line]?.custom_id ?? `line-${line + 1}`;
+    const request = lines?.line(line) ?? null;
+    const custom_id = request?.custom_id ?? `line-${line + 1}`;
     const notRun = batch.status === 'cancelling' ? NOT_RUN.cancelled : batch.expires_at.getTime() <= Date.now() ? NOT_RUN.expired : null;
     if (notRun) {
       // every line not started yet ends now, in one statement (its custom_id from the input file): the
@@ -293,7 +294,7 @@ export class BatchRunner {
         `insert into batch_results (batch_id, line, custom_id, error, ok)
          select $1, g, coalesce(($3::text[])[g + 1], 'line-' || (g + 1)), $4, false from generate_series(0, $2::int - 1) g
          on conflict do nothing`,
-        [batchId, batch.total, lines?.map((l) => l.custom_id) ?? [], notRun],
+        [batchId, batch.total, lines?.customIds() ?? [], notRun],
       );
       if (ended.rowCount) await this.finalizeIfDone(batchId);
       return;
@@ -320,8 +321,8 @@ export class BatchRunner {
       await this.finalizeIfDone(batchId);
       return;
     }
-    const answer = lines?.[line]
-      ? await this.answer(batch, lines[line], requestId)
+    const answer = request
+      ? await this.answer(batch, request, requestId)
       : {
           requestId: null,
           status: 400,
@@ -344,7 +345,7 @@ export class BatchRunner {
    * started yet (no results row) ended as an error line, 402 `insufficient_balance`, never run.
    * Lines already claimed run on and are billed; a line delivered later finds its row (or the mark) and is not claimed.
    */
-  private async outOfBalance(batch: BatchRow, line: number, custom_id: string, answer: LineAnswer, lines: BatchLine[] | null): Promise<void> {
+  private async outOfBalance(batch: BatchRow, line: number, custom_id: string, answer: LineAnswer, lines: BatchFileIndex | null): Promise<void> {
     const client = await this.door.db.connect();
     try {
       await client.query('begin');
@@ -369,7 +370,7 @@ export class BatchRunner {
              select $1, g, coalesce(($3::text[])[g + 1], 'line-' || (g + 1)), 402, $4, false from generate_series(0, $2::int - 1) g
              on conflict do nothing returning 1)
            update batches set failed = failed + (select count(*) from r) where id = $1`,
-          [batch.id, batch.total, lines?.map((l) => l.custom_id) ?? [], body],
+          [batch.id, batch.total, lines?.customIds() ?? [], body],
         );
       }
       await client.query('commit');
@@ -448,12 +449,12 @@ export class BatchRunner {
     return record;
   }
 
-  private async linesOf(fileId: string): Promise<BatchLine[] | null> {
+  private async linesOf(fileId: string): Promise<BatchFileIndex | null> {
     const cached = this.files.get(fileId);
     if (cached) return cached;
     const { rows } = await this.door.db.query<{ content: Buffer }>('select content from batch_files where id = $1', [fileId]);
     if (!rows[0]) return null;
-    const lines = parseBatchFile(rows[0].content, Number.MAX_SAFE_INTEGER, RunnableLineSchema);
+    const lines = new BatchFileIndex(rows[0].content);
     if (this.files.size >= 8) this.files.delete(this.files.keys().next().value as string);
     this.files.set(fileId, lines);
     return lines;
