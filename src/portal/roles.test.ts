@@ -24,12 +24,13 @@ describe('the permission table', () => {
         'invoices',
         'batches',
         'batches.results',
+        'batches.cancel',
         'members',
         'members.owners',
       ],
-      admin: ['usage', 'account', 'keys', 'keys.all', 'keys.data_country', 'batches', 'batches.results', 'members'],
+      admin: ['usage', 'account', 'keys', 'keys.all', 'keys.data_country', 'batches', 'batches.results', 'batches.cancel', 'members'],
       billing: ['usage', 'account', 'topup', 'statement', 'exports', 'notifications', 'invoices', 'batches'],
-      developer: ['usage', 'account', 'keys', 'batches', 'batches.results'],
+      developer: ['usage', 'account', 'keys', 'batches', 'batches.results', 'batches.cancel'],
     });
   });
 });
