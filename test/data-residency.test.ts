@@ -119,9 +119,13 @@ describe('a --data-country BR key', () => {
   it('when the Brazilian deployment is down: its own failure, then 403 while it cools down; never the healthy foreign one; nothing billed', async () => {
     const { tenantId, key } = await brKey();
     const abroad = azure.stats.byDeployment['gpt-eastus'] ?? 0;
+    const home = azure.stats.byDeployment['busy-brazilsouth'] ?? 0;
     const first = await chat(key, 'residency/down');
-    expect(first.status).toBe(429);
+    // its own failure (429); or, when the deployment's cool-down reached the front door before it
+    // answered (seen once under CI's load), already the 403 — either way the vendor was called once
+    expect([429, 403]).toContain(first.status);
     await first.text();
+    expect(azure.stats.byDeployment['busy-brazilsouth']).toBe(home + 1);
     const second = await chat(key, 'residency/down');
     expect(second.status).toBe(403);
     expect(await second.json()).toMatchObject({
