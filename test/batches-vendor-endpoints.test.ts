@@ -11,6 +11,7 @@ import { embeddings } from '../src/protocols/embeddings/index.ts';
 import type { ParsedRequest, Protocol } from '../src/protocols/types.ts';
 import { expectBalanceEqualsLedger } from './helpers/ledger.ts';
 import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
+import { batchEnded, fileLines } from './helpers/batches.ts';
 
 // `vendor` batch mode for OpenAI batches of /v1/embeddings and /v1/completions (docs/batch.md
 // "vendor mode"): their lines go to the deployment's own Batch API (the mock vendor) as chat lines
@@ -87,24 +88,8 @@ async function create(client: OpenAI, endpoint: Endpoint, lines: string[]) {
   return client.batches.create({ input_file_id: file.id, endpoint, completion_window: '24h' });
 }
 
-async function ended(client: OpenAI, id: string, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const b = await client.batches.retrieve(id);
-    if (['completed', 'cancelled', 'failed', 'expired'].includes(b.status)) return b;
-    if (Date.now() > deadline) throw new Error(`batch ${id} still ${b.status}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function contentLines(client: OpenAI, fileId: string | null | undefined): Promise<ResultLine[]> {
-  if (!fileId) return [];
-  const text = await (await client.files.content(fileId)).text();
-  return text
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l));
-}
+const ended = batchEnded;
+const contentLines = (client: OpenAI, fileId: string | null | undefined) => fileLines<ResultLine>(client, fileId);
 
 const balanceOf = async (tenantId: string): Promise<bigint> =>
   BigInt((await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros);

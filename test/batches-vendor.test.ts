@@ -10,6 +10,7 @@ import { outputTokens } from '../src/gateway/hold.ts';
 import { chat } from '../src/protocols/chat/index.ts';
 import { expectBalanceEqualsLedger } from './helpers/ledger.ts';
 import { startStackWithVendor, stopProcess, type TestStack } from './helpers/stack.ts';
+import { batchEnded, fileLines } from './helpers/batches.ts';
 
 // `vendor` batch mode (docs/batch.md "vendor mode"): a batch naming a model whose deployment is in
 // vendor mode goes to that deployment's own OpenAI Batch API (the mock vendor), through a worker of
@@ -95,24 +96,8 @@ async function create(client: OpenAI, lines: string[]) {
   return client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
 }
 
-async function ended(client: OpenAI, id: string, timeoutMs = 30_000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const b = await client.batches.retrieve(id);
-    if (['completed', 'cancelled', 'failed', 'expired'].includes(b.status)) return b;
-    if (Date.now() > deadline) throw new Error(`batch ${id} still ${b.status}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function contentLines(client: OpenAI, fileId: string | null | undefined): Promise<ResultLine[]> {
-  if (!fileId) return [];
-  const text = await (await client.files.content(fileId)).text();
-  return text
-    .split('\n')
-    .filter(Boolean)
-    .map((l) => JSON.parse(l));
-}
+const ended = batchEnded;
+const contentLines = (client: OpenAI, fileId: string | null | undefined) => fileLines<ResultLine>(client, fileId);
 
 const balanceOf = async (tenantId: string): Promise<bigint> =>
   BigInt((await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros);
