@@ -8,7 +8,8 @@ import { startStack, type Proc, type TestStack } from './helpers/stack.ts';
 // keep answering 200; the junk is refused with 401, or 429 once one client address has spent its
 // lookups (GATEWAY_UNKNOWN_KEYS_PER_MINUTE, before any database read); the junk lands in the
 // negative cache and never evicts a real key (counted by /metrics: real keys are not looked up
-// again); a refused key's connection is answered and closed before its body is read.
+// again); a refused key's connection is answered and closed before a body over 1 MiB is read (a
+// shorter one is read and dropped first, so the client reads the answer rather than a reset).
 //
 // The door trusts 127.0.0.1 as its proxy, so X-Forwarded-For gives each junk request the address of
 // a "client" of our choosing; a second door trusts no proxy and ignores the header.
@@ -201,6 +202,42 @@ function refusedBeforeBody(port: number, key: string, path = '/v1/chat/completio
   });
 }
 
+/**
+ * Sends a POST declaring 256 KiB in two halves 300 ms apart (a client streaming its upload): how many
+ * bytes of answer came before the second half, the answer, and any socket error (a reset).
+ */
+function refusedAfterBody(port: number, key: string, path: string, forwardedFor: string) {
+  const half = Buffer.alloc(128 * 1024, 0x20);
+  return new Promise<{ head: string; body: string; earlyBytes: number; error: string }>((resolve, reject) => {
+    const s = net.connect(port, '127.0.0.1');
+    let got = '';
+    let earlyBytes = -1;
+    let error = '';
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(new Error(`no answer within 5 s after the body (got ${JSON.stringify(got)})`));
+    }, 5000);
+    s.on('connect', () => {
+      s.write(
+        `POST ${path} HTTP/1.1\r\nhost: x\r\nauthorization: Bearer ${key}\r\ncontent-type: application/json\r\n` +
+          `${forwardedFor ? `x-forwarded-for: ${forwardedFor}\r\n` : ''}content-length: ${half.length * 2}\r\n\r\n`,
+      );
+      s.write(half);
+      setTimeout(() => {
+        earlyBytes = got.length;
+        s.write(half);
+      }, 300);
+    });
+    s.on('data', (d) => (got += d.toString('latin1')));
+    s.on('error', (err) => (error = err.message));
+    s.on('close', () => {
+      clearTimeout(timer);
+      const [head, body] = got.split('\r\n\r\n');
+      resolve({ head, body, earlyBytes, error });
+    });
+  });
+}
+
 describe('a refused key ends its connection before its body is read', () => {
   it('unknown key (a database lookup), remembered key, rate-limited address: answered and closed with 4 MiB still unsent', async () => {
     const junk = generateApiKey();
@@ -217,6 +254,21 @@ describe('a refused key ends its connection before its body is read', () => {
     expect(JSON.parse(limited.body).error.type).toBe('rate_limit_error');
     // the door is fine
     expect((await chat(trusting, real[1])).status).toBe(200);
+  });
+
+  it('a body of at most 1 MiB still arriving is read and dropped first, so a client still sending reads the refusal, not a reset', async () => {
+    for (const [path, key, forwardedFor] of [
+      ['/v1/chat/completions', generateApiKey(), '192.0.2.202'], // unknown: refused by the lookup
+      ['/v1/files', 'sk-not-ours', ''], // not shaped like a key: refused before the lookup
+      ['/v1/files', generateApiKey(), '192.0.2.203'],
+    ]) {
+      const r = await refusedAfterBody(trusting.port!, key, path, forwardedFor);
+      expect(r.earlyBytes, `${path}: nothing answered while the body was still arriving`).toBe(0);
+      expect(r.error, `${path}: no reset`).toBe('');
+      expect(r.head).toMatch(/^HTTP\/1\.1 401 /);
+      expect(r.head.toLowerCase()).toContain('connection: close');
+      expect(JSON.parse(r.body).error.code).toBe('invalid_api_key');
+    }
   });
 
   it('reads: a refused key is answered and its connection closed', async () => {

@@ -21,7 +21,7 @@ import { deleteResponseBody, getResponseBody, inputItemsBody } from '../protocol
 import { countTokens, messages } from '../protocols/messages/index.ts';
 import type { ParsedRequest, Protocol } from '../protocols/types.ts';
 import { activityBody, creditsBody, generationBody, keyBody, modelsBody } from './account.ts';
-import { readBody } from './body.ts';
+import { answerAfterBody, readBody } from './body.ts';
 import type { Door } from './door.ts';
 import { Exchange } from './exchange.ts';
 import { presentedKey } from './key-cache.ts';
@@ -202,9 +202,9 @@ export function exchangeRoute(
       if (headerRefusal) throw headerRefusal;
       record = door.keys.resolve(key, door.clientOf(res, req));
     } catch (err) {
-      s.closeConnection = true; // none of the body is read
+      s.closeConnection = true; // none of the body is kept
       door.track(publicError(err).status, protocol.name);
-      sendError(s, err);
+      answerAfterBody(res, door.config.MAX_BODY_BYTES, contentLength, door.config.BODY_TIMEOUT_MS, () => sendError(s, err));
       return;
     }
     door.enter();
@@ -226,9 +226,12 @@ export function exchangeRoute(
     authenticated.catch((err) => {
       if (s.aborted) return;
       s.closeConnection = true; // (this runs before the exchange's own await of the same refusal)
-      if (!stopBody()) return; // the body arrived first: the exchange answers
-      sendError(s, err);
-      door.leave(publicError(err).status, protocol.name);
+      // the body arrived first: the exchange answers; else the refusal, once the rest of the body is dropped
+      stopBody(() => {
+        if (s.aborted) return; // already counted by exchange.aborted()
+        sendError(s, err);
+        door.leave(publicError(err).status, protocol.name);
+      });
     });
   };
 }
@@ -290,8 +293,8 @@ class RawBody {
 
 /**
  * An authenticated upload: the key checked while the body arrives (read up to `limit`, its own bound,
- * not MAX_BODY_BYTES), then `upload`, answered as JSON. A refused key is answered at once and the
- * connection closed.
+ * not MAX_BODY_BYTES), then `upload`, answered as JSON. A refused key is answered when the body has
+ * ended (dropped, not stored) and the connection closed.
  */
 function uploadRoute(door: Door, upload: (door: Door, key: ApiKeyRecord, body: Buffer, contentType: string) => Promise<unknown>, limit: number) {
   return (res: HttpResponse, req: HttpRequest) => {
@@ -313,7 +316,7 @@ function uploadRoute(door: Door, upload: (door: Door, key: ApiKeyRecord, body: B
       record = door.keys.resolve(presentedKey(authorization, xApiKey), door.clientOf(res, req));
     } catch (err) {
       s.closeConnection = true;
-      return fail(err);
+      return answerAfterBody(res, limit, contentLength, door.config.BODY_TIMEOUT_MS, () => fail(err));
     }
     const authenticated = record instanceof Promise ? record : Promise.resolve(record);
     const stopBody = readBody(
@@ -340,8 +343,8 @@ function uploadRoute(door: Door, upload: (door: Door, key: ApiKeyRecord, body: B
     authenticated.catch((err) => {
       if (s.aborted) return;
       s.closeConnection = true;
-      stopBody();
-      fail(err);
+      // answered once the rest of the body is dropped (or at once, when it had all arrived)
+      if (!stopBody(() => fail(err))) fail(err);
     });
   };
 }
