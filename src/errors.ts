@@ -25,6 +25,9 @@ export class CatracaError extends Error {
     this.name = 'CatracaError';
   }
 
+  /** A refusal that the same request, asked again, meets again (one request over a per-minute limit). */
+  permanent = false;
+
   toJSON() {
     return { error: { message: this.message, type: this.type, code: this.code, param: this.param } };
   }
@@ -128,13 +131,16 @@ export const errors = {
       },
     ),
   tpmLimited: (tokens: number, limit: number, remaining: number, retryAfterS: number) =>
-    new CatracaError(
-      429,
-      'rate_limit_error',
-      'tpm_limit_exceeded',
-      `This request counts ${tokens} tokens (its prompt estimate and max_tokens) against this key's limit of ${limit} tokens per minute, of which ${remaining} remain; retry after ${retryAfterS} s, or ask for fewer max_tokens.`,
-      null,
-      { 'retry-after': String(retryAfterS) },
+    Object.assign(
+      new CatracaError(
+        429,
+        'rate_limit_error',
+        'tpm_limit_exceeded',
+        `This request counts ${tokens} tokens (its prompt estimate and max_tokens) against this key's limit of ${limit} tokens per minute, of which ${remaining} remain; retry after ${retryAfterS} s, or ask for fewer max_tokens.`,
+        null,
+        { 'retry-after': String(retryAfterS) },
+      ),
+      { permanent: tokens > limit },
     ),
   endUserLimit: (endUser: string, availableMicros: bigint) =>
     new CatracaError(

@@ -103,7 +103,42 @@ interface LineAnswer {
   body: unknown;
   /** the code of the error that answered it (`insufficient_balance`, `key_limit_exceeded`, …), whatever the protocol's error shape */
   refused?: string;
+  /** set when the refusal passes with time and nothing was charged: the line runs again */
+  retry?: LineRetry;
 }
+
+interface LineRetry {
+  /** no sooner than this (the refusal's retry-after) */
+  afterMs: number;
+  /** the refusal was the key's own limit (rate, concurrency, tokens per minute), whose retry-after is exact */
+  keyLimit: boolean;
+}
+
+const KEY_LIMITS = new Set(['rate_limit_exceeded', 'concurrency_limit_exceeded', 'tpm_limit_exceeded']);
+
+/**
+ * Refusals that pass with time, given before anything ran or by a vendor that ran nothing: a key's
+ * rate, concurrency and per-minute token limits, no worker free or serving, the billing database
+ * busy, the vendor's own 429 or no vendor reached. A batch line so refused is not an error line: it
+ * goes back to the queue and runs again (the batch's window bounds the waiting), unless its request
+ * was charged or the refusal is one the same request always meets (`CatracaError.permanent`).
+ */
+const PASSING_REFUSALS = new Set([
+  'rate_limit_exceeded',
+  'concurrency_limit_exceeded',
+  'tpm_limit_exceeded',
+  'no_worker_available',
+  'overloaded',
+  'model_changed',
+  'shutting_down',
+  'database_unavailable',
+  'database_timeout',
+  'upstream_rate_limited',
+  'upstream_unreachable',
+]);
+
+/** The longest wait before a refused line runs again (its retry-after, doubled with each refusal). */
+const LINE_RETRY_MAX_MS = 60_000;
 
 /** The parts of a front door the runner uses. */
 export interface RunnerDoor {
@@ -269,15 +304,22 @@ export class BatchRunner {
     const parsed = LineMessageSchema.safeParse(JSON.parse(new TextDecoder().decode(m.data)));
     if (!parsed.success) return void m.term();
     try {
-      await this.runLine(parsed.data.batch_id, parsed.data.line);
-      m.ack();
+      const retry = await this.runLine(parsed.data.batch_id, parsed.data.line);
+      if (!retry) m.ack();
+      else {
+        // a key's own limit says when it lets the line in; any other refusal backs off with each delivery
+        const backoffMs = retry.keyLimit ? 0 : 1000 * 2 ** Math.min(m.info.redeliveryCount - 1, 6);
+        const waitMs = Math.min(LINE_RETRY_MAX_MS, Math.max(retry.afterMs, backoffMs));
+        m.nak(Math.round(waitMs * (1 + Math.random() / 4))); // spread, so lines refused together are not all asked again at once
+      }
     } catch (err) {
       log.warn('batch line failed; it will be taken again', { batch_id: parsed.data.batch_id, line: parsed.data.line, err: err as Error });
       m.nak(1000);
     }
   }
 
-  private async runLine(batchId: string, line: number): Promise<void> {
+  /** Runs the line once; when to run it again if its refusal passes with time (undefined: it ended). */
+  private async runLine(batchId: string, line: number): Promise<LineRetry | undefined> {
     const db = this.door.db;
     const { rows } = await db.query<BatchRow>('select * from batches where id = $1', [batchId]);
     const batch = rows[0];
@@ -328,6 +370,18 @@ export class BatchRunner {
           status: 400,
           body: errors.badRequest('The batch input file is gone (deleted or expired).', 'input_file_id', 'invalid_file').toJSON(),
         };
+    if (answer.retry) {
+      // not ended: the claim goes, and the line is taken again as if it had not run (nothing was charged).
+      // The batch's row is locked first: a line released while another marks the batch out of balance
+      // would have neither its claim nor the mark's 402, and no runner would end it; once marked, the
+      // line keeps its refusal as its answer.
+      const released = await db.query(
+        `with b as (select id from batches where id = $1 and out_of_balance_at is null for share)
+         delete from batch_results r using b where r.batch_id = b.id and r.line = $2 and r.ok is null and r.request_id = $3`,
+        [batchId, line, requestId],
+      );
+      if (released.rowCount === 1) return answer.retry;
+    }
     const ok = answer.status === 200;
     if (answer.refused === 'insufficient_balance') await this.outOfBalance(batch, line, custom_id, answer, lines);
     else
@@ -393,19 +447,25 @@ export class BatchRunner {
     const route = PROTOCOLS[l.url];
     const notSupported = typeof l.body.model === 'string' ? batchNotSupported(await this.door.deps.catalog.resolve(l.body.model)) : null;
     if (notSupported) return { requestId: null, status: notSupported.status, body: notSupported.toJSON() };
-    let refused: string | undefined;
-    // the route's own protocol, its error body noted on the way: an Anthropic error body does not carry the code
+    let refusal: CatracaError | undefined;
+    // the route's own protocol, its error noted on the way: an Anthropic error body does not carry the code
     const protocol: Protocol<ParsedRequest> = Object.create(route, {
       errorBody: {
         value: (e: CatracaError) => {
-          refused = e.code;
+          refusal = e;
           return route.errorBody(e);
         },
       },
     });
+    let exchange: Exchange<ParsedRequest> | undefined;
+    const retry = (): LineRetry | undefined => {
+      if (!refusal || !PASSING_REFUSALS.has(refusal.code) || refusal.permanent || exchange?.charged !== false) return undefined;
+      return { afterMs: 1000 * Math.max(1, Number(refusal.headers['retry-after']) || 1), keyLimit: KEY_LIMITS.has(refusal.code) };
+    };
     return new Promise<LineAnswer>((resolve) => {
       let status = 0;
-      const answered = (body: unknown) => resolve({ requestId, status, body, refused: status === 200 ? undefined : refused });
+      const answered = (body: unknown) =>
+        resolve(status === 200 ? { requestId, status, body } : { requestId, status, body, refused: refusal?.code, retry: retry() });
       const res = {
         cork: (cb: () => void) => {
           cb();
@@ -436,7 +496,7 @@ export class BatchRunner {
         },
       } as unknown as HttpResponse;
       const s: ResponseState = { res, requestId, aborted: false, done: false };
-      const exchange = new Exchange({ ...this.door.deps, onFinish: undefined }, protocol, s, undefined, batch.id);
+      exchange = new Exchange({ ...this.door.deps, onFinish: undefined }, protocol, s, undefined, batch.id);
       void exchange.run(Buffer.from(JSON.stringify(l.body)), Promise.resolve(key));
     });
   }

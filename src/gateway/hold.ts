@@ -126,6 +126,7 @@ export class HeldRequest {
   /** the hold jobs settle against: the request id, or the door's lease id ('' when nothing is held) */
   id = '';
   private state: HoldState = 'none';
+  private costed = false;
 
   constructor(
     private readonly admission: HoldAdmission,
@@ -192,7 +193,13 @@ export class HeldRequest {
   settle(cost: bigint | null): void {
     if (!this.open) return;
     this.state = 'ended';
+    if (cost !== null) this.costed = true;
     this.admission.finish(this.requestId, cost);
+  }
+
+  /** Whether its worker reported a cost: the request will be debited (a batch line is then never run again). */
+  get charged(): boolean {
+    return this.costed;
   }
 
   /**
