@@ -1030,6 +1030,8 @@ describe('stacks connect each process as its role', () => {
       dataDir,
       // the request goes to the worker process (a front door would serve sim/* itself)
       env: { GATEWAY_LOCAL_POOLS: '' },
+      // ~9 s alone; under CI's parallel files it once passed main.ts's own 30 s
+      readyTimeoutMs: 75_000,
       output: () => {},
     });
     try {
@@ -1051,5 +1053,5 @@ describe('stacks connect each process as its role', () => {
       await stack.stop();
       rmSync(dataDir, { recursive: true, force: true });
     }
-  }, 90000);
+  }, 120_000);
 });
