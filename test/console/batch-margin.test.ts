@@ -24,7 +24,7 @@ const admin = createPool(ADMIN_URL, 3);
 const consoleDb = createPool(derivedRoleUrl(ADMIN_URL, 'console'), 5);
 const u = randomBytes(4).toString('hex');
 /** with batch vendor prices; without any; set through the form */
-const M = { batch: `bmargin/batch-${u}`, plain: `bmargin/plain-${u}`, form: `bmargin/form-${u}` };
+const M = { batch: `bmargin/batch-${u}`, plain: `bmargin/plain-${u}`, form: `bmargin/form-${u}`, sale: `bmargin/sale-${u}` };
 type Who = 'online' | 'queue' | 'vendor' | 'late' | 'plain';
 const T = {} as Record<Who, { id: string; key: string }>;
 let server: ConsoleServer;
@@ -316,5 +316,90 @@ describe('batch vendor prices set in the console', () => {
     const today = defaultRange().to;
     const csv = await client.get(`/money.csv?from=${today}&to=${today}&model=${encodeURIComponent(M.form)}`);
     expect(csvRows(csv.text)).toEqual([`${today} ${T.vendor.id} 1 0.000900 0.001172 -0.000272 1 0.000900 0.001172 -0.000272`]);
+  });
+});
+
+describe('batch sale prices set in the console', () => {
+  it('validated, saved on the model (empty: the online price), audited, read back in the form and the catalog', async () => {
+    await upsertModel(admin, { id: M.sale, pool: 'sim', upstream_model: 'echo', input_price: 5_000_000n, output_price: 15_000_000n, context_length: 8192 });
+    const page = await client.get(`/catalog/models/${M.sale}`);
+    expect(page.status).toBe(200);
+    for (const label of ['Preço em lote (entrada)', 'Preço em lote (entrada em cache)', 'Preço em lote (saída)'])
+      expect(page.text).toContain(`<label>${label}<input`);
+    const form = {
+      _csrf: PortalClient.csrf(page.text),
+      input_price: '5',
+      cached_input_price: '',
+      output_price: '15',
+      batch_input_price: '2,5',
+      batch_cached_input_price: '',
+      batch_output_price: '7,50',
+      reason: 'metade em lote',
+    };
+    const salePrices = async () =>
+      (
+        await admin.query(
+          'select input_price, cached_input_price, output_price, batch_input_price, batch_cached_input_price, batch_output_price from models where id = $1',
+          [M.sale],
+        )
+      ).rows[0];
+    // a bad batch price: nothing saved, the form kept
+    const bad = await client.post(`/catalog/models/${M.sale}`, { ...form, batch_output_price: '-1' });
+    expect(bad.status).toBe(400);
+    expect(bad.text).toContain('Valor inválido: use dígitos e no máximo uma vírgula ou ponto antes dos centavos (12,34).');
+    expect(bad.text).toContain('name="batch_output_price" inputmode="decimal" value="-1"');
+    const online = {
+      input_price: 5_000_000n,
+      cached_input_price: null,
+      output_price: 15_000_000n,
+      batch_input_price: null,
+      batch_cached_input_price: null,
+      batch_output_price: null,
+    };
+    expect(await salePrices()).toEqual(online);
+    // half the online price in batch, the cached input left to the online one
+    expect(await client.post(`/catalog/models/${M.sale}`, form)).toMatchObject({
+      status: 303,
+      location: `/catalog/models/${M.sale}?done=prices&nats=0`, // (this console has no NATS to tell the doors by)
+    });
+    expect(await salePrices()).toEqual({ ...online, batch_input_price: 2_500_000n, batch_output_price: 7_500_000n });
+    const audit = await admin.query(`select before, after, reason from console_audit where target = $1 and action = 'price_change' order by id`, [M.sale]);
+    expect(audit.rows).toEqual([
+      {
+        before: {
+          input_price: '5000000',
+          cached_input_price: null,
+          output_price: '15000000',
+          batch_input_price: null,
+          batch_cached_input_price: null,
+          batch_output_price: null,
+        },
+        after: {
+          input_price: '5000000',
+          cached_input_price: null,
+          output_price: '15000000',
+          batch_input_price: '2500000',
+          batch_cached_input_price: null,
+          batch_output_price: '7500000',
+        },
+        reason: 'metade em lote',
+      },
+    ]);
+    const back = await client.get(`/catalog/models/${M.sale}`);
+    for (const [name, value] of [
+      ['batch_input_price', '2.5'],
+      ['batch_cached_input_price', ''],
+      ['batch_output_price', '7.5'],
+    ])
+      expect(back.text).toContain(`name="${name}" inputmode="decimal" value="${value}"`);
+    expect((await client.get('/catalog')).text).toMatch(
+      new RegExp(`data-model="${M.sale}"[\\s\\S]*?data-testid="price-output">R\\$ 15,00<br><small data-testid="price-batch">em lote: R\\$ 2,50 / R\\$ 7,50<`),
+    );
+    // emptied: the online prices again
+    expect(await client.post(`/catalog/models/${M.sale}`, { ...form, batch_input_price: '', batch_output_price: '' })).toMatchObject({ status: 303 });
+    expect(await salePrices()).toEqual(online);
+    const row = new RegExp(`data-testid="model-row" data-model="${M.sale}"[\\s\\S]*?</tr>`).exec((await client.get('/catalog')).text)![0];
+    expect(row).toContain('data-testid="price-output">R$ 15,00</td>');
+    expect(row).not.toContain('price-batch');
   });
 });

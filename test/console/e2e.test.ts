@@ -253,7 +253,8 @@ describeWith(CHROMIUM, 'the console in Chromium, with two front doors', () => {
     await page.waitForURL(`**/catalog/models/${MODEL}`);
     const prices = page.getByTestId('prices-form');
     await prices.getByLabel('Entrada', { exact: true }).fill('4,00');
-    await prices.getByLabel('Saída').fill('8,00');
+    await prices.getByLabel('Saída', { exact: true }).fill('8,00');
+    await prices.getByLabel('Preço em lote (saída)').fill('4,00');
     await prices.getByLabel('Motivo').fill('reajuste do fornecedor');
     await prices.getByRole('button', { name: 'Salvar preços' }).click();
     await page.waitForURL(/done=prices/);
@@ -269,8 +270,22 @@ describeWith(CHROMIUM, 'the console in Chromium, with two front doors', () => {
     const priceAudit = await stack.db.query(`select before, after, reason from console_audit where action = 'price_change' and target = $1`, [MODEL]);
     expect(priceAudit.rows).toEqual([
       {
-        before: { input_price: '1000000', cached_input_price: null, output_price: '2000000' },
-        after: { input_price: '4000000', cached_input_price: null, output_price: '8000000' },
+        before: {
+          input_price: '1000000',
+          cached_input_price: null,
+          output_price: '2000000',
+          batch_input_price: null,
+          batch_cached_input_price: null,
+          batch_output_price: null,
+        },
+        after: {
+          input_price: '4000000',
+          cached_input_price: null,
+          output_price: '8000000',
+          batch_input_price: null,
+          batch_cached_input_price: null,
+          batch_output_price: '4000000',
+        },
         reason: 'reajuste do fornecedor',
       },
     ]);

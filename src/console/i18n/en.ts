@@ -191,6 +191,12 @@ export const en: ConsoleMessages = {
   'catalog.cached_price': 'Cached input',
   'catalog.cached_hint': 'Empty: the input price.',
   'catalog.output_price': 'Output',
+  'catalog.batch_title': 'Batch price (R$ per 1M tokens)',
+  'catalog.batch_text':
+    "What a line of a batch (/v1/batches, /v1/messages/batches) is billed, e.g. half the online price. Empty: the online price above. A deployment's own batch prices (set with the CLI) come first.",
+  'catalog.batch_input': 'Batch price (input)',
+  'catalog.batch_cached': 'Batch price (cached input)',
+  'catalog.batch_output': 'Batch price (output)',
   'catalog.save_prices': 'Save prices',
   'catalog.saved': 'Prices saved; front doors and workers reloaded the catalog.',
   'catalog.price_required': 'Enter the price.',

@@ -190,6 +190,12 @@ export const ptBR = {
   'catalog.cached_price': 'Entrada em cache',
   'catalog.cached_hint': 'Vazio: o preço de entrada.',
   'catalog.output_price': 'Saída',
+  'catalog.batch_title': 'Preço em lote (R$ por 1M tokens)',
+  'catalog.batch_text':
+    'O que uma linha de lote (/v1/batches, /v1/messages/batches) paga, por exemplo metade do preço online. Vazio: o preço online acima. Os preços em lote de uma implantação (definidos pela CLI) vêm antes.',
+  'catalog.batch_input': 'Preço em lote (entrada)',
+  'catalog.batch_cached': 'Preço em lote (entrada em cache)',
+  'catalog.batch_output': 'Preço em lote (saída)',
   'catalog.save_prices': 'Salvar preços',
   'catalog.saved': 'Preços salvos; portas e workers recarregaram o catálogo.',
   'catalog.price_required': 'Informe o preço.',

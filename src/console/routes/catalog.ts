@@ -49,10 +49,15 @@ function prices<K extends string>(t: T, form: Form, fields: Record<K, boolean>):
 }
 
 const modelIdOf = (c: CCtx) => `${c.req.param('vendor')}/${c.req.param('name')}`;
-const priceSnapshot = (m: Pick<ModelRecord, 'input_price' | 'cached_input_price' | 'output_price'>) => ({
+type SalePrices = 'input_price' | 'cached_input_price' | 'output_price' | 'batch_input_price' | 'batch_cached_input_price' | 'batch_output_price';
+const optionalPrice = (p: bigint | null) => (p === null ? null : String(p));
+const priceSnapshot = (m: Pick<ModelRecord, SalePrices>) => ({
   input_price: String(m.input_price),
-  cached_input_price: m.cached_input_price === null ? null : String(m.cached_input_price),
+  cached_input_price: optionalPrice(m.cached_input_price),
   output_price: String(m.output_price),
+  batch_input_price: optionalPrice(m.batch_input_price),
+  batch_cached_input_price: optionalPrice(m.batch_cached_input_price),
+  batch_output_price: optionalPrice(m.batch_output_price),
 });
 
 export function catalogRoutes(d: CatalogRoutesDeps, r: ConsoleRenderer): Hono<ConsoleEnv> {
@@ -85,9 +90,20 @@ export function catalogRoutes(d: CatalogRoutesDeps, r: ConsoleRenderer): Hono<Co
       input_price: one(form, 'input_price'),
       cached_input_price: one(form, 'cached_input_price'),
       output_price: one(form, 'output_price'),
+      batch_input_price: one(form, 'batch_input_price'),
+      batch_cached_input_price: one(form, 'batch_cached_input_price'),
+      batch_output_price: one(form, 'batch_output_price'),
       reason: one(form, 'reason'),
     };
-    const p = prices(t, form, { input_price: false, cached_input_price: true, output_price: false });
+    // the batch prices may be left empty: a batch line is then billed the online price
+    const p = prices(t, form, {
+      input_price: false,
+      cached_input_price: true,
+      output_price: false,
+      batch_input_price: true,
+      batch_cached_input_price: true,
+      batch_output_price: true,
+    });
     if (!p.ok) return show(c, id, 400, { error: p.error, form: keep });
     const operatorId = operatorOf(c).operator.id;
     const saved = await withTransaction(db, async (tx) => {
@@ -95,12 +111,14 @@ export function catalogRoutes(d: CatalogRoutesDeps, r: ConsoleRenderer): Hono<Co
       const prev = await getModel(tx, id);
       if (!prev) return null;
       // the sale prices only: the console's role may update no other column of a model
+      const v = p.values;
       const { rows } = await tx.query(
-        `update models set input_price = $2, output_price = $3, cached_input_price = $4, updated_at = now() where id = $1
-         returning input_price, cached_input_price, output_price`,
-        [id, p.values.input_price!, p.values.output_price!, p.values.cached_input_price],
+        `update models set input_price = $2, output_price = $3, cached_input_price = $4,
+                           batch_input_price = $5, batch_cached_input_price = $6, batch_output_price = $7, updated_at = now() where id = $1
+         returning input_price, cached_input_price, output_price, batch_input_price, batch_cached_input_price, batch_output_price`,
+        [id, v.input_price!, v.output_price!, v.cached_input_price, v.batch_input_price, v.batch_cached_input_price, v.batch_output_price],
       );
-      const res = { model: rows[0] as Pick<ModelRecord, 'input_price' | 'cached_input_price' | 'output_price'> };
+      const res = { model: rows[0] as Pick<ModelRecord, SalePrices> };
       await audit(tx, {
         operatorId,
         action: 'price_change',

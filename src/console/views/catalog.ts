@@ -98,7 +98,14 @@ export function catalogPage(c: ViewCtx, d: { models: CatalogModel[]; workers: Wo
 <td>${m.pool}</td><td>${m.protocol} · ${m.kind}</td>
 <td class="num" data-testid="price-input">${price(c.lang, m.input_price)}</td>
 <td class="num" data-testid="price-cached">${m.cached_input_price === null ? html`<span class="muted">—</span>` : price(c.lang, m.cached_input_price)}</td>
-<td class="num" data-testid="price-output">${price(c.lang, m.output_price)}</td>
+<td class="num" data-testid="price-output">${price(c.lang, m.output_price)}${
+      m.batch_input_price !== null || m.batch_output_price !== null
+        ? html`<br><small data-testid="price-batch">${c.t('catalog.vendor_batch', {
+            input: price(c.lang, m.batch_input_price ?? m.input_price),
+            output: price(c.lang, m.batch_output_price ?? m.output_price),
+          })}</small>`
+        : ''
+    }</td>
 <td colspan="2">${vendorCell(c, vendorCost)}</td>
 <td><a class="button small" href="/catalog/models/${m.id}">${c.t('catalog.edit')}</a></td></tr>`,
     deploymentLine(c, m, null, d.workers),
@@ -148,6 +155,11 @@ export function modelPage(c: ViewCtx, d: ModelPageData): SafeHtml {
 <label>${c.t('catalog.input_price')}<input type="text" name="input_price" inputmode="decimal" required value="${val('input_price', priceValue(m.input_price))}"></label>
 <label>${c.t('catalog.cached_price')}<input type="text" name="cached_input_price" inputmode="decimal" value="${val('cached_input_price', priceValue(m.cached_input_price))}"><small>${c.t('catalog.cached_hint')}</small></label>
 <label>${c.t('catalog.output_price')}<input type="text" name="output_price" inputmode="decimal" required value="${val('output_price', priceValue(m.output_price))}"></label>
+<fieldset data-testid="prices-batch"><legend>${c.t('catalog.batch_title')}</legend><p class="muted"><small>${c.t('catalog.batch_text')}</small></p>
+<label>${c.t('catalog.batch_input')}<input type="text" name="batch_input_price" inputmode="decimal" value="${val('batch_input_price', priceValue(m.batch_input_price))}"></label>
+<label>${c.t('catalog.batch_cached')}<input type="text" name="batch_cached_input_price" inputmode="decimal" value="${val('batch_cached_input_price', priceValue(m.batch_cached_input_price))}"></label>
+<label>${c.t('catalog.batch_output')}<input type="text" name="batch_output_price" inputmode="decimal" value="${val('batch_output_price', priceValue(m.batch_output_price))}"></label>
+</fieldset>
 <label>${c.t('common.reason')}<input type="text" name="reason" maxlength="500" value="${f.reason ?? ''}"></label>
 <button type="submit">${c.t('catalog.save_prices')}</button></form></section>
 <section class="card"><h2>${c.t('vendor.title')}</h2><p class="muted">${c.t('vendor.text')}</p>
