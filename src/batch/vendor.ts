@@ -360,7 +360,11 @@ export class VendorBatches {
       inputs += p.ok.inputs;
       const requestId = newRequestId();
       // a hold of kind 'batch': in the balance and the key's limit, not in the key's max_concurrent
-      const result = await admitVendorLine(db, { requestId, tenantId: key.tenant_id, keyId: key.id, amount: p.ok.hold, ttlMs: VENDOR_HOLD_TTL_MS });
+      const admit = () => admitVendorLine(db, { requestId, tenantId: key.tenant_id, keyId: key.id, amount: p.ok.hold, ttlMs: VENDOR_HOLD_TTL_MS });
+      let result = await admit();
+      // refused with none taken and no hold of an ended chunk left: metering may have settled the last
+      // ones between that admission and the look, so the refusal is final only when asked again
+      if (result.status !== 'ok' && taken.length === 0 && !(await this.unsettled(batch.id))) result = await admit();
       if (result.status === 'ok') {
         taken.push({ line: i, requestId, vendor: p.ok.vendor });
         continue;
