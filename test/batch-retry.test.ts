@@ -1,8 +1,6 @@
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ledgerCheck } from '../src/billing/ledger-check.ts';
-import { costMicros } from '../src/billing/money.ts';
-import { batchEnded, fileLines } from './helpers/batches.ts';
+import { batchEnded, expectBatchBilled, fileLines } from './helpers/batches.ts';
 import { SIM_PRICES, startStack, type TestStack } from './helpers/stack.ts';
 
 // A queue-mode batch line refused for a reason that passes with time (its key's concurrency or
@@ -46,29 +44,10 @@ async function runBatch(client: OpenAI, n: number, firstTokenMs: number) {
   return client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
 }
 
-/** Every line answered 200, debited once exactly its usage; nothing else debited; balance = ledger. */
-async function expectEachBilledOnce(tenantId: string, granted: bigint, output: ResultLine[]) {
-  const ids = output.map((l) => l.response!.request_id);
-  expect(new Set(ids).size).toBe(output.length);
-  await stack.waitSettled(ids, 20_000);
-  await stack.waitNoHolds(tenantId, 20_000);
-  const { rows } = await stack.db.query<{ request_id: string; amount: string }>(
-    "select request_id, amount_micros::text as amount from ledger where tenant_id = $1 and kind = 'debit' order by request_id",
-    [tenantId],
-  );
-  let total = 0n;
-  const expected = output
-    .map((l) => {
-      const usage = l.response!.body.usage!;
-      const cost = costMicros(usage.prompt_tokens, usage.completion_tokens, SIM_PRICES.echo);
-      total += cost;
-      return { request_id: l.response!.request_id, amount: String(cost) };
-    })
-    .sort((a, b) => a.request_id.localeCompare(b.request_id));
-  expect(rows).toEqual(expected);
-  const { rows: balance } = await stack.db.query<{ balance_micros: string }>('select balance_micros::text from tenants where id = $1', [tenantId]);
-  expect(BigInt(balance[0].balance_micros)).toBe(granted - total);
-  expect((await ledgerCheck(stack.db, { tenantId })).ok).toBe(true);
+/** Every line answered 200, debited once exactly its usage at sim/echo's prices, under its batch; balance = ledger. */
+async function expectEachBilledOnce(tenantId: string, granted: bigint, batchId: string, output: ResultLine[]) {
+  expect(new Set(output.map((l) => l.response!.request_id)).size).toBe(output.length);
+  await expectBatchBilled(stack, tenantId, granted, batchId, output, SIM_PRICES.echo);
 }
 
 describe('batch lines refused for a while run again', () => {
@@ -83,7 +62,7 @@ describe('batch lines refused for a while run again', () => {
     expect(ended.error_file_id).toBeNull();
     const output = await fileLines<ResultLine>(client, ended.output_file_id);
     expect(output.map((l) => [l.custom_id, l.response?.status_code]).sort()).toEqual(Array.from({ length: 8 }, (_, i) => [`req-${i}`, 200]).sort());
-    await expectEachBilledOnce(t.tenantId, 10_000_000n, output);
+    await expectEachBilledOnce(t.tenantId, 10_000_000n, created.id, output);
     const { rows } = await stack.db.query('select count(*)::int as n from batch_results where batch_id = $1', [created.id]);
     expect(rows[0].n).toBe(8);
   }, 90_000);
@@ -97,7 +76,7 @@ describe('batch lines refused for a while run again', () => {
     expect(ended.error_file_id).toBeNull();
     const output = await fileLines<ResultLine>(client, ended.output_file_id);
     expect(output.every((l) => l.response?.status_code === 200)).toBe(true);
-    await expectEachBilledOnce(t.tenantId, 10_000_000n, output);
+    await expectEachBilledOnce(t.tenantId, 10_000_000n, created.id, output);
     // three windows at least: 2 + 2 + 2 lines, 2 s apart
     expect((ended.completed_at! - ended.in_progress_at!) * 1000).toBeGreaterThanOrEqual(2000);
   }, 90_000);

@@ -1,7 +1,6 @@
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MockUpstream } from '../bench/mock-upstream/server.ts';
-import { ledgerCheck } from '../src/billing/ledger-check.ts';
 import { costMicros, holdPrices, type Prices } from '../src/billing/money.ts';
 import { catalogEntry } from '../src/catalog/catalog.ts';
 import { getModel, listDeployments, upsertModel } from '../src/db/models.ts';
@@ -11,7 +10,7 @@ import { embeddings } from '../src/protocols/embeddings/index.ts';
 import type { ParsedRequest, Protocol } from '../src/protocols/types.ts';
 import { expectBalanceEqualsLedger } from './helpers/ledger.ts';
 import { startStackWithVendor, type TestStack } from './helpers/stack.ts';
-import { batchEnded, fileLines } from './helpers/batches.ts';
+import { balanceOf as balanceOfTenant, batchEnded, expectBatchBilled, fileLines } from './helpers/batches.ts';
 
 // `vendor` batch mode for OpenAI batches of /v1/embeddings and /v1/completions (docs/batch.md
 // "vendor mode"): their lines go to the deployment's own Batch API (the mock vendor) as chat lines
@@ -91,8 +90,7 @@ async function create(client: OpenAI, endpoint: Endpoint, lines: string[]) {
 const ended = batchEnded;
 const contentLines = (client: OpenAI, fileId: string | null | undefined) => fileLines<ResultLine>(client, fileId);
 
-const balanceOf = async (tenantId: string): Promise<bigint> =>
-  BigInt((await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros);
+const balanceOf = (tenantId: string) => balanceOfTenant(stack, tenantId);
 
 const chunksOf = async (batchId: string) =>
   (await stack.db.query<{ n: number }>('select array_length(lines, 1) as n from vendor_batch_chunks where batch_id = $1 order by chunk', [batchId])).rows.map(
@@ -107,33 +105,9 @@ async function holdOf(protocol: Protocol<ParsedRequest>, body: Record<string, un
   return costMicros(protocol.inputBound(req, m), outputTokens(protocol.outputCap(req), m).wanted, holdPrices(BATCH));
 }
 
-/** Each answered line debited once at the batch prices from the vendor's usage, with the batch's id; no hold left; balance = ledger. */
-async function expectBilled(tenantId: string, granted: bigint, batchId: string, answered: ResultLine[]): Promise<bigint> {
-  await stack.waitSettled(
-    answered.map((l) => l.response!.request_id),
-    20_000,
-  );
-  await stack.waitNoHolds(tenantId, 20_000);
-  const { rows } = await stack.db.query<{ request_id: string; amount_micros: string; batch_id: string }>(
-    "select request_id, amount_micros, batch_id from ledger where tenant_id = $1 and kind = 'debit'",
-    [tenantId],
-  );
-  expect(rows.length).toBe(answered.length);
-  const debits = new Map(rows.map((r) => [r.request_id, BigInt(r.amount_micros)]));
-  let total = 0n;
-  for (const l of answered) {
-    const u = l.response!.body.usage!;
-    const cost = costMicros(u.prompt_tokens ?? u.input_tokens, u.completion_tokens ?? u.output_tokens ?? 0, BATCH);
-    expect(cost).toBeGreaterThan(0n);
-    expect(debits.get(l.response!.request_id)).toBe(cost);
-    total += cost;
-  }
-  expect(new Set(rows.map((r) => r.batch_id))).toEqual(new Set(rows.length ? [batchId] : []));
-  expect(await balanceOf(tenantId)).toBe(granted - total);
-  await expectBalanceEqualsLedger(stack, tenantId);
-  expect((await ledgerCheck(stack.db, { tenantId })).ok).toBe(true);
-  return total;
-}
+/** Each answered line debited once at the batch prices (its vendor's usage), batch_id recorded; no hold left; balance = ledger. */
+const expectBilled = (tenantId: string, granted: bigint, batchId: string, answered: ResultLine[]) =>
+  expectBatchBilled(stack, tenantId, granted, batchId, answered, BATCH);
 
 const TEXT = 'the corpus paragraph to embed, in a vendor batch';
 

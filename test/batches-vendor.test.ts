@@ -10,7 +10,7 @@ import { outputTokens } from '../src/gateway/hold.ts';
 import { chat } from '../src/protocols/chat/index.ts';
 import { expectBalanceEqualsLedger } from './helpers/ledger.ts';
 import { startStackWithVendor, stopProcess, type TestStack } from './helpers/stack.ts';
-import { batchEnded, fileLines } from './helpers/batches.ts';
+import { balanceOf as balanceOfTenant, batchEnded, expectBatchBilled, fileLines } from './helpers/batches.ts';
 
 // `vendor` batch mode (docs/batch.md "vendor mode"): a batch naming a model whose deployment is in
 // vendor mode goes to that deployment's own OpenAI Batch API (the mock vendor), through a worker of
@@ -99,8 +99,7 @@ async function create(client: OpenAI, lines: string[]) {
 const ended = batchEnded;
 const contentLines = (client: OpenAI, fileId: string | null | undefined) => fileLines<ResultLine>(client, fileId);
 
-const balanceOf = async (tenantId: string): Promise<bigint> =>
-  BigInt((await stack.db.query('select balance_micros from tenants where id = $1', [tenantId])).rows[0].balance_micros);
+const balanceOf = (tenantId: string) => balanceOfTenant(stack, tenantId);
 
 /** The worst case a line of `max_tokens` is held for: its prompt bound and that cap at the batch prices. */
 async function holdOf(maxTokens: number): Promise<bigint> {
@@ -117,30 +116,8 @@ async function onlineHoldOf(maxTokens: number): Promise<bigint> {
 }
 
 /** Each answered line debited once at the batch prices (its vendor's usage), batch_id recorded; no hold left; balance = ledger. */
-async function expectBilled(tenantId: string, granted: bigint, batchId: string, answered: ResultLine[]) {
-  const ids = answered.map((l) => l.response!.request_id);
-  await stack.waitSettled(ids, 20_000);
-  await stack.waitNoHolds(tenantId, 20_000);
-  const { rows } = await stack.db.query<{ request_id: string; amount_micros: string; batch_id: string }>(
-    "select request_id, amount_micros, batch_id from ledger where tenant_id = $1 and kind = 'debit'",
-    [tenantId],
-  );
-  expect(rows.length).toBe(answered.length);
-  const debits = new Map(rows.map((r) => [r.request_id, BigInt(r.amount_micros)]));
-  let total = 0n;
-  for (const l of answered) {
-    const u = l.response!.body.usage!;
-    const cost = costMicros(u.prompt_tokens, u.completion_tokens, BATCH);
-    expect(cost).toBeGreaterThan(0n);
-    expect(debits.get(l.response!.request_id)).toBe(cost);
-    total += cost;
-  }
-  expect(new Set(rows.map((r) => r.batch_id))).toEqual(new Set(rows.length ? [batchId] : []));
-  expect(await balanceOf(tenantId)).toBe(granted - total);
-  await expectBalanceEqualsLedger(stack, tenantId);
-  expect((await ledgerCheck(stack.db, { tenantId })).ok).toBe(true);
-  return total;
-}
+const expectBilled = (tenantId: string, granted: bigint, batchId: string, answered: ResultLine[]) =>
+  expectBatchBilled(stack, tenantId, granted, batchId, answered, BATCH);
 
 const chunksOf = async (batchId: string) =>
   (
