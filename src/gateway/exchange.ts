@@ -124,12 +124,12 @@ export class Exchange<R extends ParsedRequest = ParsedRequest> {
     });
   }
 
-  /** uWS onAborted: the client went away. */
   /** Whether this request's worker reported a cost for it (it will be debited). */
   get charged(): boolean {
     return this.held.charged;
   }
 
+  /** uWS onAborted: the client went away. */
   aborted(): void {
     this.s.aborted = true;
     this.ticket?.cancel(); // a job still waiting for a worker never reaches one
