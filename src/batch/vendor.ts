@@ -229,15 +229,19 @@ export class VendorBatches {
     return Math.max(0.1, this.door.config.BATCH_VENDOR_POLL_MS / 1000);
   }
 
-  /** One pass: every due vendor-mode batch claimed (by this door alone) and worked on. */
-  async tick(): Promise<void> {
+  /**
+   * One pass: every due vendor-mode batch claimed (by this door alone) and worked on; with `only`,
+   * that batch alone (a loop sharing its database with loops of other catalogs, as the tests' do).
+   */
+  async tick(only?: string): Promise<void> {
     for (let n = 0; n < 50 && !this.stopped; n++) {
       const { rows } = await this.door.db.query<BatchRow>(
         `update batches set vendor_next_at = now() + make_interval(secs => $1::int)
           where id = (select id from batches where mode = 'vendor' and status in ('in_progress', 'cancelling') and vendor_next_at <= now()
+                         and ($2::text is null or id = $2)
                        order by vendor_next_at limit 1 for update skip locked)
           returning *`,
-        [CLAIM_SECONDS],
+        [CLAIM_SECONDS, only ?? null],
       );
       const batch = rows[0];
       if (!batch) return;

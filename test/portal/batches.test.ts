@@ -341,13 +341,13 @@ describe('Cancelar', () => {
     } as unknown as RunnerDoor;
     const loop = new VendorBatches(door, nc as never, (id) => finalizeIfDone(db, id, 30));
     // in progress: the loop polls the vendor, and tells it nothing else
-    await loop.tick();
+    await loop.tick(run.vendor); // its batch alone: the database is shared with other files' vendor batches
     expect(asked.map((a) => a.op)).toEqual(['poll']);
     asked.length = 0;
     await db.query('update batches set vendor_next_at = now() where id = $1', [run.vendor]);
     expect((await cancel(as(x, 'owner'), run.vendor)).status).toBe(303);
     expect((await statusOf(run.vendor)).status).toBe('cancelling');
-    await loop.tick();
+    await loop.tick(run.vendor);
     expect(asked.map((a) => [a.op, 'vendor_batch_id' in a ? a.vendor_batch_id : null])).toEqual([
       ['cancel', `vb_${run.vendor}`],
       ['poll', `vb_${run.vendor}`],
@@ -363,7 +363,7 @@ describe('Cancelar', () => {
     // a later pass finds nothing more to tell the vendor
     asked.length = 0;
     await db.query('update batches set vendor_next_at = now() where id = $1', [run.vendor]);
-    await loop.tick();
+    await loop.tick(run.vendor);
     expect(asked).toEqual([]);
   });
 });
