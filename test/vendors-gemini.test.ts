@@ -260,12 +260,14 @@ describe('the Gemini API (an API key)', () => {
   it('429 RESOURCE_EXHAUSTED fails over to the next deployment and cools down; billed once', async () => {
     const t = await stack.tenant('1.00');
     const before = gemini.stats.byModel['mock-429'] ?? 0;
-    const res = await chat(t.key, { model: 'gemini/failover', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
+    // the primary first (its weight 1000 against 1 still leaves a weighted random order a 1-in-1001 chance otherwise)
+    const provider = { order: ['primary', 'second-project'] };
+    const res = await chat(t.key, { model: 'gemini/failover', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, provider });
     expect(res.status).toBe(200);
     expect((await res.json()).choices[0].message.content).toBe('Hello world foo');
     expect(gemini.stats.byModel['mock-429']).toBe(before + 1);
     expect(BigInt((await debit(res.headers.get('x-request-id')!)).amount_micros)).toBe(micros(vendorUsage()));
-    const again = await chat(t.key, { model: 'gemini/failover', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 });
+    const again = await chat(t.key, { model: 'gemini/failover', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, provider });
     expect(again.status).toBe(200);
     await again.text();
     expect(gemini.stats.byModel['mock-429']).toBe(before + 1);

@@ -23,7 +23,8 @@ const uniq = () => Math.random().toString(36).slice(2, 10);
 // The fuzzer's requests come from an address of their own (behind a trusted proxy): its many
 // sign-ins and sign-ups must not use up the per-address budgets of other test files, which share
 // the database and come from 127.0.0.1.
-const FROM = { 'x-forwarded-for': `198.51.100.${1 + Math.floor(Math.random() * 250)}` };
+const address = () => `198.51.100.${1 + Math.floor(Math.random() * 250)}`;
+const FROM = { 'x-forwarded-for': address() };
 
 beforeAll(async () => {
   await upsertModel(db, { id: 'sim/echo', pool: 'sim', upstream_model: 'echo', input_price: 1_000_000n, output_price: 2_000_000n });
@@ -88,8 +89,11 @@ const nasty = fc.oneof(
 );
 const maybeRepeated = fc.oneof(nasty, fc.array(nasty, { minLength: 2, maxLength: 3 }));
 
+/** A new account, signed in from an address of its own: the sign-in fuzz may have spent FROM's sign-in budget (LOGIN_MAX_PER_IP). */
 async function signedIn(): Promise<PortalClient> {
-  const c = new PortalClient(portal.url, FROM, { mailbox: sinkMailbox(sink) });
+  let from = address();
+  while (from === FROM['x-forwarded-for']) from = address();
+  const c = new PortalClient(portal.url, { 'x-forwarded-for': from }, { mailbox: sinkMailbox(sink) });
   const r = await c.signUp(`fuzz.${uniq()}@example.com`);
   expect(r.status).toBe(303);
   return c;
