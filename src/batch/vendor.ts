@@ -231,14 +231,15 @@ export class VendorBatches {
 
   /**
    * One pass: every due vendor-mode batch claimed (by this door alone) and worked on; with `only`,
-   * that batch alone (a loop sharing its database with loops of other catalogs, as the tests' do).
+   * that batch alone, due or not (a loop sharing its database with loops of other catalogs, as the
+   * tests' do, works on a batch no other loop finds due).
    */
   async tick(only?: string): Promise<void> {
-    for (let n = 0; n < 50 && !this.stopped; n++) {
+    for (let n = 0; n < (only ? 1 : 50) && !this.stopped; n++) {
       const { rows } = await this.door.db.query<BatchRow>(
         `update batches set vendor_next_at = now() + make_interval(secs => $1::int)
-          where id = (select id from batches where mode = 'vendor' and status in ('in_progress', 'cancelling') and vendor_next_at <= now()
-                         and ($2::text is null or id = $2)
+          where id = (select id from batches where mode = 'vendor' and status in ('in_progress', 'cancelling')
+                         and ($2::text is null and vendor_next_at <= now() or id = $2)
                        order by vendor_next_at limit 1 for update skip locked)
           returning *`,
         [CLAIM_SECONDS, only ?? null],

@@ -265,7 +265,7 @@ export async function runningBatches(db: pg.Pool, tenantId: string): Promise<Run
       `insert into batches (id, tenant_id, key_id, input_file_id, endpoint, completion_window, status, total, completed, failed, created_at, in_progress_at,
                             expires_at, api, mode, vendor_next_at)
        values ($1, $2, $3, $4, $5, '24h', $6, $7, $8, 0, $9, case when $6 = 'in_progress' then $9::timestamptz end, now() + interval '1 day', $10, $11,
-               case when $11 = 'vendor' then now() end)`,
+               case when $11 = 'vendor' then 'infinity'::timestamptz end)`,
       [id, tenantId, keyId, input, endpoint, status, total, completed, new Date(Number.parseInt(id.split('_')[1].slice(0, 12), 16)).toISOString(), api, mode],
     );
   await running(queued, 'openai', '/v1/chat/completions', 'in_progress', queuedFile, 4, 1, 'queue');
